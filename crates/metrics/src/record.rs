@@ -1,0 +1,135 @@
+//! The per-request record: every clock point of METRICS.md, kept as offsets from one
+//! monotonic run start, in nanoseconds.
+
+use serde::{Deserialize, Serialize};
+
+/// Where a token count came from (METRICS.md "Token counts, and where they came from").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CountSource {
+    /// The server's `usage` object.
+    Usage,
+    /// The tokenizer's count of the text (generated text, or the synthesised prompt).
+    Tokenizer,
+    /// The dataset's intended length.
+    Dataset,
+    /// The number of token-bearing events (no usage, no tokenizer).
+    Events,
+}
+
+/// Why a request failed. Every failure is data: a record with one of these kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The server answered with a non-2xx status.
+    HttpStatus,
+    /// The connection could not be established.
+    Connect,
+    /// The connection was reset or closed before the stream ended (no `[DONE]`).
+    Truncated,
+    /// A chunk could not be parsed as the expected JSON.
+    Malformed,
+    /// `--request-timeout` elapsed.
+    Timeout,
+    /// The stream ended normally but carried no output token.
+    EmptyOutput,
+    /// The server sent an error object inside the stream.
+    StreamError,
+    /// Ctrl-C grace period ran out while the request was in flight.
+    Cancelled,
+    /// Anything else on the transport (I/O errors other than the above).
+    Transport,
+}
+
+impl FailureKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::HttpStatus => "http_status",
+            FailureKind::Connect => "connect",
+            FailureKind::Truncated => "truncated",
+            FailureKind::Malformed => "malformed",
+            FailureKind::Timeout => "timeout",
+            FailureKind::EmptyOutput => "empty_output",
+            FailureKind::StreamError => "stream_error",
+            FailureKind::Cancelled => "cancelled",
+            FailureKind::Transport => "transport",
+        }
+    }
+}
+
+/// A failed request's cause.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    pub kind: FailureKind,
+    /// HTTP status when the server answered with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// A short, human readable message (a body excerpt, the I/O error); never holds secrets.
+    pub message: String,
+}
+
+/// One token-bearing SSE event, as received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenEvent {
+    /// Receipt time, ns from run start.
+    pub t: u64,
+    /// Characters of output text (content + reasoning) the event carried.
+    pub chars: u32,
+}
+
+/// Everything measured about one request. Latencies are derived from these fields, never
+/// kept on the side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Position of the request in the run's request list (warm-ups are not recorded).
+    pub id: u64,
+    /// When the arrival process scheduled it (ns from run start).
+    pub intended: u64,
+    /// When the dispatcher let it go (after any concurrency cap).
+    pub released: u64,
+    /// Just before the request was written to the connection (vLLM's `st`).
+    pub sent: u64,
+    /// First token-bearing event.
+    #[serde(default)]
+    pub first_token: Option<u64>,
+    /// Last token-bearing event (vLLM parity: E2EL ends here).
+    #[serde(default)]
+    pub end: Option<u64>,
+    /// `[DONE]`, stream close, or the failure time.
+    #[serde(default)]
+    pub done: Option<u64>,
+    /// Did this request wait for a concurrency slot (so its `released − intended` is not
+    /// dispatch lag)?
+    #[serde(default)]
+    pub waited_for_slot: bool,
+    /// Every token-bearing event.
+    #[serde(default)]
+    pub events: Vec<TokenEvent>,
+    pub input_tokens: u64,
+    pub input_source: CountSource,
+    pub output_tokens: u64,
+    pub output_source: CountSource,
+    /// Prompt length the dataset intended (for the >1 % disagreement warning).
+    pub intended_input_tokens: u64,
+    /// `max_tokens` asked for, if any.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens` when the server reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// Generated text, kept only when the run asks for it (`--save-detailed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// `None` on success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
+}
+
+impl RequestRecord {
+    /// A request that completed with at least one output token and no failure.
+    pub fn is_success(&self) -> bool {
+        self.failure.is_none() && self.first_token.is_some()
+    }
+}
