@@ -172,7 +172,9 @@ fn merge_entry<T: Entry>(
         Some(toml::Value::String(id)) if !id.trim().is_empty() => id.trim().to_string(),
         _ => return Err(err(format!("a [[{}]] table needs a string 'id'", T::KIND))),
     };
-    let existing = entries.iter().position(|e| e.id().eq_ignore_ascii_case(&id));
+    let existing = entries
+        .iter()
+        .position(|e| e.id().eq_ignore_ascii_case(&id));
     let merged = match existing {
         Some(i) => {
             let mut base = toml::Table::try_from(&entries[i])
@@ -213,15 +215,18 @@ fn upsert<T: Entry>(entries: &mut Vec<T>, entry: T) {
 fn lookup<'a, T: Entry>(entries: &'a [T], name: &str) -> Option<&'a T> {
     let name = name.trim();
     let exact = |e: &&T| {
-        e.id().eq_ignore_ascii_case(name) || e.aliases().iter().any(|a| a.eq_ignore_ascii_case(name))
+        e.id().eq_ignore_ascii_case(name)
+            || e.aliases().iter().any(|a| a.eq_ignore_ascii_case(name))
     };
     if let Some(e) = entries.iter().find(exact) {
         return Some(e);
     }
     let base = basename(name);
-    let mut by_base = entries
-        .iter()
-        .filter(|e| e.aliases().iter().any(|a| basename(a).eq_ignore_ascii_case(base)));
+    let mut by_base = entries.iter().filter(|e| {
+        e.aliases()
+            .iter()
+            .any(|a| basename(a).eq_ignore_ascii_case(base))
+    });
     match (by_base.next(), by_base.next()) {
         (Some(e), None) => Some(e),
         _ => None,

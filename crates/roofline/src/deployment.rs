@@ -208,10 +208,7 @@ impl DeploymentBuilder {
         let mfu = self.mfu.unwrap_or(self.gpu.mfu_bf16);
         let efficiency = Efficiency {
             mfu,
-            mfu_fp8: self
-                .mfu_fp8
-                .or(self.gpu.mfu_fp8)
-                .unwrap_or(0.7 * mfu),
+            mfu_fp8: self.mfu_fp8.or(self.gpu.mfu_fp8).unwrap_or(0.7 * mfu),
             mbu: self.mbu.unwrap_or(self.gpu.mbu),
             softroof_p: self.softroof_p.unwrap_or(DEFAULT_SOFTROOF_P),
         };
@@ -226,7 +223,7 @@ impl DeploymentBuilder {
                 )));
             }
         }
-        if !(efficiency.softroof_p >= 1.0) {
+        if efficiency.softroof_p.is_nan() || efficiency.softroof_p < 1.0 {
             return Err(RooflineError::Invalid(format!(
                 "softroof_p must be at least 1 (1 = sum, infinity = max), got {}",
                 efficiency.softroof_p
@@ -237,11 +234,13 @@ impl DeploymentBuilder {
             step_overhead_us: self.step_overhead_us.unwrap_or(DEFAULT_STEP_OVERHEAD_US),
             layer_overhead_us: self.layer_overhead_us.unwrap_or(DEFAULT_LAYER_OVERHEAD_US),
             req_overhead_us: self.req_overhead_us.unwrap_or(DEFAULT_REQ_OVERHEAD_US),
-            cpu_floor_us: self.cpu_floor_us.unwrap_or(if m.n_total() < SMALL_MODEL_PARAMS {
-                SMALL_MODEL_CPU_FLOOR_US
-            } else {
-                0.0
-            }),
+            cpu_floor_us: self
+                .cpu_floor_us
+                .unwrap_or(if m.n_total() < SMALL_MODEL_PARAMS {
+                    SMALL_MODEL_CPU_FLOOR_US
+                } else {
+                    0.0
+                }),
             allreduce_latency_us: self
                 .allreduce_latency_us
                 .unwrap_or(DEFAULT_ALLREDUCE_LATENCY_US),
@@ -335,11 +334,7 @@ fn coefficients(
     Coefficients {
         flops_per_token: 2.0 * m.n_lin() / tpf,
         flops_per_sample: 2.0 * m.embedding_params() / tpf,
-        attn_flops: 4.0
-            * layers
-            * f64::from(m.num_attention_heads)
-            * f64::from(m.head_dim())
-            / tpf,
+        attn_flops: 4.0 * layers * f64::from(m.num_attention_heads) * f64::from(m.head_dim()) / tpf,
         weight_bytes_fixed,
         weight_bytes_per_expert,
         moe,
@@ -506,36 +501,35 @@ impl Deployment {
     /// Time of one engine step for this plan (before jitter). FLOPs and bytes in the result
     /// are per GPU. An empty plan is no step: everything is zero.
     pub fn step_time(&self, plan: &[SeqWork]) -> StepTime {
-        if plan.is_empty() {
+        let mut totals = StepTotals::default();
+        for w in plan {
+            totals.add(w.new_tokens, w.context, w.samples, 1);
+        }
+        self.time_of(&totals)
+    }
+
+    /// The step time of aggregated work; `step_time` and the predictions share it.
+    pub(crate) fn time_of(&self, w: &StepTotals) -> StepTime {
+        if w.requests == 0 {
             return StepTime::default();
         }
         let c = &self.coef;
-        let mut tokens: u64 = 0;
-        let mut samples: u32 = 0;
-        let mut attn = 0.0;
-        let mut kv_tokens: u64 = 0;
-        for w in plan {
-            let (q, ctx) = (u64::from(w.new_tokens), u64::from(w.context));
-            tokens += q;
-            samples += u32::from(w.samples);
-            // q·(c + (q+1)/2) = (q·(2c + q + 1)) / 2, exact in integers before the division.
-            attn += (q * (2 * ctx + q + 1)) as f64 * 0.5;
-            kv_tokens += ctx + q;
-        }
-        let flops = c.flops_per_token * tokens as f64
-            + c.flops_per_sample * f64::from(samples)
-            + c.attn_flops * attn;
-        let bytes = self.weights_per_step_bytes(tokens) + c.kv_bytes_per_token * kv_tokens as f64;
+        let tokens = w.tokens as f64;
+        let flops = c.flops_per_token * tokens
+            + c.flops_per_sample * w.samples as f64
+            + c.attn_flops * w.attn;
+        let bytes =
+            self.weights_per_step_bytes(w.tokens) + c.kv_bytes_per_token * w.kv_tokens as f64;
         let t_c = flops / c.flops_rate;
         let t_m = bytes / c.bytes_rate;
         let t_gpu = soft_roofline(t_c, t_m, self.efficiency.softroof_p);
-        let t_ar = if c.t_ar_latency > 0.0 || c.t_ar_per_token > 0.0 {
-            c.t_ar_latency + c.t_ar_per_token * tokens as f64
+        let t_ar = if self.tp > 1 {
+            c.t_ar_latency + c.t_ar_per_token * tokens
         } else {
             0.0
         };
         let t_ovh = (c.t_fixed + c.t_layers).max(c.t_cpu_floor);
-        let t_req = c.t_req * plan.len() as f64;
+        let t_req = c.t_req * w.requests as f64;
         let total = if self.async_scheduling {
             (c.t_fixed.max(c.t_cpu_floor) + t_req).max(c.t_layers + t_gpu + t_ar)
         } else {
@@ -552,6 +546,36 @@ impl Deployment {
             flops,
             bytes,
         }
+    }
+}
+
+/// A plan reduced to the sums the step-time formula needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct StepTotals {
+    /// `T = Σ q_i`.
+    pub(crate) tokens: u64,
+    /// `n_s`.
+    pub(crate) samples: u64,
+    /// `Σ q_i·(c_i + (q_i + 1)/2)`.
+    pub(crate) attn: f64,
+    /// `Σ (c_i + q_i)`: KV tokens read or written.
+    pub(crate) kv_tokens: u64,
+    /// `n_req`.
+    pub(crate) requests: u64,
+}
+
+impl StepTotals {
+    /// Adds `count` identical requests of `q` new tokens on context `c`.
+    pub(crate) fn add(&mut self, q: u32, c: u32, samples: bool, count: u64) {
+        let (q, c) = (u64::from(q), u64::from(c));
+        self.tokens += q * count;
+        if samples {
+            self.samples += count;
+        }
+        // q·(c + (q+1)/2) = q·(2c + q + 1)/2, exact in integers before the halving.
+        self.attn += (q * (2 * c + q + 1)) as f64 * 0.5 * count as f64;
+        self.kv_tokens += (c + q) * count;
+        self.requests += count;
     }
 }
 

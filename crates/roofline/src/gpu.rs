@@ -125,7 +125,8 @@ impl GpuSpec {
 
     /// Does `name` (case-insensitive) name this GPU, by id or alias?
     pub fn matches(&self, name: &str) -> bool {
-        self.id.eq_ignore_ascii_case(name) || self.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+        self.id.eq_ignore_ascii_case(name)
+            || self.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
     }
 
     /// Checks that every number is usable.
@@ -150,7 +151,11 @@ impl GpuSpec {
                 )));
             }
         }
-        for (name, v) in [("mfu_bf16", Some(self.mfu_bf16)), ("mfu_fp8", self.mfu_fp8), ("mbu", Some(self.mbu))] {
+        for (name, v) in [
+            ("mfu_bf16", Some(self.mfu_bf16)),
+            ("mfu_fp8", self.mfu_fp8),
+            ("mbu", Some(self.mbu)),
+        ] {
             if let Some(v) = v {
                 if v > 1.0 {
                     return Err(RooflineError::Invalid(format!(
@@ -183,7 +188,11 @@ mod tests {
 
     #[test]
     fn spec_string_without_fp8() {
-        for s in ["149.7,-,0.696,44.4", "149.7,,0.696,44.4", "149.7,none,0.696,44.4"] {
+        for s in [
+            "149.7,-,0.696,44.4",
+            "149.7,,0.696,44.4",
+            "149.7,none,0.696,44.4",
+        ] {
             let g = GpuSpec::from_spec_str(s).unwrap();
             assert_eq!(g.fp8_tflops, None, "{s}");
             assert!(!g.has_fp8());

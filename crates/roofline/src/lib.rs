@@ -1,13 +1,21 @@
 //! GPU and model catalog, FLOP/byte counts, bandwidth math and the step-time model
 //! (SIMULATOR.md §3–§5). Pure functions: no I/O beyond reading catalog and config files.
 
+mod capacity;
 mod catalog;
 mod deployment;
 mod dtype;
 mod error;
 mod gpu;
+mod hf_config;
 mod model;
+mod predict;
+mod scheduler;
 
+pub use capacity::{
+    kv_capacity, largest_fitting_max_model_len, KvCapacity, KvSizing, NON_TORCH_BYTES_SINGLE,
+    NON_TORCH_BYTES_TP,
+};
 pub use catalog::{Catalog, BUILTIN_CATALOG};
 pub use deployment::{
     Deployment, DeploymentBuilder, Efficiency, Overheads, DEFAULT_ALLREDUCE_LATENCY_US,
@@ -16,8 +24,15 @@ pub use deployment::{
 };
 pub use dtype::{BatchClass, Dtype, KvDtype};
 pub use error::RooflineError;
-pub use gpu::{GpuSpec, GIB};
+pub use gpu::{
+    GpuSpec, GIB, LARGE_CLASS_MIN_GIB, SPEC_DEFAULT_LINK_GBPS, SPEC_DEFAULT_MBU,
+    SPEC_DEFAULT_MFU_BF16,
+};
 pub use model::ModelSpec;
+pub use predict::{BandwidthFloor, PrefillEstimate, RooflineInputs, MAX_SEARCH_BATCH};
+pub use scheduler::{
+    class_defaults, resolve_scheduler_limits, scheduler_defaults, UNCHUNKED_MIN_BUDGET,
+};
 
 use serde::Serialize;
 

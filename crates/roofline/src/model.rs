@@ -58,7 +58,12 @@ impl ModelSpec {
 
     /// Checks that the shape is usable (non-zero sizes, heads that group, a sane MoE).
     pub fn validate(&self) -> Result<(), RooflineError> {
-        let bad = |msg: String| Err(RooflineError::Invalid(format!("model '{}': {msg}", self.id)));
+        let bad = |msg: String| {
+            Err(RooflineError::Invalid(format!(
+                "model '{}': {msg}",
+                self.id
+            )))
+        };
         for (name, v) in [
             ("num_hidden_layers", self.num_hidden_layers),
             ("hidden_size", self.hidden_size),

@@ -1,0 +1,225 @@
+//! KV-cache capacity (SIMULATOR.md §4): what is left of GPU memory after weights, profile-run
+//! activations and non-torch memory, in blocks.
+
+use serde::Serialize;
+
+use crate::{scheduler_defaults, Deployment, RooflineError, GIB};
+
+/// Memory outside torch's allocator on a single GPU (CUDA context, cuBLAS workspaces).
+pub const NON_TORCH_BYTES_SINGLE: f64 = 0.5 * GIB;
+/// The same with tensor parallelism (NCCL buffers and custom all-reduce workspaces).
+pub const NON_TORCH_BYTES_TP: f64 = GIB;
+
+/// Inputs of KV sizing.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct KvSizing {
+    /// Fraction of usable memory vLLM may take (`--gpu-memory-utilization`).
+    pub gpu_memory_utilization: f64,
+    /// Tokens per KV block.
+    pub block_size: u32,
+    /// Token budget of a step: sizes the profile run's activations.
+    pub max_num_batched_tokens: u32,
+    /// Sequences per step: sizes the profile run's logits.
+    pub max_num_seqs: u32,
+    /// `--num-gpu-blocks-override`.
+    pub num_gpu_blocks_override: Option<u32>,
+    /// `--gpu-memory-gib`: usable memory per GPU instead of the catalog's.
+    pub gpu_memory_gib_override: Option<f64>,
+}
+
+impl KvSizing {
+    /// vLLM's server defaults for this deployment's GPU: utilisation 0.9, block 16, the
+    /// chunked-prefill scheduler defaults of §2.5, no overrides.
+    pub fn server_defaults(deployment: &Deployment) -> KvSizing {
+        let (max_num_batched_tokens, max_num_seqs) = scheduler_defaults(
+            deployment.gpu(),
+            true,
+            deployment.model().max_position_embeddings,
+        );
+        KvSizing {
+            gpu_memory_utilization: 0.9,
+            block_size: 16,
+            max_num_batched_tokens,
+            max_num_seqs,
+            num_gpu_blocks_override: None,
+            gpu_memory_gib_override: None,
+        }
+    }
+}
+
+/// The KV cache a deployment gets, with the memory budget that produced it (bytes per GPU).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct KvCapacity {
+    /// Blocks in the cache, the reserved null block included.
+    pub num_gpu_blocks: u32,
+    /// Tokens per block.
+    pub block_size: u32,
+    /// `num_gpu_blocks · block_size`, as vLLM logs "GPU KV cache size".
+    pub tokens: u64,
+    /// Memory left for the KV cache.
+    pub avail_bytes: f64,
+    /// Bytes of one block on one GPU.
+    pub bytes_per_block: f64,
+    /// Usable memory times `gpu_memory_utilization`.
+    pub budget_bytes: f64,
+    /// Resident weights (`W_res / tp`).
+    pub weights_bytes: f64,
+    /// Peak activations of the profile run (`act_peak`).
+    pub activation_bytes: f64,
+    /// Memory outside torch's allocator.
+    pub non_torch_bytes: f64,
+    /// Whether `num_gpu_blocks` came from `--num-gpu-blocks-override`.
+    pub overridden: bool,
+}
+
+impl KvCapacity {
+    /// Blocks a request can hold: block 0 is reserved.
+    pub fn allocatable_blocks(&self) -> u64 {
+        u64::from(self.num_gpu_blocks.saturating_sub(1))
+    }
+
+    /// vLLM's "Maximum concurrency for `max_model_len` tokens per request": blocks over the
+    /// blocks one full-length request needs.
+    pub fn max_concurrency_at(&self, max_model_len: u32) -> f64 {
+        let per_request = u64::from(max_model_len)
+            .div_ceil(u64::from(self.block_size.max(1)))
+            .max(1);
+        f64::from(self.num_gpu_blocks) / per_request as f64
+    }
+
+    /// Blocks one request of `max_model_len` tokens can come to hold: the last token's KV is
+    /// never written (it is only sampled), so `ceil((max_model_len − 1) / block_size)`.
+    pub fn blocks_for_max_model_len(&self, max_model_len: u32) -> u64 {
+        u64::from(max_model_len.saturating_sub(1)).div_ceil(u64::from(self.block_size.max(1)))
+    }
+
+    /// The largest `max_model_len` whose lone request always fits the allocatable blocks:
+    /// `(num_gpu_blocks − 1)·block_size + 1`. This is one block (less one token) below
+    /// vLLM's own estimate `num_gpu_blocks·block_size`, which overlooks the reserved null
+    /// block and would let a lone full-length request preempt itself forever.
+    pub fn largest_fitting_max_model_len(&self) -> u32 {
+        let tokens = self.allocatable_blocks() * u64::from(self.block_size) + 1;
+        u32::try_from(tokens).unwrap_or(u32::MAX)
+    }
+
+    /// Checks that one request of `max_model_len` tokens fits, naming the largest that
+    /// would otherwise.
+    pub fn check_max_model_len(&self, max_model_len: u32) -> Result<(), RooflineError> {
+        let needed_blocks = self.blocks_for_max_model_len(max_model_len);
+        if needed_blocks <= self.allocatable_blocks() {
+            return Ok(());
+        }
+        Err(RooflineError::MaxModelLenTooLarge {
+            max_model_len,
+            needed_blocks,
+            block_size: self.block_size,
+            num_gpu_blocks: self.num_gpu_blocks,
+            allocatable_blocks: self.allocatable_blocks(),
+            largest: self.largest_fitting_max_model_len(),
+        })
+    }
+
+    /// KV-cache memory actually held by the blocks, GiB per GPU.
+    pub fn cache_gib(&self) -> f64 {
+        f64::from(self.num_gpu_blocks) * self.bytes_per_block / GIB
+    }
+}
+
+/// Sizes the KV cache of a deployment (§4):
+/// `avail = usable·gmu − W_res/tp − act_peak − non_torch` with
+/// `act_peak = max_num_batched_tokens·(4d + 2·F_act)·2 + max_num_seqs·V·4` and non-torch
+/// 0.5 GiB (1 GiB when `tp > 1`); `num_gpu_blocks = floor(avail / block_bytes)` unless
+/// overridden. Fails when nothing is left (`avail ≤ 0`), even with an override, as vLLM does.
+pub fn kv_capacity(
+    deployment: &Deployment,
+    sizing: &KvSizing,
+) -> Result<KvCapacity, RooflineError> {
+    let gmu = sizing.gpu_memory_utilization;
+    if !(gmu > 0.0 && gmu <= 1.0) {
+        return Err(RooflineError::Invalid(format!(
+            "gpu_memory_utilization must be in (0, 1], got {gmu}"
+        )));
+    }
+    if sizing.block_size == 0 {
+        return Err(RooflineError::Invalid(
+            "block_size must be at least 1".into(),
+        ));
+    }
+    if sizing.max_num_batched_tokens == 0 || sizing.max_num_seqs == 0 {
+        return Err(RooflineError::Invalid(
+            "max_num_batched_tokens and max_num_seqs must be at least 1".into(),
+        ));
+    }
+    if sizing.num_gpu_blocks_override == Some(0) {
+        return Err(RooflineError::Invalid(
+            "num_gpu_blocks_override must be at least 1".into(),
+        ));
+    }
+    let usable_gib = match sizing.gpu_memory_gib_override {
+        Some(g) if g.is_finite() && g > 0.0 => g,
+        Some(g) => {
+            return Err(RooflineError::Invalid(format!(
+                "gpu memory override must be a positive number of GiB, got {g}"
+            )))
+        }
+        None => deployment.gpu().usable_gib,
+    };
+
+    let m = deployment.model();
+    let d = f64::from(m.hidden_size);
+    let budget_bytes = usable_gib * GIB * gmu;
+    let weights_bytes = deployment.weights_resident_bytes();
+    let activation_bytes =
+        f64::from(sizing.max_num_batched_tokens) * (4.0 * d + 2.0 * m.f_act()) * 2.0
+            + f64::from(sizing.max_num_seqs) * f64::from(m.vocab_size) * 4.0;
+    let non_torch_bytes = if deployment.tp() > 1 {
+        NON_TORCH_BYTES_TP
+    } else {
+        NON_TORCH_BYTES_SINGLE
+    };
+    let avail_bytes = budget_bytes - weights_bytes - activation_bytes - non_torch_bytes;
+    if avail_bytes <= 0.0 {
+        return Err(RooflineError::NoKvMemory {
+            gpu: deployment.gpu().id.clone(),
+            usable_gib,
+            gpu_memory_utilization: gmu,
+            budget_gib: budget_bytes / GIB,
+            weights_gib: weights_bytes / GIB,
+            activations_gib: activation_bytes / GIB,
+            non_torch_gib: non_torch_bytes / GIB,
+        });
+    }
+    let bytes_per_block = f64::from(sizing.block_size) * deployment.kv_bytes_per_token();
+    let num_gpu_blocks = match sizing.num_gpu_blocks_override {
+        Some(n) => n,
+        None => {
+            let blocks = (avail_bytes / bytes_per_block).floor();
+            if blocks >= f64::from(u32::MAX) {
+                u32::MAX
+            } else {
+                blocks as u32
+            }
+        }
+    };
+    Ok(KvCapacity {
+        num_gpu_blocks,
+        block_size: sizing.block_size,
+        tokens: u64::from(num_gpu_blocks) * u64::from(sizing.block_size),
+        avail_bytes,
+        bytes_per_block,
+        budget_bytes,
+        weights_bytes,
+        activation_bytes,
+        non_torch_bytes,
+        overridden: sizing.num_gpu_blocks_override.is_some(),
+    })
+}
+
+/// The largest `max_model_len` this deployment could serve with these settings (for the
+/// "refuse to start" message); fails like [`kv_capacity`] when no memory is left at all.
+pub fn largest_fitting_max_model_len(
+    deployment: &Deployment,
+    sizing: &KvSizing,
+) -> Result<u32, RooflineError> {
+    Ok(kv_capacity(deployment, sizing)?.largest_fitting_max_model_len())
+}
