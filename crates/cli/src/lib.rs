@@ -1,1 +1,123 @@
-//! servebench cli
+//! The `servebench` binary: clap definitions, validation into plans, wiring of the library
+//! crates, progress and exit codes. No measurement logic lives here.
+
+pub mod run;
+pub mod sim_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Benchmark LLM inference servers: vLLM-compatible load, exact metrics, and a simulated
+/// engine to run everything without a GPU.
+#[derive(Debug, Parser)]
+#[command(name = "servebench", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Benchmark one workload against a server (flags of `vllm bench serve`). Without
+    /// --base-url/--host it starts the simulator in-process.
+    Run(Box<run::args::RunArgs>),
+    /// Serve the simulated inference engine (an OpenAI-compatible server).
+    Sim(Box<servebench_sim::args::SimArgs>),
+}
+
+/// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
+pub fn main() -> ExitCode {
+    init_tracing();
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("run") {
+        if let Err(msg) = run::args::check_unsupported(&argv[2..]) {
+            eprintln!("error: {msg}");
+            return ExitCode::from(2);
+        }
+    }
+    let cli = Cli::parse_from(&argv);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run::run(*args, redact_argv(&argv)).await,
+            Command::Sim(args) => sim_cmd::serve(*args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .map(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            .unwrap_or(false)
+    })
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SERVEBENCH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// The command line as recorded in results: secrets (`--api-key` values, auth headers) masked.
+pub fn redact_argv(argv: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut hide_next = false;
+    for a in argv {
+        if hide_next {
+            out.push("***".to_owned());
+            hide_next = false;
+            continue;
+        }
+        if a == "--api-key" {
+            hide_next = true;
+            out.push(a.clone());
+        } else if a.starts_with("--api-key=") {
+            out.push("--api-key=***".to_owned());
+        } else if a.to_ascii_lowercase().starts_with("authorization=") || a.to_ascii_lowercase().contains("api-key=") {
+            let key = a.split('=').next().unwrap_or_default();
+            out.push(format!("{key}=***"));
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_keys_are_masked_in_the_recorded_command_line() {
+        let argv: Vec<String> = ["servebench", "run", "--api-key", "sk-secret", "--header", "Authorization=Bearer sk-2", "--api-key=sk-3"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let joined = redact_argv(&argv).join(" ");
+        assert!(!joined.contains("sk-"), "{joined}");
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

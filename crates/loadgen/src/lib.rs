@@ -1,1 +1,41 @@
-//! servebench loadgen
+//! The load generator: dispatcher (open-loop arrivals, concurrency cap), backend client
+//! (HTTP + SSE, a timestamp on every chunk), collector (JSONL as records arrive) and client
+//! health.
+
+pub mod client;
+pub mod clock;
+pub mod collector;
+pub mod dispatcher;
+pub mod health;
+pub mod probe;
+pub mod stop;
+pub mod stream;
+pub mod target;
+
+pub use client::{BackendClient, ClientOptions, Prepared};
+pub use clock::RunClock;
+pub use collector::{JsonlSink, Progress};
+pub use dispatcher::{run_load, warm_up, LoadOutcome, LoadSpec};
+pub use stop::{stop_pair, StopHandle, StopSignal};
+pub use target::{ApiKind, Target};
+
+use std::path::Path;
+
+/// Errors of the load generator (configuration and files; request failures are records).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadgenError {
+    #[error("{0}")]
+    Config(String),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Server(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl LoadgenError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        LoadgenError::Io { path: path.display().to_string(), source }
+    }
+}

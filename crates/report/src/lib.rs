@@ -1,1 +1,9 @@
-//! servebench report
+//! Renderers only: terminal summary, vLLM-compatible JSON, servebench's own JSON.
+//! Nothing here measures or decides; it formats what it is given.
+
+pub mod pyjson;
+pub mod terminal;
+pub mod vllm;
+
+pub use pyjson::{to_python_json, OrderedObject};
+pub use vllm::{vllm_result, GoodputSlo, VllmRunInfo, PERCENTILE_METRICS};

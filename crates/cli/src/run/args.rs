@@ -1,0 +1,255 @@
+//! `servebench run` flags: `vllm bench serve`'s names, defaults and meaning, plus servebench's own.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+/// vLLM's `--backend` values servebench speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// `/v1/completions` (OpenAI-compatible).
+    Openai,
+    /// Same as `openai` (vLLM's name for its own server).
+    Vllm,
+    /// `/v1/chat/completions`.
+    #[value(name = "openai-chat")]
+    OpenaiChat,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Openai => "openai",
+            Backend::Vllm => "vllm",
+            Backend::OpenaiChat => "openai-chat",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DatasetName {
+    Random,
+    Sharegpt,
+    Custom,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RampUp {
+    Linear,
+    Exponential,
+}
+
+/// Arguments of `servebench run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    // ---- target ----
+    /// Backend / API flavour.
+    #[arg(long, value_enum, default_value = "openai", help_heading = "Target")]
+    pub backend: Backend,
+    /// Server base URL (e.g. http://gpu-host:8000); overrides --host/--port.
+    #[arg(long, help_heading = "Target")]
+    pub base_url: Option<String>,
+    /// Server host (without --base-url). Without --base-url/--host/--port, servebench starts
+    /// its simulator in-process and benchmarks it.
+    #[arg(long, help_heading = "Target")]
+    pub host: Option<String>,
+    /// Server port [default: 8000 with --host].
+    #[arg(long, help_heading = "Target")]
+    pub port: Option<u16>,
+    /// API endpoint [default: /v1/completions, or /v1/chat/completions for openai-chat].
+    #[arg(long, help_heading = "Target")]
+    pub endpoint: Option<String>,
+    /// Model name; default: the first id from /v1/models.
+    #[arg(long, help_heading = "Target")]
+    pub model: Option<String>,
+    /// Name sent as `model` in requests, when it differs from --model.
+    #[arg(long, help_heading = "Target")]
+    pub served_model_name: Option<String>,
+    /// HTTP headers for every request (KEY=VALUE ...).
+    #[arg(long, num_args = 0.., value_name = "KEY=VALUE", help_heading = "Target")]
+    pub header: Vec<String>,
+    /// API key (Bearer); also read from OPENAI_API_KEY. Never written anywhere.
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true, help_heading = "Target")]
+    pub api_key: Option<String>,
+    /// Seconds to wait for the endpoint to answer a test request (0 = skip the check).
+    #[arg(long, default_value_t = 0, help_heading = "Target")]
+    pub ready_check_timeout_sec: u64,
+    /// Per-request timeout in seconds (whole request, send to end of stream).
+    #[arg(long, value_name = "SECS", help_heading = "Target")]
+    pub request_timeout: Option<f64>,
+    /// Simulator to start in-process when no server is given: the arguments of
+    /// `servebench sim` as one string, e.g. "llama-3.1-70b --gpu h100 --dtype fp8 --tensor-parallel-size 2".
+    #[arg(long, value_name = "SPEC", help_heading = "Target")]
+    pub sim: Option<String>,
+    /// Feed the workload to the simulator's engine core in virtual time: no server, no sleeping.
+    #[arg(long, help_heading = "Target")]
+    pub virtual_time: bool,
+
+    // ---- dataset ----
+    /// Name or path of a HuggingFace tokenizer (tokenizer.json file, directory, or model id in
+    /// the local HF cache); default: built-in o200k_base.
+    #[arg(long, help_heading = "Dataset")]
+    pub tokenizer: Option<String>,
+    #[arg(long, value_enum, default_value = "random", help_heading = "Dataset")]
+    pub dataset_name: DatasetName,
+    /// Dataset file (sharegpt JSON, custom JSONL).
+    #[arg(long, help_heading = "Dataset")]
+    pub dataset_path: Option<PathBuf>,
+    /// Number of prompts to process.
+    #[arg(long, default_value_t = 1000, help_heading = "Dataset")]
+    pub num_prompts: usize,
+    /// Random seed (dataset and arrivals).
+    #[arg(long, default_value_t = 0, help_heading = "Dataset")]
+    pub seed: u64,
+    /// General input length (maps to --random-input-len).
+    #[arg(long, help_heading = "Dataset")]
+    pub input_len: Option<u64>,
+    /// General output length (maps to the dataset-specific output length).
+    #[arg(long, help_heading = "Dataset")]
+    pub output_len: Option<i64>,
+    #[arg(long, default_value_t = 1024, help_heading = "Dataset")]
+    pub random_input_len: u64,
+    #[arg(long, default_value_t = 128, help_heading = "Dataset")]
+    pub random_output_len: u64,
+    /// Range ratio for sampling input/output lengths: uniform in [len·(1−r), len·(1+r)].
+    #[arg(long, default_value_t = 0.0, help_heading = "Dataset")]
+    pub random_range_ratio: f64,
+    /// Shared prefix tokens before each random prompt.
+    #[arg(long, default_value_t = 0, help_heading = "Dataset")]
+    pub random_prefix_len: u64,
+    /// Output length for each ShareGPT request (overrides the dataset's).
+    #[arg(long, help_heading = "Dataset")]
+    pub sharegpt_output_len: Option<u64>,
+    /// Output length for each custom request (-1: the dataset's own).
+    #[arg(long, default_value_t = 256, allow_negative_numbers = true, help_heading = "Dataset")]
+    pub custom_output_len: i64,
+
+    // ---- traffic ----
+    /// Requests per second ("inf" sends all at time 0).
+    #[arg(long, default_value = "inf", help_heading = "Traffic")]
+    pub request_rate: f64,
+    /// Gamma shape of inter-arrival times (1 = Poisson; lower = burstier).
+    #[arg(long, default_value_t = 1.0, help_heading = "Traffic")]
+    pub burstiness: f64,
+    /// Maximum concurrent requests (a client-side queue; the wait is recorded as queue time).
+    #[arg(long, help_heading = "Traffic")]
+    pub max_concurrency: Option<usize>,
+    #[arg(long, value_enum, help_heading = "Traffic")]
+    pub ramp_up_strategy: Option<RampUp>,
+    #[arg(long, help_heading = "Traffic")]
+    pub ramp_up_start_rps: Option<u64>,
+    #[arg(long, help_heading = "Traffic")]
+    pub ramp_up_end_rps: Option<u64>,
+    /// Warm-up requests before the measured window (not recorded).
+    #[arg(long, default_value_t = 0, help_heading = "Traffic")]
+    pub num_warmups: usize,
+    /// Run by time: keep arriving (cycling the dataset) for this many seconds.
+    #[arg(long, value_name = "SECS", help_heading = "Traffic")]
+    pub duration: Option<f64>,
+
+    // ---- sampling ----
+    /// Set ignore_eos in each request (default on for the random dataset, as in vLLM).
+    #[arg(long, help_heading = "Sampling")]
+    pub ignore_eos: bool,
+    #[arg(long, help_heading = "Sampling")]
+    pub temperature: Option<f64>,
+    #[arg(long, help_heading = "Sampling")]
+    pub top_p: Option<f64>,
+    #[arg(long, help_heading = "Sampling")]
+    pub top_k: Option<i64>,
+    #[arg(long, help_heading = "Sampling")]
+    pub min_p: Option<f64>,
+    #[arg(long, help_heading = "Sampling")]
+    pub frequency_penalty: Option<f64>,
+    #[arg(long, help_heading = "Sampling")]
+    pub presence_penalty: Option<f64>,
+    #[arg(long, help_heading = "Sampling")]
+    pub repetition_penalty: Option<f64>,
+    /// JSON object merged into every request body.
+    #[arg(long, value_name = "JSON", help_heading = "Sampling")]
+    pub extra_body: Option<String>,
+
+    // ---- metrics ----
+    /// Metrics to report percentiles for: ttft,tpot,itl,e2el and servebench's
+    /// queue,user_ttft,user_e2el (vLLM's client_queue_time, e2el_including_client_queue too).
+    #[arg(long, help_heading = "Metrics")]
+    pub percentile_metrics: Option<String>,
+    /// Percentiles to report, comma-separated.
+    #[arg(long, default_value = "99", help_heading = "Metrics")]
+    pub metric_percentiles: String,
+    /// SLOs for goodput: KEY:MS pairs with KEY in ttft, tpot, e2el, itl.
+    #[arg(long, num_args = 1.., value_name = "KEY:MS", help_heading = "Metrics")]
+    pub goodput: Vec<String>,
+
+    // ---- output ----
+    /// Save vLLM's result JSON.
+    #[arg(long, help_heading = "Output")]
+    pub save_result: bool,
+    /// Include per-request arrays in vLLM's result JSON.
+    #[arg(long, help_heading = "Output")]
+    pub save_detailed: bool,
+    /// Append to an existing vLLM result file.
+    #[arg(long, help_heading = "Output")]
+    pub append_result: bool,
+    /// Directory for vLLM's result JSON [default: current directory].
+    #[arg(long, help_heading = "Output")]
+    pub result_dir: Option<PathBuf>,
+    /// File name of vLLM's result JSON.
+    #[arg(long, help_heading = "Output")]
+    pub result_filename: Option<String>,
+    /// KEY=VALUE pairs saved in the result JSON.
+    #[arg(long, num_args = 0.., value_name = "KEY=VALUE", help_heading = "Output")]
+    pub metadata: Vec<String>,
+    /// Label (prefix) of the results [default: the backend].
+    #[arg(long, help_heading = "Output")]
+    pub label: Option<String>,
+    /// No live progress.
+    #[arg(long, help_heading = "Output")]
+    pub disable_tqdm: bool,
+    /// Directory for servebench's own files (per-request JSONL, servebench JSON).
+    #[arg(long, default_value = "results/runs", help_heading = "Output")]
+    pub output_dir: PathBuf,
+}
+
+/// `vllm bench serve` flags that servebench does not support yet: refused with a message,
+/// never silently ignored.
+pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
+    ("--profile", "torch profiling of the server"),
+    ("--logprobs", "logprobs in requests"),
+    ("--use-beam-search", "beam search"),
+    ("--lora-modules", "LoRA module selection"),
+    ("--lora-assignment", "LoRA module selection"),
+    ("--tokenizer-mode", "tokenizer modes other than HuggingFace tokenizer.json"),
+    ("--trust-remote-code", "remote tokenizer code"),
+    ("--insecure", "https endpoints"),
+    ("--plot-timeline", "timeline plots"),
+    ("--timeline-itl-thresholds", "timeline plots"),
+    ("--plot-dataset-stats", "dataset plots"),
+    ("--self-timed", "timed traces"),
+    ("--no-self-timed", "timed traces"),
+    ("--probe-request-rate", "probe requests"),
+    ("--request-id-prefix", "request ids"),
+    ("--skip-tokenizer-init", "running without a tokenizer"),
+    ("--chat-template-kwargs", "client-side chat templates"),
+    ("--hf-split", "HuggingFace hub datasets"),
+    ("--hf-subset", "HuggingFace hub datasets"),
+    ("--hf-output-len", "HuggingFace hub datasets"),
+    ("--no-stream", "non-streaming requests"),
+    ("--no-oversample", "dataset oversampling control"),
+    ("--random-batch-size", "batched random prompts"),
+    ("--spec-bench-output-len", "the spec-bench dataset"),
+    ("--prefix-repetition-prefix-len", "the prefix_repetition dataset"),
+];
+
+/// Refuse `vllm bench serve` flags we do not implement, with a clear reason.
+pub fn check_unsupported(args: &[String]) -> Result<(), String> {
+    for a in args {
+        let name = a.split('=').next().unwrap_or(a);
+        if let Some((flag, what)) = UNSUPPORTED_VLLM_FLAGS.iter().find(|(f, _)| *f == name) {
+            return Err(format!(
+                "{flag} is a `vllm bench serve` flag that servebench does not support yet ({what}); remove it to run"
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! `servebench run`: validate flags into a plan, drive the load, render the results.
+
+pub mod args;
+pub mod dataset;
+pub mod options;
+pub mod output;
+pub mod target;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use servebench_loadgen::{
+    run_load, stop_pair, warm_up, BackendClient, ClientOptions, JsonlSink, LoadSpec, Progress, Target,
+};
+use servebench_tokenizer::Tokenizer;
+
+use self::args::{DatasetName, RunArgs};
+use self::target::{resolve_target, TargetMode};
+
+/// How long in-flight requests may finish after Ctrl-C before they are cancelled.
+const GRACE: Duration = Duration::from_secs(5);
+
+pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
+    let ramp_up = options::check_ramp_up(&args)?;
+    let percentile_metrics = options::percentile_metrics(args.percentile_metrics.as_deref())?;
+    let percentiles = options::metric_percentiles(&args.metric_percentiles)?;
+    let goodput = options::goodput(&args.goodput)?;
+    let metadata = options::key_values("--metadata", &args.metadata)?;
+    let headers = options::headers(&args.header)?;
+    let extra_body = options::extra_body(&args)?;
+    if args.max_concurrency == Some(0) {
+        bail!("--max-concurrency must be greater than 0");
+    }
+    if !(args.burstiness > 0.0) {
+        bail!("--burstiness must be positive (1 = Poisson), got {}", args.burstiness);
+    }
+    if !(args.request_rate > 0.0) {
+        bail!("--request-rate must be positive or inf, got {}", args.request_rate);
+    }
+
+    let tokenizer = match &args.tokenizer {
+        Some(spec) => Tokenizer::load(spec).with_context(|| format!("--tokenizer {spec}"))?,
+        None => {
+            eprintln!("Tokenizer: built-in {} (no --tokenizer given; prompt lengths are counted with it)", Tokenizer::builtin().name());
+            Tokenizer::builtin()
+        }
+    };
+
+    let mode = resolve_target(&args).await?;
+    let requests = dataset::build(&args, &tokenizer)?;
+    if requests.is_empty() {
+        bail!("the dataset produced no requests");
+    }
+    let schedule = dataset::schedule(&args, requests.len())?;
+    let requests = dataset::cycle_to(requests, schedule.len());
+
+    if let TargetMode::Virtual(sim) = &mode {
+        return output::finish_virtual(&args, sim, &tokenizer, requests, schedule, ramp_up, &percentile_metrics, &percentiles, &goodput, &metadata, command_line).await;
+    }
+
+    let (base_url, sim_info, _sim_guard) = match mode {
+        TargetMode::External(url) => (url, None, None),
+        TargetMode::InProcess { url, info, guard } => (url, Some(info), Some(guard)),
+        TargetMode::Virtual(_) => unreachable!("handled above"),
+    };
+
+    let endpoint = args.endpoint.clone().unwrap_or_else(|| match args.backend {
+        args::Backend::OpenaiChat => "/v1/chat/completions".into(),
+        _ => "/v1/completions".into(),
+    });
+    let api = servebench_loadgen::client::api_for_endpoint(&endpoint);
+    if (args.backend == args::Backend::OpenaiChat) != (api == servebench_loadgen::ApiKind::Chat) {
+        bail!("--backend {} does not match --endpoint {endpoint}: use openai-chat with /v1/chat/completions and openai/vllm with /v1/completions", args.backend.as_str());
+    }
+    // vLLM: the random dataset ignores EOS so generations run to the requested length.
+    let ignore_eos = args.ignore_eos || args.dataset_name == DatasetName::Random;
+    let mut target = Target {
+        base_url,
+        endpoint,
+        api,
+        model: String::new(),
+        headers,
+        api_key: args.api_key.clone(),
+        extra_body,
+        ignore_eos,
+    };
+    let model_id = match &args.model {
+        Some(m) => m.clone(),
+        None => {
+            let m = servebench_loadgen::probe::first_model(&target, Duration::from_secs(30)).await?;
+            eprintln!("Model not specified; using the server's first model: {m}");
+            m
+        }
+    };
+    target.model = args.served_model_name.clone().unwrap_or_else(|| model_id.clone());
+
+    let client = Arc::new(BackendClient::new(
+        target,
+        ClientOptions {
+            request_timeout: args.request_timeout.map(Duration::from_secs_f64),
+            keep_text: args.save_detailed,
+            tokenizer: Some(tokenizer.clone()),
+        },
+    )?);
+    let prepared: Vec<_> = requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| client.prepare(i as u64, &r.prompt, r.prompt_tokens, r.max_tokens))
+        .collect();
+
+    let (stop_handle, stop) = stop_pair();
+    let stop_handle = Arc::new(stop_handle);
+    {
+        let h = Arc::clone(&stop_handle);
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\nInterrupted: no new requests; waiting up to {} s for those in flight (Ctrl-C again to stop now)", GRACE.as_secs());
+                h.stop_dispatch();
+                tokio::select! {
+                    _ = tokio::time::sleep(GRACE) => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+                h.cancel();
+            }
+        });
+    }
+
+    if args.ready_check_timeout_sec > 0 {
+        output::ready_check(&client, &prepared[0], Duration::from_secs(args.ready_check_timeout_sec), &stop).await?;
+    }
+    if args.num_warmups > 0 {
+        eprintln!("Warming up with {} requests...", args.num_warmups);
+        let ok = warm_up(Arc::clone(&client), prepared[0].clone(), args.num_warmups, args.max_concurrency, &stop).await;
+        eprintln!("Warm-up completed ({ok}/{} succeeded).", args.num_warmups);
+    }
+
+    let names = output::FileNames::new(&args, &model_id, ramp_up.as_ref());
+    std::fs::create_dir_all(&args.output_dir)
+        .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
+    let jsonl_path = args.output_dir.join(format!("{}.requests.jsonl", names.stem));
+    let sink = JsonlSink::create(&jsonl_path)?;
+    print_traffic(&args, ramp_up.as_ref());
+    let spec = LoadSpec {
+        schedule,
+        max_concurrency: args.max_concurrency,
+        progress: (!args.disable_tqdm).then(|| Progress { total: Some(prepared.len()), label: "run".into() }),
+    };
+    let outcome = run_load(Arc::clone(&client), prepared, spec, Some(sink), stop).await?;
+    if let Some(e) = &outcome.write_error {
+        eprintln!("warning: writing {} failed: {e}", jsonl_path.display());
+    }
+    let server = output::ServerInfo::fetch(client.target(), sim_info).await;
+    output::finish_real(
+        &args,
+        &model_id,
+        &tokenizer,
+        outcome,
+        &names,
+        &jsonl_path,
+        ramp_up,
+        &percentile_metrics,
+        &percentiles,
+        &goodput,
+        &metadata,
+        server,
+        command_line,
+    )
+}
+
+fn print_traffic(args: &RunArgs, ramp_up: Option<&(String, u64, u64)>) {
+    if let Some((s, a, b)) = ramp_up {
+        eprintln!("Traffic ramp-up strategy: {s}, from {a} to {b} RPS over the run.");
+    } else {
+        eprintln!("Traffic request rate: {}", options::python_float(args.request_rate));
+    }
+    let dist = if args.burstiness == 1.0 { "Poisson process" } else { "Gamma distribution" };
+    eprintln!("Burstiness factor: {} ({dist})", args.burstiness);
+    match args.max_concurrency {
+        Some(c) => eprintln!("Maximum request concurrency: {c}"),
+        None => eprintln!("Maximum request concurrency: None"),
+    }
+}

@@ -1,0 +1,262 @@
+//! After the load: summaries, the terminal report and the result files.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use servebench_loadgen::{BackendClient, LoadOutcome, Prepared, RunClock, StopSignal, Target};
+use servebench_metrics::summary::{summarize, Slo, SloMetric, SummaryOptions};
+use servebench_metrics::{RequestRecord, RunSummary};
+use servebench_report::{to_python_json, vllm_result, GoodputSlo, VllmRunInfo};
+use servebench_tokenizer::Tokenizer;
+
+use super::args::RunArgs;
+use super::options::python_float;
+use super::target::SimInfo;
+
+/// Version of servebench's own result schema (`*.servebench.json`).
+pub const RESULT_SCHEMA: &str = "servebench.result/v1";
+
+/// vLLM's result file name and servebench's file stem.
+pub struct FileNames {
+    pub date: String,
+    pub stem: String,
+    pub vllm_path: PathBuf,
+}
+
+impl FileNames {
+    pub fn new(args: &RunArgs, model_id: &str, ramp_up: Option<&(String, u64, u64)>) -> Self {
+        let date = chrono::Local::now().format("%Y%m%d-%H%M%S").to_string();
+        let base_model = model_id.rsplit('/').next().unwrap_or(model_id);
+        let label = args.label.clone().unwrap_or_else(|| args.backend.as_str().to_owned());
+        let conc = args.max_concurrency.map(|c| format!("-concurrency{c}")).unwrap_or_default();
+        let stem = match ramp_up {
+            Some((s, a, b)) => format!("{label}-ramp-up-{s}-{a}qps-{b}qps{conc}-{base_model}-{date}"),
+            None => format!("{label}-{}qps{conc}-{base_model}-{date}", python_float(args.request_rate)),
+        };
+        let file = args.result_filename.clone().unwrap_or_else(|| format!("{stem}.json"));
+        let vllm_path = match &args.result_dir {
+            Some(d) => d.join(file),
+            None => PathBuf::from(file),
+        };
+        FileNames { date, stem, vllm_path }
+    }
+}
+
+/// What the server says about itself (for metadata).
+#[derive(Debug, Default)]
+pub struct ServerInfo {
+    pub version: Option<Value>,
+    pub models: Option<Value>,
+    pub sim: Option<SimInfo>,
+}
+
+impl ServerInfo {
+    pub async fn fetch(target: &Target, sim: Option<SimInfo>) -> Self {
+        let t = Duration::from_secs(5);
+        ServerInfo {
+            version: servebench_loadgen::probe::get_json(target, "/version", t).await.ok(),
+            models: servebench_loadgen::probe::get_json(target, "/v1/models", t).await.ok(),
+            sim,
+        }
+    }
+}
+
+/// Send the first request until it succeeds or the timeout passes (vLLM's ready check).
+pub async fn ready_check(client: &BackendClient, p: &Prepared, timeout: Duration, stop: &StopSignal) -> Result<()> {
+    eprintln!("Waiting up to {} s for the endpoint to answer a test request...", timeout.as_secs());
+    let deadline = tokio::time::Instant::now() + timeout;
+    let clock = RunClock::start_now();
+    loop {
+        let r = client.execute(&clock, p, 0, 0, false, stop).await;
+        match &r.failure {
+            None => {
+                eprintln!("Initial test run completed.");
+                return Ok(());
+            }
+            Some(f) if tokio::time::Instant::now() + Duration::from_secs(1) >= deadline => {
+                bail!("the endpoint was not ready within {} s: {}", timeout.as_secs(), f.message)
+            }
+            Some(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}
+
+/// Shared inputs of the result writers.
+pub struct Finish<'a> {
+    pub args: &'a RunArgs,
+    pub model_id: &'a str,
+    pub tokenizer: &'a Tokenizer,
+    pub names: &'a FileNames,
+    pub jsonl_path: &'a Path,
+    pub ramp_up: Option<(String, u64, u64)>,
+    pub percentile_metrics: &'a [String],
+    pub percentiles: &'a [f64],
+    pub goodput: &'a [GoodputSlo],
+    pub metadata: &'a [(String, String)],
+    pub command_line: Vec<String>,
+}
+
+fn slo_metric(name: &str) -> Option<SloMetric> {
+    match name {
+        "ttft" => Some(SloMetric::Ttft),
+        "tpot" => Some(SloMetric::Tpot),
+        "e2el" => Some(SloMetric::E2el),
+        "itl" => Some(SloMetric::Itl),
+        _ => None,
+    }
+}
+
+/// Summaries, terminal output and files for a finished run; returns the exit code.
+pub fn write_results(
+    f: &Finish<'_>,
+    records: &[RequestRecord],
+    duration_ns: u64,
+    health: Value,
+    target_meta: Value,
+    simulated: bool,
+) -> Result<ExitCode> {
+    let args = f.args;
+    let mut pcts = vec![50.0, 90.0, 95.0, 99.0];
+    for p in f.percentiles {
+        if !pcts.contains(p) {
+            pcts.push(*p);
+        }
+    }
+    let summary: RunSummary = summarize(
+        records,
+        &SummaryOptions {
+            duration_ns: Some(duration_ns),
+            percentiles: pcts,
+            goodput: f
+                .goodput
+                .iter()
+                .filter_map(|g| slo_metric(&g.metric).map(|m| Slo { metric: m, threshold_ms: g.ms }))
+                .collect(),
+            ..SummaryOptions::default()
+        },
+    );
+    let info = VllmRunInfo {
+        date: f.names.date.clone(),
+        backend: args.backend.as_str().to_owned(),
+        label: args.label.clone(),
+        model_id: f.model_id.to_owned(),
+        tokenizer_id: args.tokenizer.clone().unwrap_or_else(|| f.tokenizer.name().to_owned()),
+        num_prompts: args.num_prompts,
+        metadata: f.metadata.to_vec(),
+        request_rate: args.request_rate,
+        burstiness: args.burstiness,
+        max_concurrency: args.max_concurrency,
+        ramp_up: f.ramp_up.clone(),
+        duration_s: duration_ns as f64 / 1e9,
+        percentile_metrics: f.percentile_metrics.to_vec(),
+        percentiles: f.percentiles.to_vec(),
+        goodput: f.goodput.to_vec(),
+        detailed: args.save_detailed,
+    };
+    let vllm = vllm_result(&info, records);
+
+    let mut stdout = std::io::stdout().lock();
+    let block = servebench_report::terminal::vllm_block(&vllm, f.percentile_metrics, f.percentiles, !f.goodput.is_empty());
+    let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
+    let _ = write!(stdout, "{block}{extras}");
+    let _ = stdout.flush();
+
+    if args.save_result || args.append_result {
+        save_vllm(&f.names.vllm_path, &to_python_json(&vllm), args.append_result)?;
+        eprintln!("vLLM-compatible result: {}", f.names.vllm_path.display());
+    }
+    let native_path = args.output_dir.join(format!("{}.servebench.json", f.names.stem));
+    let native = json!({
+        "schema": RESULT_SCHEMA,
+        "servebench_version": env!("CARGO_PKG_VERSION"),
+        "simulated": simulated,
+        "metadata": {
+            "date": f.names.date,
+            "command_line": f.command_line,
+            "backend": args.backend.as_str(),
+            "label": args.label,
+            "model_id": f.model_id,
+            "tokenizer": f.tokenizer.name(),
+            "seed": args.seed,
+            "host": hostname(),
+            "user_metadata": f.metadata.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+            "target": target_meta,
+        },
+        "plan": {
+            "dataset_name": format!("{:?}", args.dataset_name).to_lowercase(),
+            "dataset_path": args.dataset_path,
+            "num_prompts": args.num_prompts,
+            "request_rate": python_float(args.request_rate),
+            "burstiness": args.burstiness,
+            "max_concurrency": args.max_concurrency,
+            "ramp_up": f.ramp_up,
+            "duration_s": args.duration,
+            "random_input_len": args.input_len.unwrap_or(args.random_input_len),
+            "random_output_len": args.output_len.map(|v| v.max(0) as u64).unwrap_or(args.random_output_len),
+            "random_range_ratio": args.random_range_ratio,
+            "random_prefix_len": args.random_prefix_len,
+            "num_warmups": args.num_warmups,
+            "percentile_metrics": f.percentile_metrics,
+            "metric_percentiles": f.percentiles,
+            "goodput": f.goodput.iter().map(|g| format!("{}:{}", g.metric, g.ms)).collect::<Vec<_>>(),
+        },
+        "summary": summary,
+        "client_health": health,
+        "records_path": f.jsonl_path.file_name().map(|n| n.to_string_lossy().into_owned()),
+    });
+    let text = serde_json::to_vec_pretty(&native).context("serializing the servebench result")?;
+    std::fs::write(&native_path, text).with_context(|| format!("writing {}", native_path.display()))?;
+    eprintln!("servebench result: {}", native_path.display());
+    eprintln!("per-request records: {}", f.jsonl_path.display());
+
+    if summary.completed == 0 {
+        let reasons: Vec<String> = summary.failures_by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        let first = records.iter().find_map(|r| r.failure.as_ref()).map(|f| f.message.clone()).unwrap_or_default();
+        eprintln!("error: every request failed ({}); first error: {first}", reasons.join(", "));
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn save_vllm(path: &Path, bytes: &[u8], append: bool) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    if append && file.metadata().map(|m| m.len() > 0).unwrap_or(false) {
+        file.write_all(b"\n").with_context(|| format!("writing {}", path.display()))?;
+    }
+    file.write_all(bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_owned()).unwrap_or_default()
+}
+
+/// Client health of a real run: dispatch lag, CPU, and whether the client limited the run.
+pub fn client_health(outcome: &LoadOutcome, summary_lag_p99_ms: Option<f64>) -> Value {
+    let wall = outcome.duration_ns as f64 / 1e9;
+    let cpu = outcome.cpu.total();
+    let cpus = servebench_loadgen::health::available_cpus();
+    let cpu_pct = if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 };
+    let saturated_cpu = cpu_pct > 90.0 * cpus as f64;
+    let lagging = summary_lag_p99_ms.map(|l| l > 10.0).unwrap_or(false);
+    json!({
+        "cpu_user_s": outcome.cpu.user_s,
+        "cpu_system_s": outcome.cpu.system_s,
+        "cpu_percent": cpu_pct,
+        "cpus": cpus,
+        "client_limited": saturated_cpu || lagging,
+        "not_dispatched": outcome.not_dispatched,
+    })
+}

@@ -1,0 +1,42 @@
+//! `servebench sim`: serve the simulated engine until Ctrl-C or SIGTERM.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use servebench_sim::args::SimArgs;
+
+pub async fn serve(args: SimArgs) -> Result<ExitCode> {
+    let host = args.host.clone();
+    let port = args.port;
+    let resolved = args.resolve()?;
+    let listener = tokio::net::TcpListener::bind((host.as_str(), port))
+        .await
+        .with_context(|| format!("cannot listen on {host}:{port}"))?;
+    let addr = listener.local_addr().context("reading the bound address")?;
+    eprint!("{}", resolved.banner());
+    eprintln!("Serving on http://{addr} (Ctrl-C to stop)");
+    servebench_sim::server::serve(listener, resolved, shutdown_signal()).await?;
+    eprintln!("Simulator stopped.");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,316 @@
+//! The HTTP/SSE backend client: one prepared request in, one `RequestRecord` out.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use servebench_metrics::{CountSource, Failure, FailureKind, RequestRecord};
+use servebench_tokenizer::Tokenizer;
+
+use crate::clock::RunClock;
+use crate::stop::StopSignal;
+use crate::stream::StreamState;
+use crate::target::{ApiKind, Target};
+use crate::LoadgenError;
+
+/// One request ready to send: the body is built before the clock point `sent` is taken.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub id: u64,
+    pub body: Bytes,
+    /// Prompt length the dataset intended, under the client's tokenizer.
+    pub input_tokens: u64,
+    pub max_tokens: Option<u64>,
+}
+
+/// How the client behaves beyond the target itself.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// `--request-timeout`: the whole request, from send to the end of the stream.
+    pub request_timeout: Option<Duration>,
+    /// Keep the generated text in each record (`--save-detailed`).
+    pub keep_text: bool,
+    /// Counts output tokens when the server gives no `usage`.
+    pub tokenizer: Option<Tokenizer>,
+}
+
+/// A pooled HTTP/1.1 client bound to one target. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct BackendClient {
+    http: Client<HttpConnector, Full<Bytes>>,
+    target: Target,
+    uri: Uri,
+    auth: Option<HeaderValue>,
+    options: ClientOptions,
+}
+
+impl BackendClient {
+    pub fn new(target: Target, options: ClientOptions) -> Result<Self, LoadgenError> {
+        let uri = target.endpoint_uri()?;
+        let auth = match &target.api_key {
+            Some(key) => {
+                let mut v = HeaderValue::from_str(&format!("Bearer {key}"))
+                    .map_err(|_| LoadgenError::Config("the API key holds characters not allowed in an HTTP header".into()))?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
+        Ok(BackendClient { http: http_client(), target, uri, auth, options })
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    pub fn http(&self) -> &Client<HttpConnector, Full<Bytes>> {
+        &self.http
+    }
+
+    /// Build the `Prepared` form of a prompt.
+    pub fn prepare(&self, id: u64, prompt: &str, input_tokens: u64, max_tokens: Option<u64>) -> Prepared {
+        Prepared { id, body: Bytes::from(self.target.body(prompt, max_tokens)), input_tokens, max_tokens }
+    }
+
+    fn build_request(&self, id: u64, body: Bytes) -> Result<Request<Full<Bytes>>, http::Error> {
+        // The request id lets server logs be joined with the records (vLLM sends one too).
+        let mut b = Request::builder()
+            .method(Method::POST)
+            .uri(self.uri.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "text/event-stream")
+            .header("x-request-id", format!("servebench-{id}"));
+        if let Some(auth) = &self.auth {
+            b = b.header(header::AUTHORIZATION, auth.clone());
+        }
+        for (k, v) in &self.target.headers {
+            b = b.header(k.clone(), v.clone());
+        }
+        b.body(Full::new(body))
+    }
+
+    /// Send one request and measure it. Never fails: every problem becomes a failed record.
+    pub async fn execute(
+        &self,
+        clock: &RunClock,
+        p: &Prepared,
+        intended: u64,
+        released: u64,
+        waited_for_slot: bool,
+        stop: &StopSignal,
+    ) -> RequestRecord {
+        let mut state = StreamState::new(self.target.api);
+        let mut outcome = Exchange::default();
+        let sent;
+        let result = match self.build_request(p.id, p.body.clone()) {
+            Err(e) => {
+                sent = clock.now_ns();
+                Err(Failure { kind: FailureKind::Transport, status: None, message: format!("could not build the request: {e}") })
+            }
+            Ok(req) => {
+                sent = clock.now_ns();
+                let fut = self.exchange(clock, req, &mut state, &mut outcome);
+                let timed = async {
+                    match self.options.request_timeout {
+                        Some(d) => match tokio::time::timeout(d, fut).await {
+                            Ok(r) => r,
+                            Err(_) => Err(Failure {
+                                kind: FailureKind::Timeout,
+                                status: None,
+                                message: format!("no complete response within {:.1} s", d.as_secs_f64()),
+                            }),
+                        },
+                        None => fut.await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    r = timed => r,
+                    _ = stop.cancelled() => Err(Failure {
+                        kind: FailureKind::Cancelled,
+                        status: None,
+                        message: "interrupted: still in flight when the grace period ended".into(),
+                    }),
+                }
+            }
+        };
+        let done = outcome.done.unwrap_or_else(|| clock.now_ns());
+        self.finish_record(p, intended, released, waited_for_slot, sent, done, state, result)
+    }
+
+    /// The request/response exchange proper; fills `state` as bytes arrive.
+    async fn exchange(
+        &self,
+        clock: &RunClock,
+        req: Request<Full<Bytes>>,
+        state: &mut StreamState,
+        outcome: &mut Exchange,
+    ) -> Result<(), Failure> {
+        let resp = self.http.request(req).await.map_err(|e| {
+            let kind = if e.is_connect() { FailureKind::Connect } else { FailureKind::Transport };
+            Failure { kind, status: None, message: error_chain(&e) }
+        })?;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        if !status.is_success() {
+            let excerpt = read_excerpt(&mut body).await;
+            outcome.done = Some(clock.now_ns());
+            return Err(http_failure(status, &excerpt));
+        }
+        loop {
+            match body.frame().await {
+                None => break,
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        let t = clock.now_ns();
+                        state.feed(t, data);
+                        if state.acc.saw_done {
+                            outcome.done = Some(t);
+                        }
+                    }
+                }
+                Some(Err(e)) => {
+                    outcome.done = Some(clock.now_ns());
+                    return Err(Failure {
+                        kind: FailureKind::Truncated,
+                        status: None,
+                        message: format!("stream broke off: {}", error_chain(&e)),
+                    });
+                }
+            }
+        }
+        outcome.done.get_or_insert_with(|| clock.now_ns());
+        let leftover = state.finish();
+        if !state.acc.saw_done && state.acc.finish_reason.is_none() {
+            let detail = if leftover { " (an event was cut off)" } else { "" };
+            return Err(Failure {
+                kind: FailureKind::Truncated,
+                status: None,
+                message: format!("the stream ended without [DONE] or a finish_reason{detail}"),
+            });
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_record(
+        &self,
+        p: &Prepared,
+        intended: u64,
+        released: u64,
+        waited_for_slot: bool,
+        sent: u64,
+        done: u64,
+        state: StreamState,
+        result: Result<(), Failure>,
+    ) -> RequestRecord {
+        let acc = state.acc;
+        let mut failure = result.err().or(acc.failure);
+        if failure.is_none() && acc.first_token.is_none() {
+            failure = Some(Failure {
+                kind: FailureKind::EmptyOutput,
+                status: None,
+                message: "the stream finished without any output token".into(),
+            });
+        }
+        let (output_tokens, output_source) = match acc.completion_tokens {
+            Some(n) => (n, CountSource::Usage),
+            None => match &self.options.tokenizer {
+                Some(tok) if !acc.text.is_empty() => (tok.count(&acc.text) as u64, CountSource::Tokenizer),
+                _ => (acc.events.len() as u64, CountSource::Events),
+            },
+        };
+        let (input_tokens, input_source) = match acc.prompt_tokens {
+            Some(n) => (n, CountSource::Usage),
+            None => (p.input_tokens, CountSource::Dataset),
+        };
+        RequestRecord {
+            id: p.id,
+            intended,
+            released,
+            sent,
+            first_token: acc.first_token,
+            end: acc.end,
+            done: Some(done),
+            waited_for_slot,
+            events: acc.events,
+            input_tokens,
+            input_source,
+            output_tokens,
+            output_source,
+            intended_input_tokens: p.input_tokens,
+            max_tokens: p.max_tokens,
+            cached_tokens: acc.cached_tokens,
+            finish_reason: acc.finish_reason,
+            text: if self.options.keep_text { Some(acc.text) } else { None },
+            failure,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Exchange {
+    done: Option<u64>,
+}
+
+/// The shared HTTP/1.1 client: pooled keep-alive connections, Nagle off, no idle cap so a
+/// run of thousands of concurrent streams reuses its connections.
+pub fn http_client() -> Client<HttpConnector, Full<Bytes>> {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_keepalive(Some(Duration::from_secs(60)));
+    connector.set_connect_timeout(Some(Duration::from_secs(30)));
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(usize::MAX)
+        .build(connector)
+}
+
+fn http_failure(status: StatusCode, body: &str) -> Failure {
+    // Prefer the server's own error message when the body is an OpenAI-style error object.
+    let message = servebench_wire::openai::error_message(body).unwrap_or_else(|| body.chars().take(300).collect());
+    Failure { kind: FailureKind::HttpStatus, status: Some(status.as_u16()), message: format!("HTTP {status}: {message}") }
+}
+
+async fn read_excerpt(body: &mut hyper::body::Incoming) -> String {
+    const LIMIT: usize = 16 * 1024;
+    let mut buf = Vec::new();
+    let read = async {
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Some(d) = frame.data_ref() {
+                buf.extend_from_slice(d);
+                if buf.len() >= LIMIT {
+                    break;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
+    String::from_utf8_lossy(&buf[..buf.len().min(LIMIT)]).trim().to_owned()
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        let m = inner.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        src = inner.source();
+    }
+    s
+}
+
+/// Is this endpoint path a chat endpoint? Used to check `--backend` against `--endpoint`.
+pub fn api_for_endpoint(endpoint: &str) -> ApiKind {
+    if endpoint.contains("chat") {
+        ApiKind::Chat
+    } else {
+        ApiKind::Completions
+    }
+}

@@ -1,0 +1,144 @@
+//! Where requests go and what they look like on the wire.
+
+use crate::LoadgenError;
+use http::{HeaderName, HeaderValue, Uri};
+use serde_json::{Map, Value};
+
+/// The API flavour a run speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiKind {
+    /// `/v1/completions` (vLLM's `openai` / `vllm` backends).
+    Completions,
+    /// `/v1/chat/completions` (vLLM's `openai-chat` backend).
+    Chat,
+}
+
+/// A benchmark target: the server, the endpoint, the model and the fixed parts of each body.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// `http://host:port` without a trailing slash.
+    pub base_url: String,
+    /// The endpoint path, e.g. `/v1/completions`.
+    pub endpoint: String,
+    pub api: ApiKind,
+    /// The `model` field sent in each request.
+    pub model: String,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Bearer token; never logged, never written to results.
+    pub api_key: Option<String>,
+    /// Merged into every body last (sampling flags, then `--extra-body`).
+    pub extra_body: Map<String, Value>,
+    pub ignore_eos: bool,
+}
+
+impl Target {
+    /// The full request URI of the endpoint.
+    pub fn endpoint_uri(&self) -> Result<Uri, LoadgenError> {
+        parse_uri(&format!("{}{}", self.base_url, self.endpoint))
+    }
+
+    /// A URI for another path on the same server (`/v1/models`, `/metrics`, ...).
+    pub fn uri_for(&self, path: &str) -> Result<Uri, LoadgenError> {
+        parse_uri(&format!("{}{}", self.base_url, path))
+    }
+
+    /// The JSON body of one streaming request.
+    pub fn body(&self, prompt: &str, max_tokens: Option<u64>) -> Vec<u8> {
+        let mut body = Map::new();
+        body.insert("model".into(), Value::String(self.model.clone()));
+        match self.api {
+            ApiKind::Completions => {
+                body.insert("prompt".into(), Value::String(prompt.to_owned()));
+                if let Some(n) = max_tokens {
+                    body.insert("max_tokens".into(), Value::from(n));
+                }
+            }
+            ApiKind::Chat => {
+                let message = serde_json::json!({"role": "user", "content": prompt});
+                body.insert("messages".into(), Value::Array(vec![message]));
+                if let Some(n) = max_tokens {
+                    body.insert("max_completion_tokens".into(), Value::from(n));
+                }
+            }
+        }
+        body.insert("stream".into(), Value::Bool(true));
+        body.insert(
+            "stream_options".into(),
+            serde_json::json!({"include_usage": true}),
+        );
+        if self.ignore_eos {
+            body.insert("ignore_eos".into(), Value::Bool(true));
+        }
+        for (k, v) in &self.extra_body {
+            body.insert(k.clone(), v.clone());
+        }
+        serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
+    }
+}
+
+/// Parse a URL, accepting only plain `http://` (TLS is not supported yet: say so).
+pub fn parse_uri(s: &str) -> Result<Uri, LoadgenError> {
+    let uri: Uri = s
+        .parse()
+        .map_err(|e| LoadgenError::Config(format!("invalid URL {s:?}: {e}")))?;
+    match uri.scheme_str() {
+        Some("http") => Ok(uri),
+        Some("https") => Err(LoadgenError::Config(format!(
+            "{s}: https is not supported yet; use an http:// endpoint (e.g. through a local proxy)"
+        ))),
+        _ => Err(LoadgenError::Config(format!(
+            "{s}: the URL must start with http://"
+        ))),
+    }
+}
+
+/// Normalise a base URL: strip a trailing `/` and a trailing `/v1` is kept as given.
+pub fn normalize_base_url(s: &str) -> String {
+    s.trim_end_matches('/').to_owned()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn target(api: ApiKind) -> Target {
+        Target {
+            base_url: "http://127.0.0.1:8000".into(),
+            endpoint: "/v1/completions".into(),
+            api,
+            model: "m".into(),
+            headers: vec![],
+            api_key: None,
+            extra_body: serde_json::from_str(r#"{"temperature":0.5,"max_tokens":7}"#).unwrap(),
+            ignore_eos: true,
+        }
+    }
+
+    #[test]
+    fn completions_body_has_stream_usage_and_extra_body_wins() {
+        let v: Value = serde_json::from_slice(&target(ApiKind::Completions).body("hi", Some(3))).unwrap();
+        assert_eq!(v["prompt"], "hi");
+        assert_eq!(v["stream"], true);
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(v["ignore_eos"], true);
+        assert_eq!(v["temperature"], 0.5);
+        // --extra-body is merged last, as in vLLM.
+        assert_eq!(v["max_tokens"], 7);
+    }
+
+    #[test]
+    fn chat_body_wraps_prompt_in_one_user_message() {
+        let v: Value = serde_json::from_slice(&target(ApiKind::Chat).body("hi", Some(3))).unwrap();
+        assert_eq!(v["messages"][0]["role"], "user");
+        assert_eq!(v["messages"][0]["content"], "hi");
+        assert_eq!(v["max_completion_tokens"], 3);
+        assert!(v.get("prompt").is_none());
+    }
+
+    #[test]
+    fn https_is_refused_with_a_reason() {
+        let err = parse_uri("https://example.com/v1").unwrap_err().to_string();
+        assert!(err.contains("https is not supported"), "{err}");
+    }
+}
