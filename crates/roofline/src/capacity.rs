@@ -223,3 +223,201 @@ pub fn largest_fitting_max_model_len(
 ) -> Result<u32, RooflineError> {
     Ok(kv_capacity(deployment, sizing)?.largest_fitting_max_model_len())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::{Catalog, Dtype, KvDtype};
+
+    fn dep(gpu: &str, model: &str, dtype: Dtype, kv: KvDtype, tp: u32) -> Deployment {
+        let c = Catalog::builtin();
+        Deployment::new(
+            c.gpu(gpu).unwrap().clone(),
+            c.model(model).unwrap().clone(),
+            dtype,
+            kv,
+            tp,
+        )
+        .unwrap()
+    }
+
+    fn capacity(d: &Deployment, gmu: f64) -> KvCapacity {
+        let sizing = KvSizing {
+            gpu_memory_utilization: gmu,
+            ..KvSizing::server_defaults(d)
+        };
+        kv_capacity(d, &sizing).unwrap()
+    }
+
+    /// Every row of the §4 capacity table, block for block.
+    #[test]
+    fn capacity_table_rows() {
+        use Dtype::{Bf16, Fp8};
+        use KvDtype::{Auto, Fp8 as KvFp8};
+        let rows: [(&str, &str, Dtype, KvDtype, u32, f64, u32, u64); 14] = [
+            ("llama-3.1-8b", "h100", Bf16, Auto, 1, 0.9, 27_978, 447_648),
+            ("llama-3.1-8b", "h200", Bf16, Auto, 1, 0.9, 55_903, 894_448),
+            (
+                "llama-3.1-8b",
+                "a100-80g",
+                Bf16,
+                Auto,
+                1,
+                0.9,
+                28_430,
+                454_880,
+            ),
+            ("llama-3.1-8b", "a40", Bf16, Auto, 1, 0.9, 12_394, 198_304),
+            ("llama-3.1-8b", "l4", Bf16, Auto, 1, 0.9, 2_072, 33_152),
+            ("llama-3.1-8b", "l4", Fp8, KvFp8, 1, 0.9, 11_803, 188_848),
+            ("qwen3-0.6b", "a40", Bf16, Auto, 1, 0.9, 22_332, 357_312),
+            ("qwen3-0.6b", "l4", Bf16, Auto, 1, 0.9, 10_536, 168_576),
+            ("qwen2.5-7b", "h100", Bf16, Auto, 1, 0.9, 64_621, 1_033_936),
+            ("qwen3-30b-a3b", "h100", Bf16, Auto, 1, 0.9, 8_886, 142_176),
+            ("llama-3.1-70b", "h100", Fp8, KvFp8, 2, 0.9, 29_132, 466_112),
+            ("llama-3.1-70b", "h100", Bf16, Auto, 2, 0.9, 1_109, 17_744),
+            ("llama-3.1-8b", "h100", Bf16, Auto, 1, 0.5, 11_758, 188_128),
+            ("llama-3.1-8b", "h100", Bf16, Auto, 1, 0.3, 3_648, 58_368),
+        ];
+        for (model, gpu, dtype, kv, tp, gmu, blocks, tokens) in rows {
+            let d = dep(gpu, model, dtype, kv, tp);
+            let cap = capacity(&d, gmu);
+            assert_eq!(
+                (cap.num_gpu_blocks, cap.tokens),
+                (blocks, tokens),
+                "{model} {dtype}/{kv} on {gpu} tp {tp} gmu {gmu}"
+            );
+            assert!(!cap.overridden);
+        }
+    }
+
+    #[test]
+    fn small_gpus_size_activations_with_small_batch_defaults() {
+        let d = dep("a100-80g", "llama-3.1-8b", Dtype::Bf16, KvDtype::Auto, 1);
+        let s = KvSizing::server_defaults(&d);
+        assert_eq!((s.max_num_batched_tokens, s.max_num_seqs), (2048, 256));
+        let cap = kv_capacity(&d, &s).unwrap();
+        let act = 2048.0 * (4.0 * 4096.0 + 2.0 * 14336.0) * 2.0 + 256.0 * 128_256.0 * 4.0;
+        assert_eq!(cap.activation_bytes, act);
+        assert_eq!(cap.non_torch_bytes, 0.5 * GIB);
+        let tp2 = dep("h100", "llama-3.1-70b", Dtype::Bf16, KvDtype::Auto, 2);
+        assert_eq!(capacity(&tp2, 0.9).non_torch_bytes, GIB);
+    }
+
+    #[test]
+    fn max_concurrency_as_vllm_logs_it() {
+        let d = dep("h100", "llama-3.1-8b", Dtype::Bf16, KvDtype::Auto, 1);
+        let cap = capacity(&d, 0.9);
+        let x = cap.max_concurrency_at(131_072);
+        assert!((x - 3.415).abs() < 0.001, "{x}");
+        assert!((cap.max_concurrency_at(3072) - 27_978.0 / 192.0).abs() < 1e-9);
+        // Partial blocks count whole.
+        assert!((cap.max_concurrency_at(17) - 27_978.0 / 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn l4_cannot_hold_a_full_context_llama_request() {
+        let d = dep("l4", "llama-3.1-8b", Dtype::Bf16, KvDtype::Auto, 1);
+        let cap = capacity(&d, 0.9);
+        // 2071 allocatable blocks hold 33,136 tokens of KV; a request may reach one more
+        // token than it stores.
+        assert_eq!(cap.largest_fitting_max_model_len(), 2071 * 16 + 1);
+        cap.check_max_model_len(2071 * 16 + 1).unwrap();
+        cap.check_max_model_len(32_768).unwrap();
+        let err = cap.check_max_model_len(2071 * 16 + 2).unwrap_err();
+        assert!(matches!(
+            err,
+            RooflineError::MaxModelLenTooLarge {
+                largest: 33_137,
+                ..
+            }
+        ));
+        let msg = cap.check_max_model_len(131_072).unwrap_err().to_string();
+        assert!(msg.contains("max_model_len 131072 does not fit"), "{msg}");
+        assert!(
+            msg.contains("largest max_model_len that fits is 33137"),
+            "{msg}"
+        );
+        let s = KvSizing::server_defaults(&d);
+        assert_eq!(largest_fitting_max_model_len(&d, &s).unwrap(), 33_137);
+    }
+
+    #[test]
+    fn no_memory_left_is_an_error_naming_the_budget() {
+        // 70B in BF16 on one H100: 131 GiB of weights.
+        let d = dep("h100", "llama-3.1-70b", Dtype::Bf16, KvDtype::Auto, 1);
+        let err = kv_capacity(&d, &KvSizing::server_defaults(&d)).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, RooflineError::NoKvMemory { .. }));
+        assert!(
+            msg.contains("no memory left for the KV cache on h100"),
+            "{msg}"
+        );
+        assert!(msg.contains("weights take 131.4"), "{msg}");
+        // An override of the block count does not conjure memory.
+        let s = KvSizing {
+            num_gpu_blocks_override: Some(100),
+            ..KvSizing::server_defaults(&d)
+        };
+        assert!(kv_capacity(&d, &s).is_err());
+    }
+
+    #[test]
+    fn overrides() {
+        let d = dep("h100", "llama-3.1-8b", Dtype::Bf16, KvDtype::Auto, 1);
+        let s = KvSizing {
+            num_gpu_blocks_override: Some(64),
+            ..KvSizing::server_defaults(&d)
+        };
+        let cap = kv_capacity(&d, &s).unwrap();
+        assert_eq!((cap.num_gpu_blocks, cap.tokens), (64, 1024));
+        assert!(cap.overridden);
+        // A memory override replaces the catalog's usable GiB: 40 GiB leaves
+        // 36 − 14.96 − 1.18 − 0.5 GiB ≈ 19.37 GiB, i.e. 9,915 blocks of 2 MiB.
+        let s = KvSizing {
+            gpu_memory_gib_override: Some(40.0),
+            ..KvSizing::server_defaults(&d)
+        };
+        let cap = kv_capacity(&d, &s).unwrap();
+        let expected = ((40.0 * 0.9 * GIB - cap.weights_bytes - cap.activation_bytes - 0.5 * GIB)
+            / (2.0 * 1024.0 * 1024.0))
+            .floor() as u32;
+        assert_eq!(cap.num_gpu_blocks, expected);
+        assert!(
+            (9_900..9_930).contains(&cap.num_gpu_blocks),
+            "{}",
+            cap.num_gpu_blocks
+        );
+        // Larger blocks: half as many of twice the size.
+        let s = KvSizing {
+            block_size: 32,
+            ..KvSizing::server_defaults(&d)
+        };
+        assert_eq!(kv_capacity(&d, &s).unwrap().num_gpu_blocks, 27_978 / 2);
+        for bad in [
+            KvSizing {
+                gpu_memory_utilization: 0.0,
+                ..KvSizing::server_defaults(&d)
+            },
+            KvSizing {
+                gpu_memory_utilization: 1.1,
+                ..KvSizing::server_defaults(&d)
+            },
+            KvSizing {
+                block_size: 0,
+                ..KvSizing::server_defaults(&d)
+            },
+            KvSizing {
+                gpu_memory_gib_override: Some(-1.0),
+                ..KvSizing::server_defaults(&d)
+            },
+            KvSizing {
+                num_gpu_blocks_override: Some(0),
+                ..KvSizing::server_defaults(&d)
+            },
+        ] {
+            assert!(kv_capacity(&d, &bad).is_err(), "{bad:?}");
+        }
+    }
+}

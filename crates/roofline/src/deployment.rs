@@ -589,3 +589,347 @@ pub(crate) fn soft_roofline(t_c: f64, t_m: f64, p: f64) -> f64 {
     let lo = t_c.min(t_m);
     hi * (1.0 + (lo / hi).powf(p)).powf(1.0 / p)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::Catalog;
+
+    fn deployment(gpu: &str, model: &str) -> DeploymentBuilder {
+        let c = Catalog::builtin();
+        Deployment::builder(c.gpu(gpu).unwrap().clone(), c.model(model).unwrap().clone())
+    }
+
+    fn llama_h100() -> Deployment {
+        deployment("h100", "llama-3.1-8b").build().unwrap()
+    }
+
+    fn decode(batch: usize, context: u32) -> Vec<SeqWork> {
+        vec![
+            SeqWork {
+                new_tokens: 1,
+                context,
+                samples: true
+            };
+            batch
+        ]
+    }
+
+    fn close(actual: f64, expected: f64, tol: f64) -> bool {
+        (actual - expected).abs() <= tol
+    }
+
+    #[test]
+    fn worked_example_rates_and_overhead() {
+        let d = llama_h100();
+        assert!(close(d.effective_flops() / 1e12, 593.6, 0.05));
+        assert!(close(d.effective_bandwidth() / 1e12, 2.613, 0.0005));
+        assert!(close(d.t_ovh() * 1e3, 1.150, 1e-9));
+        assert_eq!(d.overheads().cpu_floor_us, 0.0);
+        assert!(!d.uses_fp8_peak());
+    }
+
+    #[test]
+    fn worked_example_single_stream_decode() {
+        let d = llama_h100();
+        let s = d.step_time(&decode(1, 1024));
+        assert!(close(s.flops / 1e9, 15.55, 0.01), "{}", s.flops);
+        assert!(close(s.t_c * 1e6, 26.2, 0.05), "{}", s.t_c);
+        assert!(close(s.bytes / 1e9, 15.144, 0.001), "{}", s.bytes);
+        assert!(close(s.t_m * 1e3, 5.796, 0.001), "{}", s.t_m);
+        assert!(close(s.t_gpu * 1e3, 5.797, 0.001), "{}", s.t_gpu);
+        assert!(close(s.t_req * 1e6, 4.0, 1e-9));
+        assert_eq!(s.t_ar, 0.0);
+        assert!(close(s.total * 1e3, 6.95, 0.005), "{}", s.total);
+        assert!(close(s.total, s.t_ovh + s.t_req + s.t_gpu, 1e-15));
+    }
+
+    #[test]
+    fn worked_example_prefill_2048() {
+        let d = llama_h100();
+        let s = d.step_time(&[SeqWork {
+            new_tokens: 2048,
+            context: 0,
+            samples: true,
+        }]);
+        assert!(close(s.flops / 1e12, 29.69, 0.005), "{}", s.flops);
+        assert!(close(s.t_c * 1e3, 50.01, 0.01), "{}", s.t_c);
+        assert!(close(s.bytes / 1e9, 15.278, 0.001), "{}", s.bytes);
+        assert!(close(s.t_m * 1e3, 5.85, 0.005), "{}", s.t_m);
+        assert!(close(s.t_gpu * 1e3, 51.33, 0.01), "{}", s.t_gpu);
+        assert!(close(s.total * 1e3, 52.5, 0.05), "{}", s.total);
+    }
+
+    #[test]
+    fn worked_example_decode_batches() {
+        let d = llama_h100();
+        let expected = [
+            (1, 6.95),
+            (8, 7.36),
+            (32, 8.85),
+            (64, 10.9),
+            (128, 15.1),
+            (256, 23.7),
+            (512, 40.8),
+        ];
+        let mut last = 0.0;
+        for (batch, ms) in expected {
+            let t = d.step_time(&decode(batch, 1024)).total * 1e3;
+            // The figures are given to three significant digits.
+            assert!(close(t, ms, 0.051), "batch {batch}: {t} ms vs {ms} ms");
+            assert!(t > last);
+            last = t;
+        }
+    }
+
+    #[test]
+    fn attention_term_is_causal() {
+        let d = llama_h100();
+        let one = |q, c| {
+            d.step_time(&[SeqWork {
+                new_tokens: q,
+                context: c,
+                samples: false,
+            }])
+        };
+        let per_attn = 4.0 * 32.0 * 32.0 * 128.0;
+        let base = 2.0 * d.model().n_lin();
+        // q = 3 on c = 10: 3·(10 + 2) = 36 query-key pairs.
+        assert!(close(one(3, 10).flops, 3.0 * base + 36.0 * per_attn, 1.0));
+        // Chunking does not change the total attention work.
+        let whole = one(100, 0).flops - 100.0 * base;
+        let split = one(40, 0).flops + one(60, 40).flops - 100.0 * base;
+        assert!(close(whole, split, 1.0));
+        // The LM head is charged per sampling row only.
+        let s = d.step_time(&decode(4, 0));
+        let n = d.step_time(
+            &[SeqWork {
+                new_tokens: 1,
+                context: 0,
+                samples: false,
+            }; 4],
+        );
+        assert!(close(
+            s.flops - n.flops,
+            4.0 * 2.0 * d.model().embedding_params(),
+            1.0
+        ));
+    }
+
+    #[test]
+    fn empty_plan_is_no_step() {
+        assert_eq!(llama_h100().step_time(&[]), StepTime::default());
+    }
+
+    #[test]
+    fn soft_roofline_shapes() {
+        assert!(close(soft_roofline(3.0, 4.0, 2.0), 5.0, 1e-12));
+        assert_eq!(soft_roofline(3.0, 4.0, f64::INFINITY), 4.0);
+        assert!(close(soft_roofline(3.0, 4.0, 1.0), 7.0, 1e-12));
+        assert_eq!(soft_roofline(0.0, 0.0, 1.5), 0.0);
+        // p = 1.5 at the ridge: 2^(2/3) ≈ 1.587 × either term.
+        assert!(close(
+            soft_roofline(1.0, 1.0, 1.5),
+            2f64.powf(2.0 / 3.0),
+            1e-12
+        ));
+        // Far from the ridge it is the larger term.
+        assert!(close(soft_roofline(1e-3, 1.0, 1.5), 1.0, 1e-4));
+        // p = ∞ through the builder turns the combiner into max.
+        let d = deployment("h100", "llama-3.1-8b")
+            .softroof_p(f64::INFINITY)
+            .build()
+            .unwrap();
+        let s = d.step_time(&decode(1, 1024));
+        assert_eq!(s.t_gpu, s.t_m);
+    }
+
+    #[test]
+    fn tensor_parallel_divides_work_and_adds_all_reduce() {
+        let one = deployment("h100", "llama-3.1-70b").build().unwrap();
+        let two = deployment("h100", "llama-3.1-70b")
+            .tensor_parallel(2)
+            .build()
+            .unwrap();
+        let plan = decode(16, 2048);
+        let (a, b) = (one.step_time(&plan), two.step_time(&plan));
+        assert_eq!(a.t_ar, 0.0);
+        assert!(close(b.flops, a.flops / 2.0, 1.0));
+        // Weights halve; KV heads halve too (8 → 4).
+        assert!(close(b.bytes, a.bytes / 2.0, 1.0));
+        // t_ar = 2·L·(α + 2·(tp−1)/tp · 2·T·d / link): 160·(5 µs + 2·16·8192/360e9 s).
+        let t_ar = 2.0 * 80.0 * (5e-6 + 2.0 * 0.5 * 2.0 * 16.0 * 8192.0 / 360e9);
+        assert!(close(b.t_ar, t_ar, 1e-12), "{} vs {t_ar}", b.t_ar);
+        assert!(close(b.total, b.t_ovh + b.t_req + b.t_gpu + b.t_ar, 1e-15));
+        // A slower link costs more; the latency term alone is 0.8 ms on 80 layers.
+        let pcie = deployment("h100", "llama-3.1-70b")
+            .tensor_parallel(2)
+            .link_gbps(25.0)
+            .build()
+            .unwrap();
+        assert!(pcie.step_time(&plan).t_ar > b.t_ar);
+        assert!(b.t_ar > 2.0 * 80.0 * 5e-6);
+        // With 8 KV heads at tp 16 (not allowed: 64 heads / 16 = 4 fine, KV 8 | 16 fine) each
+        // GPU keeps one KV head.
+        let tp16 = deployment("h100", "llama-3.1-70b")
+            .tensor_parallel(16)
+            .build()
+            .unwrap();
+        assert_eq!(tp16.kv_bytes_per_token(), 2.0 * 80.0 * 128.0 * 2.0);
+    }
+
+    #[test]
+    fn tensor_parallel_degree_must_split_heads() {
+        let e = deployment("h100", "llama-3.1-8b")
+            .tensor_parallel(3)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not divide the 32 attention heads"), "{e}");
+        assert!(deployment("h100", "llama-3.1-8b")
+            .tensor_parallel(0)
+            .build()
+            .is_err());
+    }
+
+    #[test]
+    fn fp8_peak_needs_fp8_weights_and_fp8_tensor_cores() {
+        // H100 FP8: FP8 peak and FP8 MFU.
+        let d = deployment("h100", "llama-3.1-8b")
+            .dtype(Dtype::Fp8)
+            .build()
+            .unwrap();
+        assert!(d.uses_fp8_peak());
+        assert!(close(d.effective_flops(), 1978.9e12 * 0.42, 1e3));
+        assert!(close(d.weights_resident_bytes(), d.model().n_total(), 1e-3));
+        // A100 FP8 is weight-only: BF16 peak and MFU, 1-byte weights.
+        let a = deployment("a100-80g", "llama-3.1-8b")
+            .dtype(Dtype::Fp8)
+            .build()
+            .unwrap();
+        assert!(!a.uses_fp8_peak());
+        assert!(close(a.effective_flops(), 312e12 * 0.52, 1e3));
+        let bf = deployment("a100-80g", "llama-3.1-8b").build().unwrap();
+        assert!(close(
+            a.weights_per_step_bytes(1),
+            bf.weights_per_step_bytes(1) / 2.0,
+            1.0
+        ));
+        assert!(a.step_time(&decode(1, 0)).total < bf.step_time(&decode(1, 0)).total);
+        // BF16 on an FP8 GPU stays at the BF16 peak.
+        let h = deployment("h100", "llama-3.1-8b").build().unwrap();
+        assert!(close(h.effective_flops(), 989.4e12 * 0.6, 1e3));
+    }
+
+    #[test]
+    fn absent_fp8_mfu_defaults_to_seventy_percent_of_bf16() {
+        let c = Catalog::builtin();
+        let mut gpu = c.gpu("h100").unwrap().clone();
+        gpu.mfu_fp8 = None;
+        let model = c.model("llama-3.1-8b").unwrap().clone();
+        let d = Deployment::builder(gpu.clone(), model.clone())
+            .dtype(Dtype::Fp8)
+            .build()
+            .unwrap();
+        assert!(close(d.efficiency().mfu_fp8, 0.42, 1e-12));
+        // It follows an overridden BF16 MFU.
+        let d = Deployment::builder(gpu, model)
+            .dtype(Dtype::Fp8)
+            .mfu(0.5)
+            .build()
+            .unwrap();
+        assert!(close(d.efficiency().mfu_fp8, 0.35, 1e-12));
+        assert!(close(d.effective_flops(), 1978.9e12 * 0.35, 1e3));
+        // An explicit FP8 MFU wins.
+        let d = deployment("h100", "llama-3.1-8b")
+            .dtype(Dtype::Fp8)
+            .mfu_fp8(0.5)
+            .build()
+            .unwrap();
+        assert!(close(d.effective_flops(), 1978.9e12 * 0.5, 1e3));
+    }
+
+    #[test]
+    fn small_models_get_a_cpu_floor() {
+        let d = deployment("a40", "qwen3-0.6b").build().unwrap();
+        assert_eq!(d.overheads().cpu_floor_us, 2500.0);
+        assert!(close(d.t_ovh(), 2.5e-3, 1e-15));
+        let s = d.step_time(&decode(1, 100));
+        assert!(close(s.total, 2.5e-3 + 4e-6 + s.t_gpu, 1e-12));
+        // An explicit floor overrides the automatic one.
+        let d = deployment("a40", "qwen3-0.6b")
+            .cpu_floor_us(0.0)
+            .build()
+            .unwrap();
+        assert!(close(d.t_ovh(), (126.0 + 28.0 * 32.0) * 1e-6, 1e-15));
+    }
+
+    #[test]
+    fn async_scheduling_overlaps_cpu_with_gpu() {
+        let serial = llama_h100();
+        let overlapped = deployment("h100", "llama-3.1-8b")
+            .async_scheduling(true)
+            .build()
+            .unwrap();
+        let plan = decode(8, 1024);
+        let (s, a) = (serial.step_time(&plan), overlapped.step_time(&plan));
+        assert_eq!(s.t_gpu, a.t_gpu);
+        // GPU-bound: max(126 µs + 8·4 µs, 32·32 µs + t_gpu) = 1.024 ms + t_gpu.
+        assert!(close(a.total, 1.024e-3 + a.t_gpu, 1e-12));
+        assert!(close(s.total - a.total, 126e-6 + 32e-6, 1e-12));
+        // CPU-bound (small model with a floor): the floor plus per-request work dominates.
+        let small = deployment("h100", "qwen3-0.6b")
+            .async_scheduling(true)
+            .build()
+            .unwrap();
+        let t = small.step_time(&decode(4, 10));
+        assert!(close(t.total, 2.5e-3 + 16e-6, 1e-12), "{}", t.total);
+    }
+
+    #[test]
+    fn overrides_change_the_model() {
+        let d = deployment("h100", "llama-3.1-8b")
+            .mbu(0.5)
+            .step_overhead_us(0.0)
+            .layer_overhead_us(0.0)
+            .req_overhead_us(None)
+            .build()
+            .unwrap();
+        let s = d.step_time(&decode(1, 0));
+        assert!(close(s.t_m, s.bytes / (3.35e12 * 0.5), 1e-15));
+        assert!(close(s.total, 4e-6 + s.t_gpu, 1e-15));
+        for bad in [
+            deployment("h100", "llama-3.1-8b").mfu(1.5).build(),
+            deployment("h100", "llama-3.1-8b").mbu(0.0).build(),
+            deployment("h100", "llama-3.1-8b").softroof_p(0.5).build(),
+            deployment("h100", "llama-3.1-8b")
+                .step_overhead_us(-1.0)
+                .build(),
+            deployment("h100", "llama-3.1-8b").link_gbps(0.0).build(),
+        ] {
+            assert!(bad.is_err());
+        }
+    }
+
+    #[test]
+    fn moe_step_reads_more_experts_as_tokens_grow() {
+        let d = deployment("h100", "qwen3-30b-a3b").build().unwrap();
+        let small = d.step_time(&decode(1, 0));
+        let big = d.step_time(&decode(256, 0));
+        let kv = 256.0 * d.kv_bytes_per_token();
+        // 256 tokens touch nearly all 128 experts: weight bytes approach W_res − V·d·b_w.
+        let w_big = big.bytes - kv;
+        let full = d.weights_resident_bytes() - d.model().embedding_bytes(Dtype::Bf16);
+        assert!(w_big / full > 0.99 && w_big <= full);
+        assert!(small.bytes < 0.25 * full);
+        // FLOPs count only the k active experts per token.
+        assert!(close(
+            small.flops,
+            2.0 * d.model().n_lin()
+                + 2.0 * d.model().embedding_params()
+                + 4.0 * 48.0 * 32.0 * 128.0,
+            1.0
+        ));
+    }
+}

@@ -251,3 +251,162 @@ impl ModelSpec {
             * kv.bytes()
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use crate::{Catalog, Dtype, KvDtype, GIB};
+
+    fn rel(a: f64, b: f64) -> f64 {
+        (a - b).abs() / b.abs()
+    }
+
+    #[test]
+    fn llama_8b_worked_example_quantities() {
+        let c = Catalog::builtin();
+        let m = c.model("llama-3.1-8b").unwrap();
+        assert_eq!(m.head_dim(), 128);
+        assert_eq!(m.p_attn(), 41_943_040.0);
+        assert_eq!(m.p_mlp_total(), 176_160_768.0);
+        assert_eq!(m.p_mlp_active(), 176_160_768.0);
+        assert!(rel(m.n_lin(), 6.979e9) < 1e-3);
+        assert_eq!(m.n_lin(), 32.0 * (41_943_040.0 + 176_160_768.0));
+        assert_eq!(m.embedding_params(), 525_336_576.0);
+        assert!(rel(m.n_total(), 8.030e9) < 1e-3);
+        let w_res_gib = m.weights_resident_bytes(Dtype::Bf16) / GIB;
+        assert!((w_res_gib - 14.96).abs() < 0.005, "{w_res_gib}");
+        assert!(rel(m.weights_per_step_bytes(Dtype::Bf16, 1), 15.009e9) < 1e-4);
+        // Dense models read the same weights whatever the token count.
+        assert_eq!(
+            m.weights_per_step_bytes(Dtype::Bf16, 1),
+            m.weights_per_step_bytes(Dtype::Bf16, 8192)
+        );
+        assert_eq!(m.kv_bytes_per_token(KvDtype::Auto), 131_072.0);
+        assert_eq!(m.kv_bytes_per_token(KvDtype::Fp8), 65_536.0);
+        assert_eq!(m.embedding_bytes(Dtype::Bf16), 2.0 * 525_336_576.0);
+    }
+
+    #[test]
+    fn catalog_params_and_kv_match_the_model_table() {
+        // (id, params column in B, KV per token in KiB at 2 bytes)
+        let table = [
+            ("llama-3.1-8b", 8.03, 128.0),
+            ("llama-3.1-70b", 70.55, 320.0),
+            ("qwen3-0.6b", 0.60, 112.0),
+            ("qwen2.5-7b", 7.62, 56.0),
+            ("mistral-7b", 7.24, 128.0),
+            ("qwen3-30b-a3b", 30.5, 96.0),
+        ];
+        let c = Catalog::builtin();
+        assert_eq!(c.models().len(), table.len());
+        for (id, params_b, kv_kib) in table {
+            let m = c.model(id).unwrap();
+            let n = m.n_total() / 1e9;
+            // The column is rounded to its last digit (biases and norms are not counted).
+            let tol = if params_b < 1.0 {
+                0.005
+            } else if params_b > 30.0 {
+                0.05
+            } else {
+                0.005
+            };
+            assert!((n - params_b).abs() <= tol, "{id}: {n} B vs {params_b} B");
+            assert_eq!(m.kv_bytes_per_token(KvDtype::Auto) / 1024.0, kv_kib, "{id}");
+            assert_eq!(m.head_dim(), 128, "{id}");
+        }
+        let moe = c.model("qwen3-30b-a3b").unwrap();
+        assert!(
+            (moe.n_active() / 1e9 - 3.3).abs() < 0.06,
+            "{}",
+            moe.n_active()
+        );
+        assert!((moe.weights_resident_bytes(Dtype::Bf16) / GIB - 56.9).abs() < 0.05);
+    }
+
+    #[test]
+    fn qwen3_head_dim_differs_from_hidden_over_heads() {
+        let c = Catalog::builtin();
+        let m = c.model("qwen3-0.6b").unwrap();
+        assert_eq!(m.hidden_size / m.num_attention_heads, 64);
+        assert_eq!(m.head_dim(), 128);
+        // q and o are d × H·hd = 1024 × 2048 each.
+        assert_eq!(m.p_attn(), 2.0 * 1024.0 * 2048.0 + 2.0 * 1024.0 * 1024.0);
+        // Tied: one embedding table.
+        assert_eq!(m.n_total(), m.layer_params() + m.embedding_params());
+    }
+
+    #[test]
+    fn moe_experts_touched_grows_to_all_experts() {
+        let c = Catalog::builtin();
+        let m = c.model("qwen3-30b-a3b").unwrap();
+        let (e, k, fe) = m.moe().unwrap();
+        assert_eq!((e, k, fe), (128, 8, 768));
+        assert_eq!(m.experts_touched(0), 0.0);
+        assert!((m.experts_touched(1) - 8.0).abs() < 1e-9);
+        // Strictly increasing and saturating at E.
+        let mut last = 0.0;
+        for t in [1, 2, 4, 16, 64, 256, 1024] {
+            let x = m.experts_touched(t);
+            assert!(x > last && x <= 128.0, "{t}: {x}");
+            last = x;
+        }
+        assert!(m.experts_touched(8192) > 127.999);
+        // 2 tokens: 128·(1 − (15/16)²) = 15.5 (overlap makes it less than 16).
+        assert!((m.experts_touched(2) - 15.5).abs() < 1e-9);
+        // W_step: a one-token step reads 8 experts per layer, a large step all 128.
+        let expert = 48.0 * 3.0 * 2048.0 * 768.0 * 2.0;
+        let w1 = m.weights_per_step_bytes(Dtype::Bf16, 1);
+        let wbig = m.weights_per_step_bytes(Dtype::Bf16, 1_000_000);
+        assert!(((wbig - w1) - 120.0 * expert).abs() / wbig < 1e-9);
+        // At saturation W_step = W_res − one embedding table.
+        let full = m.weights_resident_bytes(Dtype::Bf16) - m.embedding_bytes(Dtype::Bf16);
+        assert!(rel(wbig, full) < 1e-12);
+        // N_lin counts the k active experts and the router.
+        assert_eq!(
+            m.p_mlp_active(),
+            8.0 * 3.0 * 2048.0 * 768.0 + 2048.0 * 128.0
+        );
+        assert_eq!(m.f_act(), 8.0 * 768.0);
+    }
+
+    #[test]
+    fn kv_heads_split_by_tensor_parallelism_but_never_below_one() {
+        let c = Catalog::builtin();
+        let m = c.model("llama-3.1-70b").unwrap();
+        assert_eq!(m.kv_heads_per_gpu(1), 8);
+        assert_eq!(m.kv_heads_per_gpu(2), 4);
+        assert_eq!(m.kv_heads_per_gpu(8), 1);
+        // 16-way: KV heads are replicated, each GPU still holds one.
+        assert_eq!(m.kv_heads_per_gpu(16), 1);
+        assert_eq!(
+            m.kv_bytes_per_token_per_gpu(KvDtype::Auto, 2),
+            m.kv_bytes_per_token(KvDtype::Auto) / 2.0
+        );
+        assert_eq!(
+            m.kv_bytes_per_token_per_gpu(KvDtype::Auto, 16),
+            m.kv_bytes_per_token_per_gpu(KvDtype::Auto, 8)
+        );
+    }
+
+    #[test]
+    fn validation_rejects_bad_shapes() {
+        let c = Catalog::builtin();
+        let mut m = c.model("llama-3.1-8b").unwrap().clone();
+        m.num_key_value_heads = 5;
+        assert!(m
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("multiple of num_key_value_heads"));
+        let mut m = c.model("qwen3-30b-a3b").unwrap().clone();
+        m.num_experts_per_tok = Some(200);
+        assert!(m
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("num_experts_per_tok"));
+        let mut m = c.model("llama-3.1-8b").unwrap().clone();
+        m.num_hidden_layers = 0;
+        assert!(m.validate().is_err());
+    }
+}

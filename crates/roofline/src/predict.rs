@@ -228,3 +228,127 @@ impl Deployment {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use crate::{Catalog, Deployment};
+
+    fn llama_h100() -> Deployment {
+        let c = Catalog::builtin();
+        Deployment::builder(
+            c.gpu("h100").unwrap().clone(),
+            c.model("llama-3.1-8b").unwrap().clone(),
+        )
+        .build()
+        .unwrap()
+    }
+
+    #[test]
+    fn bandwidth_floors() {
+        let d = llama_h100();
+        let f = d.bandwidth_floor();
+        assert!((f.floor_s * 1e3 - 4.48).abs() < 0.005, "{}", f.floor_s);
+        assert!((f.floor_with_embeddings_s * 1e3 - 4.79).abs() < 0.005);
+        assert_eq!(d.bandwidth_floor_s(), f.floor_s);
+        assert_eq!(
+            d.bandwidth_floor_with_embeddings_s(),
+            f.floor_with_embeddings_s
+        );
+        // §10.2: t_ovh + t_req + W_step/(BW·MBU) = 6.9 ms.
+        assert!((f.predicted_tpot_s * 1e3 - 6.9).abs() < 0.01);
+        // Single-stream decode is never below the floor, and creeps up with context.
+        // 256 in / 1024 out decodes on contexts 256..1280, 768 on average: TPOT ≈ 6.94 ms.
+        let mean = d.decode_tpot(256 + 512, 1).total;
+        assert!(mean > f.floor_s);
+        assert!((mean * 1e3 - 6.94).abs() < 0.01, "{mean}");
+        assert!(d.decode_tpot(256, 1).total < mean);
+        assert!((d.decode_tpot(8192, 1).total * 1e3 - 7.3).abs() < 0.05);
+    }
+
+    #[test]
+    fn idle_engine_ttft_by_prompt_length() {
+        let d = llama_h100();
+        for (tokens, ms) in [
+            (128, 8.3),
+            (512, 15.8),
+            (1024, 27.5),
+            (2048, 52.5),
+            (4096, 105.8),
+            (8192, 224.0),
+        ] {
+            let e = d.prefill_time(tokens, 8192);
+            assert_eq!(e.steps.len(), 1);
+            let t = e.total_s * 1e3;
+            assert!((t - ms).abs() / ms < 0.02, "{tokens}: {t} ms vs {ms} ms");
+        }
+        let ratio = d.prefill_time(8192, 8192).total_s / d.prefill_time(4096, 8192).total_s;
+        assert!(ratio > 2.05 && ratio < 2.2, "{ratio}");
+    }
+
+    #[test]
+    fn prefill_chunks_by_budget() {
+        let d = llama_h100();
+        let long = d.prefill_time(16_384, 8192);
+        assert_eq!(long.chunk_tokens, vec![8192, 8192]);
+        assert!(
+            (long.total_s * 1e3 - 508.0).abs() / 508.0 < 0.02,
+            "{}",
+            long.total_s
+        );
+        // The second chunk attends to the first, so it costs more.
+        assert!(long.steps[1].t_c > long.steps[0].t_c);
+        let small_budget = d.prefill_time(8192, 2048);
+        assert_eq!(small_budget.chunk_tokens, vec![2048; 4]);
+        assert!((small_budget.total_s * 1e3 - 232.0).abs() / 232.0 < 0.02);
+        // Only the last chunk samples (pays the LM head).
+        let lm = 2.0 * d.model().embedding_params();
+        let first = small_budget.steps[0].flops;
+        let expected_first =
+            2.0 * d.model().n_lin() * 2048.0 + 4.0 * 32.0 * 32.0 * 128.0 * 2048.0 * 2049.0 / 2.0;
+        assert!((first - expected_first).abs() < 1.0);
+        assert!(small_budget.steps[3].flops > first + lm);
+        let uneven = d.prefill_time(5000, 2048);
+        assert_eq!(uneven.chunk_tokens, vec![2048, 2048, 904]);
+        assert!(d.prefill_time(0, 2048).steps.is_empty());
+    }
+
+    #[test]
+    fn compute_bound_batch_finds_the_ridge() {
+        let d = llama_h100();
+        // On H100 the ridge sits near 200–256 tokens per step (§3.4).
+        let b = d.compute_bound_batch(0).unwrap();
+        assert!((200..=256).contains(&b), "{b}");
+        let at = d.decode_tpot(0, b);
+        let below = d.decode_tpot(0, b - 1);
+        assert!(at.t_c >= at.t_m && below.t_c < below.t_m);
+        // Context adds KV reads: the ridge moves out, and at 1k context decode stays
+        // memory-bound at any batch.
+        assert!(d.compute_bound_batch(128).unwrap() > b);
+        assert_eq!(d.compute_bound_batch(1024), None);
+        // A100 has a lower FLOP/byte ratio: its ridge is nearer 100–128.
+        let c = Catalog::builtin();
+        let a100 = Deployment::builder(
+            c.gpu("a100-80g").unwrap().clone(),
+            c.model("llama-3.1-8b").unwrap().clone(),
+        )
+        .build()
+        .unwrap();
+        let b = a100.compute_bound_batch(0).unwrap();
+        assert!((80..=140).contains(&b), "{b}");
+    }
+
+    #[test]
+    fn inputs_explain_the_worked_example() {
+        let i = llama_h100().inputs();
+        assert_eq!(i.gpu, "h100");
+        assert_eq!(i.p_attn, 41_943_040.0);
+        assert!((i.peak_flops * i.mfu / 1e12 - 593.6).abs() < 0.05);
+        assert!((i.t_ovh_s * 1e3 - 1.15).abs() < 1e-9);
+        assert_eq!(i.kv_bytes_per_token, 131_072.0);
+        assert!(!i.fp8_peak);
+        let json = serde_json::to_value(&i).unwrap();
+        assert_eq!(json["dtype"], "bf16");
+        assert_eq!(json["kv_dtype"], "auto");
+    }
+}
