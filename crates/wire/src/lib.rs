@@ -1,1 +1,16 @@
-//! servebench wire
+//! servebench wire: the OpenAI-compatible request/response types shared by the client and the
+//! simulated engine, the incremental SSE parser, and the client's per-event chunk classifier.
+//!
+//! - [`sse`]: bytes → events, for any split of the byte stream.
+//! - [`chunk`]: one event's `data` → is it a token, what text, which usage (METRICS.md rules).
+//! - [`openai`]: serde types for `/v1/completions`, `/v1/chat/completions`, `/v1/models` and
+//!   error bodies.
+
+pub mod chunk;
+pub mod error;
+pub mod openai;
+pub mod sse;
+
+pub use chunk::{classify, is_done, ChunkInfo, EndpointKind};
+pub use error::WireError;
+pub use sse::{SseError, SseEvent, SseParser, SseTail};
