@@ -250,12 +250,24 @@ mod tests {
         kv_capacity(d, &sizing).unwrap()
     }
 
+    /// (model, GPU, dtype, KV dtype, tp, gpu_memory_utilization, blocks, tokens)
+    type Row = (
+        &'static str,
+        &'static str,
+        Dtype,
+        KvDtype,
+        u32,
+        f64,
+        u32,
+        u64,
+    );
+
     /// Every row of the §4 capacity table, block for block.
     #[test]
     fn capacity_table_rows() {
         use Dtype::{Bf16, Fp8};
         use KvDtype::{Auto, Fp8 as KvFp8};
-        let rows: [(&str, &str, Dtype, KvDtype, u32, f64, u32, u64); 14] = [
+        let rows: [Row; 14] = [
             ("llama-3.1-8b", "h100", Bf16, Auto, 1, 0.9, 27_978, 447_648),
             ("llama-3.1-8b", "h200", Bf16, Auto, 1, 0.9, 55_903, 894_448),
             (

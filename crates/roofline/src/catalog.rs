@@ -240,3 +240,216 @@ fn basename(name: &str) -> &str {
 fn known_ids<T: Entry>(entries: &[T]) -> String {
     entries.iter().map(Entry::id).collect::<Vec<_>>().join(", ")
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::BatchClass;
+
+    #[test]
+    fn builtin_has_every_gpu_and_model_of_the_tables() {
+        let c = Catalog::builtin();
+        let gpus: Vec<&str> = c.gpus().iter().map(|g| g.id.as_str()).collect();
+        assert_eq!(
+            gpus,
+            [
+                "a10g",
+                "l4",
+                "a40",
+                "a100-40g",
+                "a100-80g",
+                "h100-pcie",
+                "h100",
+                "h200",
+                "b200",
+                "mi300x"
+            ]
+        );
+        let models: Vec<&str> = c.models().iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(
+            models,
+            [
+                "llama-3.1-8b",
+                "llama-3.1-70b",
+                "qwen3-0.6b",
+                "qwen2.5-7b",
+                "mistral-7b",
+                "qwen3-30b-a3b"
+            ]
+        );
+        for g in c.gpus() {
+            g.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn gpu_table_values() {
+        let c = Catalog::builtin();
+        // (id, bf16, fp8, TB/s, usable GiB, link, class, mfu bf16, mfu fp8, mbu, calibrated)
+        let h100 = c.gpu("h100").unwrap();
+        assert_eq!(
+            (
+                h100.bf16_tflops,
+                h100.fp8_tflops,
+                h100.mem_bw_tbps,
+                h100.usable_gib
+            ),
+            (989.4, Some(1978.9), 3.35, 79.2)
+        );
+        assert_eq!(
+            (h100.link_gbps, h100.batch_class),
+            (360.0, BatchClass::Large)
+        );
+        assert_eq!(
+            (h100.mfu_bf16, h100.mfu_fp8, h100.mbu),
+            (0.60, Some(0.42), 0.78)
+        );
+        let a40 = c.gpu("a40").unwrap();
+        assert_eq!((a40.fp8_tflops, a40.mfu_fp8), (None, None));
+        assert_eq!(a40.batch_class, BatchClass::Small);
+        // A100 80 GB is ≥ 70 GiB yet gets the small defaults.
+        assert_eq!(c.gpu("a100-80g").unwrap().batch_class, BatchClass::Small);
+        assert!(!c.gpu("b200").unwrap().calibrated);
+        assert!(!c.gpu("mi300x").unwrap().calibrated);
+        assert!(c.gpu("h200").unwrap().calibrated);
+        assert_eq!(c.gpu("h200").unwrap().mbu, 0.70);
+        assert_eq!(c.gpu("mi300x").unwrap().mfu_fp8, Some(0.32));
+    }
+
+    #[test]
+    fn lookups_accept_aliases_in_any_case() {
+        let c = Catalog::builtin();
+        assert_eq!(c.gpu("H100").unwrap().id, "h100");
+        assert_eq!(c.gpu("h100-sxm").unwrap().id, "h100");
+        assert_eq!(c.gpu("A100").unwrap().id, "a100-80g");
+        assert_eq!(
+            c.model("meta-llama/Llama-3.1-8B-Instruct").unwrap().id,
+            "llama-3.1-8b"
+        );
+        assert_eq!(
+            c.model("meta-llama/llama-3.1-8b-instruct").unwrap().id,
+            "llama-3.1-8b"
+        );
+        assert_eq!(c.model("Qwen/Qwen3-30B-A3B").unwrap().id, "qwen3-30b-a3b");
+        // A mirror's organisation or a bare repository name still resolves.
+        assert_eq!(
+            c.model("my-mirror/Llama-3.1-8B-Instruct").unwrap().id,
+            "llama-3.1-8b"
+        );
+        assert_eq!(c.model("Qwen2.5-7B-Instruct").unwrap().id, "qwen2.5-7b");
+    }
+
+    #[test]
+    fn unknown_ids_list_the_known_ones() {
+        let c = Catalog::builtin();
+        let e = c.gpu("v100").unwrap_err().to_string();
+        assert!(
+            e.starts_with("unknown GPU 'v100'; known GPUs: a10g, l4, a40"),
+            "{e}"
+        );
+        assert!(e.contains("mi300x"), "{e}");
+        let e = c.model("gpt-5").unwrap_err().to_string();
+        assert!(
+            e.starts_with("unknown model 'gpt-5'; known models: llama-3.1-8b, llama-3.1-70b"),
+            "{e}"
+        );
+        assert!(matches!(
+            c.model("gpt-5"),
+            Err(RooflineError::UnknownModel { .. })
+        ));
+    }
+
+    #[test]
+    fn merge_overrides_fields_and_adds_entries() {
+        let mut c = Catalog::builtin();
+        c.merge_toml_str(
+            r#"
+            [[gpu]]
+            id = "H100"
+            mbu = 0.8
+            calibrated = false
+
+            [[gpu]]
+            id = "rtx-4090"
+            aliases = ["4090"]
+            bf16_tflops = 165.2
+            fp8_tflops = 330.3
+            mem_bw_tbps = 1.008
+            usable_gib = 23.5
+            link_gbps = 25
+            batch_class = "small"
+            mfu_bf16 = 0.5
+            mbu = 0.75
+
+            [[model]]
+            id = "llama-3.1-8b"
+            max_position_embeddings = 8192
+            "#,
+            "test",
+        )
+        .unwrap();
+        let h100 = c.gpu("h100").unwrap();
+        assert_eq!((h100.mbu, h100.calibrated), (0.8, false));
+        assert_eq!(h100.id, "h100");
+        assert_eq!(h100.bf16_tflops, 989.4, "untouched fields stay");
+        let new = c.gpu("4090").unwrap();
+        assert_eq!(new.id, "rtx-4090");
+        assert_eq!(new.link_gbps, 25.0);
+        let m = c.model("llama-3.1-8b").unwrap();
+        assert_eq!(m.max_position_embeddings, 8192);
+        assert_eq!(m.hidden_size, 4096);
+        assert_eq!(c.gpus().len(), 11);
+    }
+
+    #[test]
+    fn invalid_merges_change_nothing() {
+        let mut c = Catalog::builtin();
+        let before = c.clone();
+        let cases = [
+            (
+                "[[gpu]]\nid = \"h100\"\nmbu = 0.8\n[[gpu]]\nid = \"x\"\nbf16_tflops = 1.0\n",
+                "missing field",
+            ),
+            ("[[gpu]]\nid = \"h100\"\nmbuu = 0.8\n", "unknown field"),
+            ("[[gpu]]\nname = \"no id\"\n", "needs a string 'id'"),
+            ("[[gpu]]\nid = \"h100\"\nmbu = 1.5\n", "at most 1"),
+            (
+                "[[model]]\nid = \"llama-3.1-8b\"\nnum_key_value_heads = 7\n",
+                "multiple of",
+            ),
+            ("[[gpus]]\nid = \"h100\"\n", "unknown field"),
+            ("not toml [", "invalid catalog test"),
+        ];
+        for (text, needle) in cases {
+            let e = c.merge_toml_str(text, "test").unwrap_err().to_string();
+            assert!(e.contains(needle), "{text:?}: {e}");
+            assert!(e.starts_with("invalid catalog test"), "{e}");
+            assert_eq!(c, before);
+        }
+    }
+
+    #[test]
+    fn merge_accepts_mixtral_expert_key() {
+        let mut c = Catalog::builtin();
+        c.merge_toml_str(
+            "[[model]]\nid = \"qwen3-30b-a3b\"\nnum_local_experts = 64\n",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(c.model("qwen3-30b-a3b").unwrap().num_experts, Some(64));
+    }
+
+    #[test]
+    fn insert_replaces_by_id() {
+        let mut c = Catalog::builtin();
+        let mut g = c.gpu("l4").unwrap().clone();
+        g.mbu = 0.5;
+        c.insert_gpu(g);
+        assert_eq!(c.gpu("l4").unwrap().mbu, 0.5);
+        assert_eq!(c.gpus().len(), 10);
+        let custom = crate::GpuSpec::from_spec_str("100,200,1,40").unwrap();
+        c.insert_gpu(custom);
+        assert_eq!(c.gpu("custom").unwrap().bf16_tflops, 100.0);
+    }
+}

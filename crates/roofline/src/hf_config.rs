@@ -56,6 +56,8 @@ impl ModelSpec {
             _ => Vec::new(),
         };
 
+        let num_hidden_layers = cfg.required("num_hidden_layers")?;
+        let hidden_size = cfg.required("hidden_size")?;
         let num_attention_heads = cfg.required("num_attention_heads")?;
         let num_experts = match cfg.optional("num_experts")? {
             Some(e) => Some(e),
@@ -72,8 +74,8 @@ impl ModelSpec {
         let spec = ModelSpec {
             id,
             aliases,
-            num_hidden_layers: cfg.required("num_hidden_layers")?,
-            hidden_size: cfg.required("hidden_size")?,
+            num_hidden_layers,
+            hidden_size,
             num_attention_heads,
             num_key_value_heads: cfg
                 .optional("num_key_value_heads")?
