@@ -572,8 +572,8 @@ impl StepTotals {
         if samples {
             self.samples += count;
         }
-        // q·(c + (q+1)/2) = q·(2c + q + 1)/2, exact in integers before the halving.
-        self.attn += (q * (2 * c + q + 1)) as f64 * 0.5 * count as f64;
+        // q·(c + (q+1)/2) = q·(2c + q + 1)/2; f64 is exact here up to 2^53 and cannot overflow.
+        self.attn += q as f64 * (2 * c + q + 1) as f64 * 0.5 * count as f64;
         self.kv_tokens += (c + q) * count;
         self.requests += count;
     }

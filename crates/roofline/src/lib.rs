@@ -1,5 +1,37 @@
 //! GPU and model catalog, FLOP/byte counts, bandwidth math and the step-time model
 //! (SIMULATOR.md §3–§5). Pure functions: no I/O beyond reading catalog and config files.
+//!
+//! - [`Catalog`]: the embedded `catalog.toml` (every GPU and model of §5), user additions
+//!   ([`Catalog::merge_file`]), lookups by id or alias; [`ModelSpec::from_hf_config`] and
+//!   [`GpuSpec::from_spec_str`] for shapes and GPUs the catalog lacks.
+//! - [`ModelSpec`]: the quantities of §3.1 (`P_attn`, `N_lin`, `N_total`, `W_res`, `W_step`
+//!   with MoE `E_eff`, KV bytes per token).
+//! - [`Deployment`]: GPU × model × dtype × tp with efficiencies and overheads;
+//!   [`Deployment::step_time`] is §3.2–3.3 and is what the simulator calls every step.
+//! - [`kv_capacity`]: §4's KV-cache sizing; [`scheduler_defaults`]: §2.5.
+//! - Predictions: [`Deployment::bandwidth_floor`], [`Deployment::decode_tpot`],
+//!   [`Deployment::prefill_time`], [`Deployment::compute_bound_batch`].
+//!
+//! The catalog's `usable_gib` values are the ones that reproduce §4's capacity table block for
+//! block: 80 GB parts need a usable size in [79.1996, 79.2003) GiB, so 79.2 (not 79.19).
+//!
+//! ```
+//! use servebench_roofline::{kv_capacity, Catalog, Deployment, Dtype, KvDtype, KvSizing, SeqWork};
+//!
+//! let catalog = Catalog::builtin();
+//! let d = Deployment::new(
+//!     catalog.gpu("h100")?.clone(),
+//!     catalog.model("meta-llama/Llama-3.1-8B-Instruct")?.clone(),
+//!     Dtype::Bf16,
+//!     KvDtype::Auto,
+//!     1,
+//! )?;
+//! let step = d.step_time(&[SeqWork { new_tokens: 1, context: 1024, samples: true }]);
+//! assert!((step.total * 1e3 - 6.95).abs() < 0.01);
+//! let kv = kv_capacity(&d, &KvSizing::server_defaults(&d))?;
+//! assert_eq!(kv.num_gpu_blocks, 27_978);
+//! # Ok::<(), servebench_roofline::RooflineError>(())
+//! ```
 
 mod capacity;
 mod catalog;
@@ -50,7 +82,8 @@ pub struct SeqWork {
 /// A step's duration and its parts, in seconds; FLOPs and bytes are per GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct StepTime {
-    /// Step duration before jitter.
+    /// Step duration before jitter: `t_ovh + t_req + t_gpu + t_ar` when serial; with async
+    /// scheduling `max(max(t_fixed, t_cpu_floor) + t_req, L·t_layer + t_gpu + t_ar)`.
     pub total: f64,
     /// Compute time `FLOPs / (peak_flops · MFU)`.
     pub t_c: f64,
