@@ -1,0 +1,452 @@
+//! The simulator's command-line surface (SIMULATOR.md §9), with vLLM's flag names where vLLM
+//! has the concept. `servebench sim …` flattens [`SimArgs`] into its subcommand, and
+//! `servebench run --sim SPEC` parses SPEC with [`SimArgs::parse_spec`], so both use one syntax.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser};
+
+use crate::SimError;
+
+/// Every flag of `servebench sim` (SIMULATOR.md §9). Optional values left unset take the
+/// defaults of the GPU, the model or vLLM (SIMULATOR.md §2.5) when resolved.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct SimArgs {
+    /// Model preset (catalog id or Hugging Face name), as in `vllm serve MODEL`.
+    #[arg(value_name = "MODEL", default_value = "llama-3.1-8b")]
+    pub model: String,
+
+    /// GPU preset (catalog id or alias).
+    #[arg(long, value_name = "ID", default_value = "h100")]
+    pub gpu: String,
+
+    /// Tensor-parallel degree: divides weights, FLOPs and KV heads, adds all-reduces.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub tensor_parallel_size: u32,
+
+    /// Weights and activations data type: bf16 or fp8 (vLLM's `--quantization fp8` is accepted).
+    #[arg(
+        long,
+        alias = "quantization",
+        value_name = "DTYPE",
+        default_value = "bf16"
+    )]
+    pub dtype: String,
+
+    /// KV-cache data type: auto (2 bytes) or fp8.
+    #[arg(long, value_name = "DTYPE", default_value = "auto")]
+    pub kv_cache_dtype: String,
+
+    /// Maximum number of running sequences (default by GPU class).
+    #[arg(long, value_name = "N")]
+    pub max_num_seqs: Option<u32>,
+
+    /// Token budget of one engine step (default by GPU class).
+    #[arg(long, value_name = "N")]
+    pub max_num_batched_tokens: Option<u32>,
+
+    /// Fraction of GPU memory the engine may use.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.9)]
+    pub gpu_memory_utilization: f64,
+
+    /// Tokens per KV block.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub block_size: u32,
+
+    /// Maximum prompt + output length (default: the model's max_position_embeddings).
+    #[arg(long, value_name = "N")]
+    pub max_model_len: Option<u32>,
+
+    /// Use this many KV blocks instead of sizing the cache from memory.
+    #[arg(long, value_name = "N")]
+    pub num_gpu_blocks_override: Option<u32>,
+
+    /// Enable automatic prefix caching (the default).
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+
+    /// Disable automatic prefix caching.
+    #[arg(long, overrides_with = "enable_prefix_caching")]
+    pub no_enable_prefix_caching: bool,
+
+    /// Enable chunked prefill (the default).
+    #[arg(long, overrides_with = "no_enable_chunked_prefill")]
+    pub enable_chunked_prefill: bool,
+
+    /// Disable chunked prefill: a prompt must be scheduled whole.
+    #[arg(long, overrides_with = "enable_chunked_prefill")]
+    pub no_enable_chunked_prefill: bool,
+
+    /// Cap on one request's prefill tokens per step (0 = off).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub long_prefill_token_threshold: u32,
+
+    /// Model FLOPs utilisation at BF16 (default per GPU).
+    #[arg(long, value_name = "FRACTION")]
+    pub mfu: Option<f64>,
+
+    /// Model FLOPs utilisation at FP8 (default per GPU, else 0.7 × the BF16 one).
+    #[arg(long, value_name = "FRACTION")]
+    pub mfu_fp8: Option<f64>,
+
+    /// Memory-bandwidth utilisation (default per GPU).
+    #[arg(long, value_name = "FRACTION")]
+    pub mbu: Option<f64>,
+
+    /// Exponent of the soft roofline combining compute and memory time (default 1.5).
+    #[arg(long, value_name = "P")]
+    pub softroof_p: Option<f64>,
+
+    /// Fixed per-step overhead in µs (default 126).
+    #[arg(long, value_name = "US")]
+    pub step_overhead_us: Option<f64>,
+
+    /// Per-layer launch overhead in µs (default 32).
+    #[arg(long, value_name = "US")]
+    pub layer_overhead_us: Option<f64>,
+
+    /// Per-planned-request overhead in µs (default 4).
+    #[arg(long, value_name = "US")]
+    pub req_overhead_us: Option<f64>,
+
+    /// Minimum per-step CPU time in µs (default 2500 for models under 2 B parameters, else 0).
+    #[arg(long, value_name = "US")]
+    pub cpu_floor_us: Option<f64>,
+
+    /// Latency of one all-reduce in µs (default 5).
+    #[arg(long, value_name = "US")]
+    pub allreduce_latency_us: Option<f64>,
+
+    /// Effective all-reduce bandwidth in GB/s (default from the catalog).
+    #[arg(long, value_name = "GBPS")]
+    pub link_gbps: Option<f64>,
+
+    /// Overlap CPU scheduling with GPU work.
+    #[arg(long)]
+    pub async_scheduling: bool,
+
+    /// Fraction of KV blocks kept free when admitting (0 = off, as in vLLM).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.0)]
+    pub kv_watermark: f64,
+
+    /// Admit a request only if its prompt plus max_tokens fit the free KV blocks.
+    #[arg(long)]
+    pub full_sequence_must_fit: bool,
+
+    /// A TOML catalog whose entries add to or override the built-in ones.
+    #[arg(long, value_name = "FILE")]
+    pub catalog: Option<PathBuf>,
+
+    /// A Hugging Face config.json describing the model.
+    #[arg(long, alias = "model-config", value_name = "FILE")]
+    pub hf_config: Option<PathBuf>,
+
+    /// A custom GPU: bf16_tflops,fp8_tflops,tb_per_s,usable_gib.
+    #[arg(long, value_name = "SPEC")]
+    pub gpu_spec: Option<String>,
+
+    /// Override the GPU's usable memory in GiB.
+    #[arg(long, value_name = "GIB")]
+    pub gpu_memory_gib: Option<f64>,
+
+    /// Seed of every random stream (jitter, output lengths, faults).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub seed: u64,
+
+    /// Log-normal step-time jitter σ (0 = exact step times).
+    #[arg(long, alias = "jitter", value_name = "SIGMA", default_value_t = 0.02)]
+    pub jitter_sigma: f64,
+
+    /// Probability that a step suffers a hiccup.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub hiccup_prob: f64,
+
+    /// Duration a hiccup adds to a step, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 5.0)]
+    pub hiccup_ms: f64,
+
+    /// Median natural output length in tokens (0 disables natural stops).
+    #[arg(long, value_name = "TOKENS", default_value_t = 200.0)]
+    pub eos_len_median: f64,
+
+    /// Log-normal σ of the natural output length.
+    #[arg(long, value_name = "SIGMA", default_value_t = 0.8)]
+    pub eos_len_sigma: f64,
+
+    /// A Hugging Face tokenizer.json to count prompt tokens with (default: built-in).
+    #[arg(long, value_name = "PATH")]
+    pub tokenizer: Option<PathBuf>,
+
+    /// Divide every duration by this factor (demos).
+    #[arg(long, value_name = "K", default_value_t = 1.0)]
+    pub time_scale: f64,
+
+    /// Sleep to 1.5 ms before each step end, then yield until it (tens of µs of error).
+    #[arg(long)]
+    pub precise_timing: bool,
+
+    /// Re-anchor the engine timeline when it falls this far behind, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 20.0)]
+    pub max_lag_ms: f64,
+
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    pub host: String,
+
+    /// Port to listen on.
+    #[arg(long, value_name = "PORT", default_value_t = 8000)]
+    pub port: u16,
+
+    /// Model name(s) served by the API; the first is reported, all are accepted.
+    #[arg(long, value_name = "NAME", num_args = 1..)]
+    pub served_model_name: Vec<String>,
+
+    /// Report cached prompt tokens in usage.prompt_tokens_details (the default).
+    #[arg(long, overrides_with = "no_enable_prompt_tokens_details")]
+    pub enable_prompt_tokens_details: bool,
+
+    /// Leave prompt_tokens_details out of usage.
+    #[arg(long, overrides_with = "enable_prompt_tokens_details")]
+    pub no_enable_prompt_tokens_details: bool,
+
+    /// Also export vLLM's deprecated metric names.
+    #[arg(long)]
+    pub metrics_compat: bool,
+
+    /// Fraction of requests rejected at once with --fault-error-status.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub fault_error_rate: f64,
+
+    /// HTTP status of injected errors.
+    #[arg(long, value_name = "STATUS", default_value_t = 500)]
+    pub fault_error_status: u16,
+
+    /// Per streamed chunk: probability the handler holds it (and all later ones).
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub fault_stall_prob: f64,
+
+    /// Duration of an injected stall, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 2000.0)]
+    pub fault_stall_ms: f64,
+
+    /// Per request: probability the stream is closed after a random token, without [DONE].
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub fault_disconnect_prob: f64,
+
+    /// Per request: probability one chunk is sent as truncated JSON.
+    #[arg(long, value_name = "P", default_value_t = 0.0)]
+    pub fault_malformed_prob: f64,
+}
+
+/// A stand-alone parser for a `--sim SPEC` string: the same flags as `servebench sim`.
+#[derive(Debug, Parser)]
+#[command(name = "sim", no_binary_name = true, disable_version_flag = true)]
+struct SpecParser {
+    #[command(flatten)]
+    args: SimArgs,
+}
+
+impl Default for SimArgs {
+    /// The configuration of a bare `servebench sim`.
+    fn default() -> Self {
+        SpecParser::parse_from(std::iter::empty::<String>()).args
+    }
+}
+
+impl SimArgs {
+    /// Parses a whole `servebench sim` argument string, e.g.
+    /// `"llama-3.1-70b --gpu h100 --dtype fp8 --tensor-parallel-size 2"`. Words split as a
+    /// POSIX shell would (single and double quotes, backslash escapes), without expansion.
+    pub fn parse_spec(spec: &str) -> Result<SimArgs, SimError> {
+        let words = split_shell_words(spec)?;
+        SpecParser::try_parse_from(words)
+            .map(|p| p.args)
+            .map_err(|e| {
+                SimError::Config(format!(
+                    "in simulator spec '{spec}': {}",
+                    e.render().to_string().trim_end()
+                ))
+            })
+    }
+
+    /// Whether prefix caching is on (`--no-enable-prefix-caching` turns it off).
+    pub fn prefix_caching(&self) -> bool {
+        !self.no_enable_prefix_caching
+    }
+
+    /// Whether chunked prefill is on (`--no-enable-chunked-prefill` turns it off).
+    pub fn chunked_prefill(&self) -> bool {
+        !self.no_enable_chunked_prefill
+    }
+
+    /// Whether usage reports `prompt_tokens_details` (on unless disabled).
+    pub fn prompt_tokens_details(&self) -> bool {
+        !self.no_enable_prompt_tokens_details
+    }
+}
+
+/// Splits a command line into words like a POSIX shell: whitespace separates words, single
+/// quotes keep everything literally, double quotes allow `\"`, `\\`, `\$` and `` \` ``
+/// escapes, and an unquoted backslash escapes the next character.
+pub fn split_shell_words(line: &str) -> Result<Vec<String>, SimError> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    // A word exists once any character or quote pair was seen, so `''` yields an empty word.
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(ch) => word.push(ch),
+                        None => return Err(unterminated(line, '\'')),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(ch @ ('"' | '\\' | '$' | '`')) => word.push(ch),
+                            Some(ch) => {
+                                word.push('\\');
+                                word.push(ch);
+                            }
+                            None => return Err(unterminated(line, '"')),
+                        },
+                        Some(ch) => word.push(ch),
+                        None => return Err(unterminated(line, '"')),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                match chars.next() {
+                    Some(ch) => word.push(ch),
+                    None => {
+                        return Err(SimError::Config(format!(
+                            "simulator spec '{line}' ends with a lone backslash"
+                        )))
+                    }
+                }
+            }
+            c => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+fn unterminated(line: &str, quote: char) -> SimError {
+    SimError::Config(format!(
+        "simulator spec '{line}' has an unterminated {quote} quote"
+    ))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_spec_table() {
+        let a = SimArgs::default();
+        assert_eq!(a.model, "llama-3.1-8b");
+        assert_eq!(a.gpu, "h100");
+        assert_eq!(a.tensor_parallel_size, 1);
+        assert_eq!(a.dtype, "bf16");
+        assert_eq!(a.kv_cache_dtype, "auto");
+        assert_eq!(a.gpu_memory_utilization, 0.9);
+        assert_eq!(a.block_size, 16);
+        assert!(a.prefix_caching() && a.chunked_prefill() && a.prompt_tokens_details());
+        assert_eq!(a.jitter_sigma, 0.02);
+        assert_eq!(a.hiccup_ms, 5.0);
+        assert_eq!(a.eos_len_median, 200.0);
+        assert_eq!(a.eos_len_sigma, 0.8);
+        assert_eq!(a.time_scale, 1.0);
+        assert_eq!(a.max_lag_ms, 20.0);
+        assert_eq!((a.host.as_str(), a.port), ("127.0.0.1", 8000));
+        assert_eq!(a.fault_error_status, 500);
+        assert_eq!(a.fault_stall_ms, 2000.0);
+        assert!(a.max_num_seqs.is_none() && a.max_model_len.is_none());
+        assert!(a.served_model_name.is_empty());
+    }
+
+    #[test]
+    fn spec_uses_vllm_flag_names_and_aliases() {
+        let a = SimArgs::parse_spec(
+            "llama-3.1-70b --gpu h100 --quantization fp8 --tensor-parallel-size 2 \
+             --max-num-seqs 64 --no-enable-prefix-caching --model-config /tmp/c.json --jitter 0",
+        )
+        .unwrap();
+        assert_eq!(a.model, "llama-3.1-70b");
+        assert_eq!(a.dtype, "fp8");
+        assert_eq!(a.tensor_parallel_size, 2);
+        assert_eq!(a.max_num_seqs, Some(64));
+        assert!(!a.prefix_caching());
+        assert_eq!(a.hf_config, Some(PathBuf::from("/tmp/c.json")));
+        assert_eq!(a.jitter_sigma, 0.0);
+    }
+
+    #[test]
+    fn the_last_of_a_flag_pair_wins() {
+        let a =
+            SimArgs::parse_spec("--no-enable-chunked-prefill --enable-chunked-prefill").unwrap();
+        assert!(a.chunked_prefill());
+        let a =
+            SimArgs::parse_spec("--enable-chunked-prefill --no-enable-chunked-prefill").unwrap();
+        assert!(!a.chunked_prefill());
+        let a = SimArgs::parse_spec("--no-enable-prompt-tokens-details").unwrap();
+        assert!(!a.prompt_tokens_details());
+    }
+
+    #[test]
+    fn quoted_words_survive_splitting() {
+        let a = SimArgs::parse_spec(r#"--served-model-name "my model" --catalog '/a b/c.toml'"#)
+            .unwrap();
+        assert_eq!(a.served_model_name, vec!["my model".to_string()]);
+        assert_eq!(a.catalog, Some(PathBuf::from("/a b/c.toml")));
+    }
+
+    #[test]
+    fn shell_splitting_rules() {
+        assert_eq!(split_shell_words("  a  b\tc ").unwrap(), ["a", "b", "c"]);
+        assert_eq!(
+            split_shell_words(r#"a\ b "c\"d" 'e\f' ''"#).unwrap(),
+            ["a b", "c\"d", "e\\f", ""]
+        );
+        assert_eq!(split_shell_words(r#"x"y z"w"#).unwrap(), ["xy zw"]);
+        assert!(split_shell_words("'open").is_err());
+        assert!(split_shell_words("\"open").is_err());
+        assert!(split_shell_words("trailing\\").is_err());
+        assert!(split_shell_words("").unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_specs_are_config_errors_naming_the_flag() {
+        let err = SimArgs::parse_spec("--max-num-seqs lots")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--max-num-seqs"), "{err}");
+        let err = SimArgs::parse_spec("--no-such-flag")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--no-such-flag"), "{err}");
+    }
+}

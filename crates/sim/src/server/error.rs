@@ -1,0 +1,113 @@
+//! Errors in vLLM's current OpenAI-compatible shape:
+//! `{"error": {"message", "type", "param", "code"}}` with `code` the HTTP status.
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// An error response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    pub param: Option<&'static str>,
+}
+
+impl ApiError {
+    /// 400 Bad Request.
+    pub fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            param,
+        }
+    }
+
+    /// 404 for a model the server does not serve, worded as vLLM words it.
+    pub fn unknown_model(model: &str) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("The model `{model}` does not exist."),
+            param: Some("model"),
+        }
+    }
+
+    /// Any status with a message.
+    pub fn with_status(status: StatusCode, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    /// The engine task is gone (the server is shutting down).
+    pub fn engine_stopped() -> Self {
+        ApiError::with_status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The engine is shutting down.",
+        )
+    }
+
+    /// vLLM's `type` for a status.
+    fn error_type(&self) -> &'static str {
+        match self.status.as_u16() {
+            400 | 422 => "BadRequestError",
+            401 => "AuthenticationError",
+            403 => "PermissionDeniedError",
+            404 => "NotFoundError",
+            409 => "ConflictError",
+            429 => "RateLimitError",
+            503 => "ServiceUnavailableError",
+            s if s >= 500 => "InternalServerError",
+            _ => "BadRequestError",
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "message": self.message,
+                "type": self.error_type(),
+                "param": self.param,
+                "code": self.status.as_u16(),
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = self.body().to_string();
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_matches_vllm() {
+        let e = ApiError::bad_request("too long", Some("max_tokens"));
+        assert_eq!(
+            e.body(),
+            serde_json::json!({"error": {"message": "too long", "type": "BadRequestError", "param": "max_tokens", "code": 400}})
+        );
+        let e = ApiError::unknown_model("gpt-5");
+        assert_eq!(e.body()["error"]["type"], "NotFoundError");
+        assert_eq!(e.body()["error"]["code"], 404);
+        assert_eq!(
+            e.body()["error"]["message"],
+            "The model `gpt-5` does not exist."
+        );
+        let e = ApiError::with_status(StatusCode::INTERNAL_SERVER_ERROR, "boom");
+        assert_eq!(e.body()["error"]["type"], "InternalServerError");
+        assert!(e.body()["error"]["param"].is_null());
+    }
+}

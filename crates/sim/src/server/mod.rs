@@ -1,0 +1,467 @@
+//! The OpenAI-compatible HTTP surface of the simulator (SIMULATOR.md §7): completions and chat
+//! (streaming and not), models, health, version, Prometheus metrics, tokenize, prefix-cache
+//! reset and the effective configuration.
+//!
+//! The library never binds a port on its own or installs signal handlers: [`serve`] takes a
+//! bound listener and a shutdown future; [`spawn_in_process`] binds `127.0.0.1:0` for callers
+//! that want a private simulator.
+
+mod error;
+mod request;
+mod response;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use axum::Router;
+use servebench_tokenizer::Tokenizer;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+pub use error::ApiError;
+pub use request::Endpoint;
+
+use crate::engine::{EngineCore, NewRequest};
+use crate::faults::{FaultInjector, FaultKind};
+use crate::prometheus::{self, CacheConfigInfo, MetricsView};
+use crate::realtime::{self, EngineHandle};
+use crate::resolve::ResolvedSim;
+use crate::SimError;
+use request::{GenerateBody, Limits, TokenizeBody};
+use response::{AbortOnDrop, ChunkTemplate, StreamState};
+
+/// Shared state of every handler: immutable configuration plus the engine handle.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    inner: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Word {
+    raw: String,
+    escaped: String,
+}
+
+#[derive(Debug)]
+struct Shared {
+    engine: EngineHandle,
+    served_name: String,
+    accepted_names: Vec<String>,
+    tokenizer: Tokenizer,
+    limits: Limits,
+    /// Output words by token id, each with its leading space: raw and JSON-escaped.
+    words: HashMap<u32, Word>,
+    sim_config: Bytes,
+    faults: FaultInjector,
+    prompt_tokens_details: bool,
+    metrics_compat: bool,
+    cache_info: CacheConfigInfo,
+    /// Unix seconds at start: the `created` of models and responses.
+    created: u64,
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn escape_text(s: &str) -> String {
+    let quoted = serde_json::Value::from(s).to_string();
+    quoted[1..quoted.len() - 1].to_string()
+}
+
+impl AppState {
+    /// State for a resolved configuration served by `engine`.
+    pub fn new(sim: &ResolvedSim, engine: EngineHandle) -> Self {
+        let words = sim
+            .tokenizer
+            .filler_words()
+            .into_iter()
+            .map(|(raw, id)| {
+                (
+                    id,
+                    Word {
+                        escaped: escape_text(&raw),
+                        raw,
+                    },
+                )
+            })
+            .collect();
+        let sim_config =
+            Bytes::from(serde_json::to_vec_pretty(&sim.config_json).unwrap_or_default());
+        let e = &sim.engine;
+        AppState {
+            inner: Arc::new(Shared {
+                engine,
+                served_name: sim.served_model_name.clone(),
+                accepted_names: sim.accepted_model_names.clone(),
+                tokenizer: sim.tokenizer.clone(),
+                limits: Limits {
+                    max_model_len: e.max_model_len,
+                    vocab_size: e.vocab_size,
+                },
+                words,
+                sim_config,
+                faults: FaultInjector::new(sim.faults.clone(), e.seed),
+                prompt_tokens_details: sim.prompt_tokens_details,
+                metrics_compat: sim.metrics_compat,
+                cache_info: CacheConfigInfo {
+                    block_size: e.block_size,
+                    gpu_memory_utilization: sim.gpu_memory_utilization,
+                    num_gpu_blocks: e.num_gpu_blocks,
+                    enable_prefix_caching: e.enable_prefix_caching,
+                    cache_dtype: sim.cache_dtype.clone(),
+                },
+                created: unix_now(),
+            }),
+        }
+    }
+
+    /// The engine this state talks to.
+    pub fn engine(&self) -> &EngineHandle {
+        &self.inner.engine
+    }
+
+    /// The fault injector (for its counters).
+    pub fn faults(&self) -> &FaultInjector {
+        &self.inner.faults
+    }
+
+    /// JSON-escaped text of an output token.
+    fn word(&self, id: u32) -> Cow<'_, str> {
+        match self.inner.words.get(&id) {
+            Some(w) => Cow::Borrowed(w.escaped.as_str()),
+            None => Cow::Owned(escape_text(&self.inner.tokenizer.decode(&[id]))),
+        }
+    }
+
+    /// Text of an output token.
+    fn raw_word(&self, id: u32) -> Cow<'_, str> {
+        match self.inner.words.get(&id) {
+            Some(w) => Cow::Borrowed(w.raw.as_str()),
+            None => Cow::Owned(self.inner.tokenizer.decode(&[id])),
+        }
+    }
+
+    fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
+        match model {
+            None => Ok(()),
+            Some(m) if self.inner.accepted_names.iter().any(|n| n == m) => Ok(()),
+            Some(m) => Err(ApiError::unknown_model(m)),
+        }
+    }
+
+    /// The `/metrics` page as of the last engine step.
+    pub fn render_metrics(&self) -> String {
+        let snap = self.inner.engine.metrics();
+        prometheus::encode(&MetricsView {
+            model_name: &self.inner.served_name,
+            engine: &snap.engine,
+            driver: &snap.driver,
+            cache: &self.inner.cache_info,
+            faults: self.inner.faults.counts(),
+            compat: self.inner.metrics_compat,
+        })
+    }
+}
+
+/// Every route of the simulator.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/version", get(version))
+        .route("/metrics", get(metrics))
+        .route("/tokenize", post(tokenize))
+        .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .route("/sim/config", get(sim_config))
+        .with_state(state)
+}
+
+async fn completions(State(app): State<AppState>, body: Bytes) -> Response {
+    let received = Instant::now();
+    generate(app, Endpoint::Completions, body, received)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response {
+    let received = Instant::now();
+    generate(app, Endpoint::Chat, body, received)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn generate(
+    app: AppState,
+    endpoint: Endpoint,
+    body: Bytes,
+    received: Instant,
+) -> Result<Response, ApiError> {
+    let body: GenerateBody = request::parse_json(&body)?;
+    app.check_model(body.model.as_deref())?;
+    let req = request::validate(endpoint, &body, &app.inner.tokenizer, app.inner.limits)?;
+    let faults = app.inner.faults.draw(req.max_tokens);
+    if faults.error {
+        app.inner.faults.record(FaultKind::Error);
+        let status = StatusCode::from_u16(app.inner.faults.config().error_status)
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return Err(ApiError::with_status(
+            status,
+            "Injected fault: the simulator rejected this request.",
+        ));
+    }
+    let prompt_tokens = u32::try_from(req.prompt.len()).unwrap_or(u32::MAX);
+    let new = NewRequest {
+        id: 0,
+        prompt: req.prompt,
+        max_tokens: req.max_tokens,
+        min_tokens: req.min_tokens,
+        ignore_eos: req.ignore_eos,
+        seed: req.seed,
+        cache_salt: req.cache_salt,
+        arrival_ns: 0,
+    };
+    let engine = app.inner.engine.clone();
+    let submitted = engine
+        .submit(new, received)
+        .await
+        .map_err(|_| ApiError::engine_stopped())?;
+    let mut guard = AbortOnDrop::new(engine, submitted.id);
+    let created = unix_now();
+    let details = app.inner.prompt_tokens_details;
+
+    if req.stream {
+        let template = Arc::new(ChunkTemplate::new(
+            endpoint,
+            submitted.id,
+            created,
+            &app.inner.served_name,
+            prompt_tokens,
+            req.continuous_usage,
+            details,
+        ));
+        let state = StreamState {
+            app,
+            template,
+            events: submitted.events,
+            guard,
+            faults,
+            include_usage: req.include_usage,
+            sent: 0,
+            role_sent: false,
+            done: false,
+            cut: false,
+        };
+        let stream = futures_util::stream::unfold(state, |mut s| async move {
+            let item = s.next_write().await?;
+            Some((item, s))
+        });
+        let mut resp = Response::new(Body::from_stream(stream));
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream; charset=utf-8"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return Ok(resp);
+    }
+
+    let mut events = submitted.events;
+    let mut text = String::new();
+    let finished = loop {
+        match events.recv().await {
+            Some(ev) => {
+                if let Some(t) = ev.token {
+                    text.push_str(&app.raw_word(t));
+                }
+                if let Some(f) = ev.finished {
+                    break f;
+                }
+            }
+            None => return Err(ApiError::engine_stopped()),
+        }
+    };
+    guard.disarm();
+    let meta = response::ResponseMeta {
+        endpoint,
+        id: submitted.id,
+        created,
+        model: &app.inner.served_name,
+        prompt_tokens,
+        details,
+    };
+    let body = response::full_body(meta, text, &finished);
+    Ok(axum::Json(body).into_response())
+}
+
+async fn models(State(app): State<AppState>) -> Response {
+    let s = &app.inner;
+    axum::Json(serde_json::json!({
+        "object": "list",
+        "data": [{
+            "id": s.served_name,
+            "object": "model",
+            "created": s.created,
+            "owned_by": "servebench-sim",
+            "root": s.served_name,
+            "parent": null,
+            "max_model_len": s.limits.max_model_len,
+        }]
+    }))
+    .into_response()
+}
+
+async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+async fn version() -> Response {
+    axum::Json(serde_json::json!({ "version": concat!(env!("CARGO_PKG_VERSION"), "-sim") }))
+        .into_response()
+}
+
+async fn metrics(State(app): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        app.render_metrics(),
+    )
+        .into_response()
+}
+
+async fn tokenize(State(app): State<AppState>, body: Bytes) -> Response {
+    let result = (|| {
+        let body: TokenizeBody = request::parse_json(&body)?;
+        app.check_model(body.model.as_deref())?;
+        let tokens = match (&body.prompt, &body.messages) {
+            (Some(p), _) => request::completion_prompt(&app.inner.tokenizer, p, app.inner.limits)?,
+            (None, Some(m)) => request::chat_prompt(&app.inner.tokenizer, m),
+            (None, None) => {
+                return Err(ApiError::bad_request(
+                    "Either `prompt` or `messages` is required.",
+                    Some("prompt"),
+                ))
+            }
+        };
+        Ok(serde_json::json!({
+            "count": tokens.len(),
+            "max_model_len": app.inner.limits.max_model_len,
+            "tokens": tokens,
+            "token_strs": null,
+        }))
+    })();
+    match result {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn reset_prefix_cache(State(app): State<AppState>) -> Response {
+    match app.inner.engine.reset_prefix_cache().await {
+        Ok(true) => StatusCode::OK.into_response(),
+        Ok(false) => ApiError::with_status(
+            StatusCode::CONFLICT,
+            "Cannot reset the prefix cache while KV blocks are in use; retry when the engine is idle.",
+        )
+        .into_response(),
+        Err(_) => ApiError::engine_stopped().into_response(),
+    }
+}
+
+async fn sim_config(State(app): State<AppState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        app.inner.sim_config.clone(),
+    )
+        .into_response()
+}
+
+/// Serves the simulator on `listener` until `shutdown` resolves, then stops the engine (open
+/// streams end without `[DONE]`) and returns once every connection has closed. The engine runs
+/// on its own thread so that busy request handlers cannot delay its steps.
+pub async fn serve(
+    listener: TcpListener,
+    sim: ResolvedSim,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), SimError> {
+    let core = EngineCore::new(sim.engine.clone())?;
+    let (engine, _thread) = realtime::spawn_thread(core, sim.timing.clone())?;
+    let state = AppState::new(&sim, engine.clone());
+    // Token chunks are small writes that must leave at once.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let stopper = engine.clone();
+    let result = axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            stopper.stop();
+        })
+        .await;
+    engine.stop();
+    result.map_err(SimError::Io)
+}
+
+/// Stops an in-process simulator when dropped or on [`ShutdownHandle::shutdown`].
+#[derive(Debug)]
+pub struct ShutdownHandle {
+    trigger: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), SimError>>>,
+}
+
+impl ShutdownHandle {
+    /// Stops the server and waits until it has closed every connection.
+    pub async fn shutdown(mut self) -> Result<(), SimError> {
+        if let Some(t) = self.trigger.take() {
+            let _ = t.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.map_err(|e| {
+                SimError::Io(std::io::Error::other(format!("simulator task failed: {e}")))
+            })?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ShutdownHandle {
+    fn drop(&mut self) {
+        // Dropping the sender resolves the server's shutdown future.
+        self.trigger.take();
+    }
+}
+
+/// Starts a simulator on `127.0.0.1:0` in the current runtime; it serves until the handle is
+/// dropped or shut down.
+pub async fn spawn_in_process(sim: ResolvedSim) -> Result<(SocketAddr, ShutdownHandle), SimError> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    let (trigger, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve(listener, sim, async move {
+        let _ = rx.await;
+    }));
+    Ok((
+        addr,
+        ShutdownHandle {
+            trigger: Some(trigger),
+            task: Some(task),
+        },
+    ))
+}

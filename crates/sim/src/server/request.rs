@@ -1,0 +1,472 @@
+//! OpenAI request bodies as the simulator reads them (SIMULATOR.md §7), prompt token counting
+//! with the shared tokenizer and the built-in chat template, and vLLM-style validation.
+
+use serde::Deserialize;
+use servebench_tokenizer::Tokenizer;
+
+use super::error::ApiError;
+
+/// Chat template token ids: every tokenizer has ids this small, and their identity only matters
+/// for prefix hashing (a repeated conversation must hash the same).
+const BOS: u32 = 1;
+const HEADER_START: u32 = 2;
+const HEADER_END: u32 = 3;
+const END_OF_TURN: u32 = 4;
+
+/// Which endpoint a request came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Completions,
+    Chat,
+}
+
+/// `prompt`: a string, token ids, or a one-element list of either.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum PromptInput {
+    Text(String),
+    Tokens(Vec<i64>),
+    Texts(Vec<String>),
+    TokenLists(Vec<Vec<i64>>),
+}
+
+/// Message `content`: a string or a list of parts (text parts are read, others ignored).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One part of a multi-part message.
+#[derive(Debug, Deserialize)]
+pub struct ContentPart {
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// One chat message.
+#[derive(Debug, Deserialize)]
+pub struct Message {
+    #[serde(default)]
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+    #[serde(default)]
+    pub continuous_usage_stats: Option<bool>,
+}
+
+/// The fields of `/v1/completions` and `/v1/chat/completions` bodies the simulator honours;
+/// sampling fields are accepted and ignored.
+#[derive(Debug, Default, Deserialize)]
+pub struct GenerateBody {
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub prompt: Option<PromptInput>,
+    #[serde(default)]
+    pub messages: Option<Vec<Message>>,
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<i64>,
+    #[serde(default)]
+    pub min_tokens: Option<i64>,
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub cache_salt: Option<String>,
+    #[serde(default)]
+    pub n: Option<i64>,
+}
+
+/// `/tokenize` body.
+#[derive(Debug, Default, Deserialize)]
+pub struct TokenizeBody {
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub prompt: Option<PromptInput>,
+    #[serde(default)]
+    pub messages: Option<Vec<Message>>,
+}
+
+/// A request that passed validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidRequest {
+    pub prompt: Vec<u32>,
+    pub max_tokens: u32,
+    pub min_tokens: u32,
+    pub ignore_eos: bool,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub continuous_usage: bool,
+    pub seed: Option<u64>,
+    pub cache_salt: Option<String>,
+}
+
+/// What validation needs to know about the server.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_model_len: u32,
+    /// Prompt token ids must be below this.
+    pub vocab_size: u32,
+}
+
+/// Parses a JSON body, mapping syntax and type errors to 400.
+pub fn parse_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("Invalid request body: {e}"), None))
+}
+
+fn role_id(role: &str) -> u32 {
+    match role {
+        "system" | "developer" => 5,
+        "user" => 6,
+        "assistant" => 7,
+        "tool" => 8,
+        _ => 9,
+    }
+}
+
+/// Prompt ids of a chat conversation under the built-in template: 1 token, then 4 per message
+/// around its content, then 3 for the assistant header.
+pub fn chat_prompt(tokenizer: &Tokenizer, messages: &[Message]) -> Vec<u32> {
+    let mut ids = vec![BOS];
+    for m in messages {
+        ids.extend([HEADER_START, role_id(&m.role), HEADER_END]);
+        match &m.content {
+            Some(Content::Text(t)) => ids.extend(tokenizer.encode(t)),
+            Some(Content::Parts(parts)) => {
+                for p in parts {
+                    if let Some(t) = &p.text {
+                        ids.extend(tokenizer.encode(t));
+                    }
+                }
+            }
+            None => {}
+        }
+        ids.push(END_OF_TURN);
+    }
+    ids.extend([HEADER_START, role_id("assistant"), HEADER_END]);
+    ids
+}
+
+fn token_ids(raw: &[i64], limits: Limits) -> Result<Vec<u32>, ApiError> {
+    raw.iter()
+        .map(|&t| {
+            u32::try_from(t)
+                .ok()
+                .filter(|&id| id < limits.vocab_size)
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        format!("Token id {t} is out of vocabulary"),
+                        Some("prompt"),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Prompt ids of a `prompt` field.
+pub fn completion_prompt(
+    tokenizer: &Tokenizer,
+    prompt: &PromptInput,
+    limits: Limits,
+) -> Result<Vec<u32>, ApiError> {
+    let batch = || {
+        ApiError::bad_request(
+            "Only a single prompt per request is supported; send one request per prompt.",
+            Some("prompt"),
+        )
+    };
+    match prompt {
+        PromptInput::Text(t) => Ok(tokenizer.encode(t)),
+        PromptInput::Tokens(ids) => token_ids(ids, limits),
+        PromptInput::Texts(v) => match v.as_slice() {
+            [t] => Ok(tokenizer.encode(t)),
+            [] => Ok(Vec::new()),
+            _ => Err(batch()),
+        },
+        PromptInput::TokenLists(v) => match v.as_slice() {
+            [ids] => token_ids(ids, limits),
+            [] => Ok(Vec::new()),
+            _ => Err(batch()),
+        },
+    }
+}
+
+fn non_negative(v: Option<i64>, name: &'static str) -> Result<Option<u32>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(x) => u32::try_from(x).map(Some).map_err(|_| {
+            ApiError::bad_request(format!("{name} must be non-negative, got {x}."), Some(name))
+        }),
+    }
+}
+
+/// Validates a generation request and counts its prompt, as vLLM does.
+pub fn validate(
+    endpoint: Endpoint,
+    body: &GenerateBody,
+    tokenizer: &Tokenizer,
+    limits: Limits,
+) -> Result<ValidRequest, ApiError> {
+    if let Some(n) = body.n {
+        if n != 1 {
+            return Err(ApiError::bad_request(
+                format!("n must be 1 (the simulator generates one choice per request), got {n}."),
+                Some("n"),
+            ));
+        }
+    }
+    let prompt = match endpoint {
+        Endpoint::Completions => match &body.prompt {
+            Some(p) => completion_prompt(tokenizer, p, limits)?,
+            None => {
+                return Err(ApiError::bad_request(
+                    "Field `prompt` is required.",
+                    Some("prompt"),
+                ))
+            }
+        },
+        Endpoint::Chat => match &body.messages {
+            Some(m) if !m.is_empty() => chat_prompt(tokenizer, m),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "Field `messages` must be a non-empty list.",
+                    Some("messages"),
+                ))
+            }
+        },
+    };
+    if prompt.is_empty() {
+        return Err(ApiError::bad_request(
+            "The prompt cannot be empty.",
+            Some("prompt"),
+        ));
+    }
+    let max_model_len = limits.max_model_len;
+    let input = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
+    if input >= max_model_len {
+        return Err(ApiError::bad_request(
+            format!(
+                "This model's maximum context length is {max_model_len} tokens. However, your request has \
+                 {input} input tokens. Please reduce the length of the input messages."
+            ),
+            Some("input_tokens"),
+        ));
+    }
+    let requested = match endpoint {
+        Endpoint::Completions => non_negative(body.max_tokens, "max_tokens")?,
+        Endpoint::Chat => {
+            match non_negative(body.max_completion_tokens, "max_completion_tokens")? {
+                Some(v) => Some(v),
+                None => non_negative(body.max_tokens, "max_tokens")?,
+            }
+        }
+    };
+    let max_tokens = match (requested, endpoint) {
+        (Some(v), _) => v,
+        (None, Endpoint::Completions) => 16,
+        (None, Endpoint::Chat) => max_model_len - input,
+    };
+    if max_tokens == 0 {
+        return Err(ApiError::bad_request(
+            "max_tokens must be at least 1, got 0.",
+            Some("max_tokens"),
+        ));
+    }
+    if u64::from(input) + u64::from(max_tokens) > u64::from(max_model_len) {
+        let (what, reduce) = match endpoint {
+            Endpoint::Completions => ("prompt", "prompt or completion"),
+            Endpoint::Chat => ("messages", "messages or completion"),
+        };
+        return Err(ApiError::bad_request(
+            format!(
+                "This model's maximum context length is {max_model_len} tokens. However, you requested {} tokens \
+                 ({input} in the {what}, {max_tokens} in the completion). Please reduce the length of the {reduce}.",
+                u64::from(input) + u64::from(max_tokens)
+            ),
+            Some("max_tokens"),
+        ));
+    }
+    let min_tokens = non_negative(body.min_tokens, "min_tokens")?.unwrap_or(0);
+    if min_tokens > max_tokens {
+        return Err(ApiError::bad_request(
+            format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."),
+            Some("min_tokens"),
+        ));
+    }
+    let options = body.stream_options.as_ref();
+    Ok(ValidRequest {
+        prompt,
+        max_tokens,
+        min_tokens,
+        ignore_eos: body.ignore_eos.unwrap_or(false),
+        stream: body.stream.unwrap_or(false),
+        include_usage: options.and_then(|o| o.include_usage).unwrap_or(false),
+        continuous_usage: options
+            .and_then(|o| o.continuous_usage_stats)
+            .unwrap_or(false),
+        // Negative seeds are valid in vLLM; their bit pattern keys the stream.
+        seed: body.seed.map(|s| s as u64),
+        cache_salt: body.cache_salt.clone(),
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_model_len: 100,
+        vocab_size: 1000,
+    };
+
+    fn body(json: &str) -> GenerateBody {
+        parse_json(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn chat_template_adds_one_plus_four_per_message_plus_three() {
+        let tok = Tokenizer::builtin();
+        let b = body(
+            r#"{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":[{"type":"text","text":"Hello there"}]}]}"#,
+        );
+        let v = validate(
+            Endpoint::Chat,
+            &b,
+            &tok,
+            Limits {
+                max_model_len: 1000,
+                vocab_size: 300_000,
+            },
+        )
+        .unwrap();
+        let content = tok.count("You are terse.") + tok.count("Hello there");
+        assert_eq!(v.prompt.len(), 1 + 2 * 4 + 3 + content);
+        // Chat defaults max_tokens to the rest of the context.
+        assert_eq!(v.max_tokens as usize, 1000 - v.prompt.len());
+    }
+
+    #[test]
+    fn completion_prompt_forms() {
+        let tok = Tokenizer::builtin();
+        let v = validate(
+            Endpoint::Completions,
+            &body(r#"{"prompt":[5,6,7]}"#),
+            &tok,
+            LIMITS,
+        )
+        .unwrap();
+        assert_eq!((v.prompt, v.max_tokens), (vec![5, 6, 7], 16));
+        let v = validate(
+            Endpoint::Completions,
+            &body(r#"{"prompt":[[9]],"max_tokens":3}"#),
+            &tok,
+            LIMITS,
+        )
+        .unwrap();
+        assert_eq!((v.prompt, v.max_tokens), (vec![9], 3));
+        let v = validate(
+            Endpoint::Completions,
+            &body(r#"{"prompt":["hello world"]}"#),
+            &tok,
+            LIMITS,
+        )
+        .unwrap();
+        assert_eq!(v.prompt, tok.encode("hello world"));
+        let e = validate(
+            Endpoint::Completions,
+            &body(r#"{"prompt":["a","b"]}"#),
+            &tok,
+            LIMITS,
+        )
+        .unwrap_err();
+        assert_eq!(e.param, Some("prompt"));
+    }
+
+    #[test]
+    fn vllm_rejections() {
+        let tok = Tokenizer::builtin();
+        let check = |ep, json: &str, needle: &str| {
+            let e = validate(ep, &body(json), &tok, LIMITS).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400);
+            assert!(e.message.contains(needle), "{json}: {}", e.message);
+        };
+        check(Endpoint::Completions, r#"{"prompt":""}"#, "cannot be empty");
+        check(Endpoint::Completions, r#"{"prompt":[]}"#, "cannot be empty");
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1,1000]}"#,
+            "Token id 1000 is out of vocabulary",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[-1]}"#,
+            "out of vocabulary",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"n":2}"#,
+            "n must be 1",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1,2,3,4,5,6,7,8,9,10],"max_tokens":91}"#,
+            "maximum context length is 100 tokens. However, you requested 101 tokens (10 in the prompt, 91 in the completion)",
+        );
+        check(
+            Endpoint::Completions,
+            &format!(r#"{{"prompt":{:?}}}"#, vec![1; 100]),
+            "your request has 100 input tokens",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"max_tokens":0}"#,
+            "at least 1",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"max_tokens":4,"min_tokens":5}"#,
+            "min_tokens",
+        );
+        check(Endpoint::Chat, r#"{"messages":[]}"#, "messages");
+        check(Endpoint::Completions, r#"{"messages":[]}"#, "prompt");
+    }
+
+    #[test]
+    fn chat_max_completion_tokens_wins() {
+        let tok = Tokenizer::builtin();
+        let b = body(
+            r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":10,"max_completion_tokens":7,"stream":true,"stream_options":{"include_usage":true},"seed":-1,"temperature":0.7}"#,
+        );
+        let v = validate(Endpoint::Chat, &b, &tok, LIMITS).unwrap();
+        assert_eq!(v.max_tokens, 7);
+        assert!(v.stream && v.include_usage && !v.continuous_usage);
+        assert_eq!(v.seed, Some(u64::MAX));
+    }
+
+    #[test]
+    fn malformed_json_is_a_400() {
+        let e = parse_json::<GenerateBody>(b"{\"prompt\": ").unwrap_err();
+        assert_eq!(e.status.as_u16(), 400);
+        let e = parse_json::<GenerateBody>(b"{\"max_tokens\": \"ten\"}").unwrap_err();
+        assert_eq!(e.status.as_u16(), 400);
+    }
+}
