@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod engine;
+pub mod virtual_time;
 pub mod faults;
 pub mod prometheus;
 pub mod realtime;

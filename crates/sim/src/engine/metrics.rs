@@ -13,7 +13,12 @@ pub struct Histogram {
 impl Histogram {
     pub fn new(bounds: Vec<f64>) -> Self {
         let n = bounds.len() + 1;
-        Histogram { bounds, counts: vec![0; n], sum: 0.0, count: 0 }
+        Histogram {
+            bounds,
+            counts: vec![0; n],
+            sum: 0.0,
+            count: 0,
+        }
     }
 
     pub fn observe(&mut self, v: f64) {

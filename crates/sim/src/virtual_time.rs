@@ -1,0 +1,359 @@
+//! The virtual-time driver (SIMULATOR.md §8): a discrete-event loop over the engine core,
+//! without tokio or sleeping. Events are client arrivals and step ends; an idle engine jumps
+//! to the next arrival, so an hour of load costs seconds of CPU.
+//!
+//! A client-side concurrency cap holds arrivals until a request in flight finishes (a closed
+//! loop is "everything intended at 0 with a cap"), so queueing in the client emerges as the
+//! gap between `intended_ns` and `sent_ns`.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::engine::{EngineConfig, EngineCore, EngineMetrics, FinishReason, NewRequest};
+use crate::SimError;
+
+/// One request of a virtual workload and when the client means to send it.
+#[derive(Debug, Clone)]
+pub struct VirtualArrival {
+    /// Intended send time (ns from the start of the run).
+    pub intended_ns: u64,
+    /// The request; its `arrival_ns` is overwritten with the time it reaches the engine.
+    pub request: NewRequest,
+}
+
+/// What to run.
+#[derive(Debug, Clone, Default)]
+pub struct VirtualWorkload {
+    pub arrivals: Vec<VirtualArrival>,
+    /// Client-side cap on requests in flight (`None` = open loop without a cap).
+    pub max_concurrency: Option<usize>,
+}
+
+/// What happened to one request, in engine nanoseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestTrace {
+    pub id: u64,
+    pub intended_ns: u64,
+    /// When the client got a slot and the request reached the engine.
+    pub sent_ns: u64,
+    pub first_scheduled_ns: Option<u64>,
+    /// One entry per generated token (tokens of one step share its end time).
+    pub token_times_ns: Vec<u64>,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    pub cached_tokens: u32,
+    /// `None` only for a request still in flight (the run stopped early).
+    pub finish_reason: Option<FinishReason>,
+    pub preemptions: u32,
+    /// When the request left the engine.
+    pub end_ns: Option<u64>,
+}
+
+impl RequestTrace {
+    /// Intended send → first token.
+    pub fn ttft_ns(&self) -> Option<u64> {
+        self.token_times_ns
+            .first()
+            .map(|t| t - self.intended_ns.min(*t))
+    }
+
+    /// Mean gap between successive tokens: `(last − first) / (n − 1)`.
+    pub fn tpot_ns(&self) -> Option<f64> {
+        let n = self.token_times_ns.len();
+        if n < 2 {
+            return None;
+        }
+        Some((self.token_times_ns[n - 1] - self.token_times_ns[0]) as f64 / (n - 1) as f64)
+    }
+
+    /// Gaps between successive tokens.
+    pub fn itls_ns(&self) -> impl Iterator<Item = u64> + '_ {
+        self.token_times_ns.windows(2).map(|w| w[1] - w[0])
+    }
+}
+
+/// The result of a virtual run.
+#[derive(Debug, Clone)]
+pub struct VirtualRun {
+    /// In the order the arrivals were given.
+    pub traces: Vec<RequestTrace>,
+    pub metrics: EngineMetrics,
+    pub steps: u64,
+    /// Engine time when the last step ended.
+    pub end_ns: u64,
+}
+
+/// Runs a whole workload to completion in virtual time.
+pub fn run_virtual(
+    config: EngineConfig,
+    workload: VirtualWorkload,
+) -> Result<VirtualRun, SimError> {
+    let mut driver = VirtualDriver::new(config, workload.max_concurrency)?;
+    let mut arrivals = workload.arrivals;
+    // Stable: arrivals with the same intended time keep their given order.
+    let mut order: Vec<usize> = (0..arrivals.len()).collect();
+    order.sort_by_key(|&i| arrivals[i].intended_ns);
+    let mut trace_of = vec![0usize; arrivals.len()];
+    // Traces stay in the given order, requests enter in intended order.
+    for (i, a) in arrivals.iter().enumerate() {
+        trace_of[i] = driver.new_trace(a);
+    }
+    for &i in &order {
+        let a = std::mem::replace(
+            &mut arrivals[i],
+            VirtualArrival {
+                intended_ns: 0,
+                request: empty_request(),
+            },
+        );
+        driver.enqueue(a, trace_of[i]);
+    }
+    driver.run_until_idle()?;
+    Ok(driver.finish())
+}
+
+fn empty_request() -> NewRequest {
+    NewRequest {
+        id: 0,
+        prompt: Vec::new(),
+        max_tokens: 0,
+        min_tokens: 0,
+        ignore_eos: false,
+        seed: None,
+        cache_salt: None,
+        arrival_ns: 0,
+    }
+}
+
+/// A pending client arrival and the trace it fills.
+#[derive(Debug)]
+struct Pending {
+    arrival: VirtualArrival,
+    trace: usize,
+    /// Not before this (the engine time when it was submitted).
+    not_before_ns: u64,
+}
+
+/// A stepping virtual-time driver: submit arrivals, run until idle, touch the engine between
+/// runs (e.g. reset its prefix cache), and collect traces.
+#[derive(Debug)]
+pub struct VirtualDriver {
+    core: EngineCore,
+    now_ns: u64,
+    /// Sorted by intended time.
+    pending: VecDeque<Pending>,
+    max_concurrency: Option<usize>,
+    /// Times at which a client slot became free, oldest first (only with a cap).
+    free_slots: VecDeque<u64>,
+    in_flight: usize,
+    traces: Vec<RequestTrace>,
+    /// Request id → trace index; looked up only.
+    trace_index: HashMap<u64, usize>,
+    steps: u64,
+}
+
+impl VirtualDriver {
+    /// A driver over a fresh engine at time 0.
+    pub fn new(config: EngineConfig, max_concurrency: Option<usize>) -> Result<Self, SimError> {
+        if max_concurrency == Some(0) {
+            return Err(SimError::Config(
+                "max_concurrency must be at least 1".into(),
+            ));
+        }
+        let core = EngineCore::new(config)?;
+        let free_slots = match max_concurrency {
+            Some(c) => std::iter::repeat_n(0, c).collect(),
+            None => VecDeque::new(),
+        };
+        Ok(VirtualDriver {
+            core,
+            now_ns: 0,
+            pending: VecDeque::new(),
+            max_concurrency,
+            free_slots,
+            in_flight: 0,
+            traces: Vec::new(),
+            trace_index: HashMap::new(),
+            steps: 0,
+        })
+    }
+
+    /// Queue an arrival. One intended before the current engine time is sent no earlier than
+    /// now (the client cannot go back in time); its trace keeps the intended time.
+    pub fn submit(&mut self, arrival: VirtualArrival) {
+        let trace = self.new_trace(&arrival);
+        self.enqueue(arrival, trace);
+    }
+
+    fn new_trace(&mut self, a: &VirtualArrival) -> usize {
+        self.traces.push(RequestTrace {
+            id: a.request.id,
+            intended_ns: a.intended_ns,
+            sent_ns: 0,
+            first_scheduled_ns: None,
+            token_times_ns: Vec::new(),
+            prompt_tokens: a.request.prompt.len() as u32,
+            completion_tokens: 0,
+            cached_tokens: 0,
+            finish_reason: None,
+            preemptions: 0,
+            end_ns: None,
+        });
+        self.traces.len() - 1
+    }
+
+    fn enqueue(&mut self, arrival: VirtualArrival, trace: usize) {
+        let at = arrival.intended_ns;
+        let pos = self
+            .pending
+            .partition_point(|p| p.arrival.intended_ns <= at);
+        let p = Pending {
+            arrival,
+            trace,
+            not_before_ns: self.now_ns,
+        };
+        if pos == self.pending.len() {
+            self.pending.push_back(p);
+        } else {
+            self.pending.insert(pos, p);
+        }
+    }
+
+    /// Steps the engine until no request is waiting, running or pending in the client.
+    pub fn run_until_idle(&mut self) -> Result<(), SimError> {
+        loop {
+            self.send_due();
+            if self.core.is_idle() {
+                let Some(next) = self.pending.front() else {
+                    return Ok(());
+                };
+                let at = next.arrival.intended_ns.max(next.not_before_ns);
+                if at <= self.now_ns {
+                    // Due but without a client slot while the engine is idle: a slot can only
+                    // free up when a request finishes, and none is in flight.
+                    return Err(SimError::Config(format!(
+                        "virtual client stalled with {} requests in flight and an idle engine",
+                        self.in_flight
+                    )));
+                }
+                self.now_ns = at;
+                continue;
+            }
+            let Some(plan) = self.core.plan_step(self.now_ns) else {
+                return Err(SimError::Config(
+                    "engine produced an empty step with requests queued".into(),
+                ));
+            };
+            for (id, _, _) in plan.entries() {
+                if let Some(&i) = self.trace_index.get(&id) {
+                    let tr = &mut self.traces[i];
+                    tr.first_scheduled_ns.get_or_insert(self.now_ns);
+                }
+            }
+            let t1 = self.now_ns + plan.duration_ns;
+            let out = self.core.commit_step(plan, t1);
+            self.steps += 1;
+            self.now_ns = t1;
+            for tok in &out.tokens {
+                if let Some(&i) = self.trace_index.get(&tok.id) {
+                    self.traces[i].token_times_ns.push(t1);
+                }
+            }
+            for f in out.finished {
+                let Some(i) = self.trace_index.remove(&f.id) else {
+                    continue;
+                };
+                let tr = &mut self.traces[i];
+                tr.prompt_tokens = f.prompt_tokens;
+                tr.completion_tokens = f.completion_tokens;
+                tr.cached_tokens = f.cached_tokens;
+                tr.finish_reason = Some(f.reason);
+                tr.preemptions = f.preemptions;
+                tr.end_ns = Some(t1);
+                self.in_flight -= 1;
+                if self.max_concurrency.is_some() {
+                    self.free_slots.push_back(t1);
+                }
+            }
+        }
+    }
+
+    /// Sends every pending arrival that is due at `now` and has a client slot.
+    fn send_due(&mut self) {
+        while let Some(p) = self.pending.front() {
+            let due = p.arrival.intended_ns.max(p.not_before_ns);
+            if due > self.now_ns {
+                break;
+            }
+            let slot_free_at = match self.max_concurrency {
+                Some(_) => match self.free_slots.pop_front() {
+                    Some(t) => t,
+                    None => break,
+                },
+                None => 0,
+            };
+            let Some(mut p) = self.pending.pop_front() else {
+                break;
+            };
+            let sent = due.max(slot_free_at);
+            p.arrival.request.arrival_ns = sent;
+            let id = p.arrival.request.id;
+            self.traces[p.trace].sent_ns = sent;
+            match self.core.try_add(p.arrival.request) {
+                Ok(()) => {
+                    self.trace_index.insert(id, p.trace);
+                    self.in_flight += 1;
+                }
+                Err(e) => {
+                    // Refused at once, as a server answers 400: the slot frees immediately.
+                    tracing::warn!("virtual client: {e}");
+                    let tr = &mut self.traces[p.trace];
+                    tr.finish_reason = Some(FinishReason::Abort);
+                    tr.end_ns = Some(sent);
+                    if self.max_concurrency.is_some() {
+                        self.free_slots.push_front(sent);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops the engine's prefix cache; false while blocks are in use.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        self.core.reset_prefix_cache()
+    }
+
+    /// Current engine time.
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    /// Moves the clock forward (never back), e.g. to leave a gap between phases.
+    pub fn advance_to(&mut self, t_ns: u64) {
+        self.now_ns = self.now_ns.max(t_ns);
+    }
+
+    /// The engine, for gauges and metrics between runs.
+    pub fn core(&self) -> &EngineCore {
+        &self.core
+    }
+
+    /// Traces so far, in submission order.
+    pub fn traces(&self) -> &[RequestTrace] {
+        &self.traces
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Ends the run.
+    pub fn finish(self) -> VirtualRun {
+        VirtualRun {
+            metrics: self.core.metrics().clone(),
+            traces: self.traces,
+            steps: self.steps,
+            end_ns: self.now_ns,
+        }
+    }
+}
