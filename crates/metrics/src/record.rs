@@ -17,6 +17,18 @@ pub enum CountSource {
     Events,
 }
 
+impl CountSource {
+    /// The serialized name (`usage`, `tokenizer`, `dataset`, `events`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CountSource::Usage => "usage",
+            CountSource::Tokenizer => "tokenizer",
+            CountSource::Dataset => "dataset",
+            CountSource::Events => "events",
+        }
+    }
+}
+
 /// Why a request failed. Every failure is data: a record with one of these kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

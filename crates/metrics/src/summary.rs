@@ -1,0 +1,862 @@
+//! `RequestRecord`s → `RunSummary`, following METRICS.md.
+//!
+//! Latency statistics use completed requests only (a failed request never enters them);
+//! throughputs divide completed requests' tokens by the run duration. Peak concurrency and the
+//! in-flight series count every request that was on a connection, failed or not, because it
+//! occupied the server all the same.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::RequestRecord;
+use crate::stats::{self, PercentileStat};
+
+const NS_PER_S: u64 = 1_000_000_000;
+const NS_PER_MS: f64 = 1e6;
+
+/// A latency metric an SLO can constrain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SloMetric {
+    /// Time to first token.
+    Ttft,
+    /// Time per output token (vLLM: 0 for a one-token request).
+    Tpot,
+    /// End-to-end latency.
+    E2el,
+    /// Every inter-token gap of the request (servebench's own).
+    Itl,
+}
+
+impl SloMetric {
+    /// The name used on the command line and in files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SloMetric::Ttft => "ttft",
+            SloMetric::Tpot => "tpot",
+            SloMetric::E2el => "e2el",
+            SloMetric::Itl => "itl",
+        }
+    }
+}
+
+/// One service-level objective: `metric ≤ threshold_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Slo {
+    /// The constrained metric.
+    pub metric: SloMetric,
+    /// Inclusive upper bound, in milliseconds.
+    pub threshold_ms: f64,
+}
+
+impl Slo {
+    /// Does a completed request meet this objective?
+    pub fn is_met_by(&self, r: &RequestRecord) -> bool {
+        let limit = self.threshold_ms;
+        let ms = |ns: u64| ns as f64 / NS_PER_MS;
+        match self.metric {
+            SloMetric::Ttft => r.ttft_ns().is_some_and(|v| ms(v) <= limit),
+            SloMetric::E2el => r.e2el_ns().is_some_and(|v| ms(v) <= limit),
+            SloMetric::Tpot => r.tpot_for_goodput_ns() / NS_PER_MS <= limit,
+            SloMetric::Itl => r.itls_ns().all(|g| ms(g) <= limit),
+        }
+    }
+}
+
+/// How to summarize.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryOptions {
+    /// Run duration; default: from the earliest `intended` to the latest `done`/`end`.
+    #[serde(default)]
+    pub duration_ns: Option<u64>,
+    /// Start of time-series bucket 0; default: the earliest `intended`.
+    #[serde(default)]
+    pub origin_ns: Option<u64>,
+    /// Percentiles to report, in % (e.g. `[50, 90, 95, 99]`).
+    pub percentiles: Vec<f64>,
+    /// SLOs for goodput; empty means no goodput.
+    #[serde(default)]
+    pub goodput: Vec<Slo>,
+    /// Absolute floor of the stall threshold (the threshold is `max(5 × median ITL, this)`).
+    pub stall_threshold_ms: f64,
+}
+
+impl Default for SummaryOptions {
+    fn default() -> Self {
+        SummaryOptions {
+            duration_ns: None,
+            origin_ns: None,
+            percentiles: vec![50.0, 90.0, 95.0, 99.0],
+            goodput: Vec::new(),
+            stall_threshold_ms: 250.0,
+        }
+    }
+}
+
+/// Statistics of one metric, in milliseconds. Every field is `None` without samples.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetricSummary {
+    /// Number of samples.
+    pub n: u64,
+    /// `np.mean`.
+    pub mean: Option<f64>,
+    /// `np.median`.
+    pub median: Option<f64>,
+    /// `np.std` (ddof = 0).
+    pub std: Option<f64>,
+    /// Smallest sample.
+    pub min: Option<f64>,
+    /// Largest sample.
+    pub max: Option<f64>,
+    /// The requested percentiles with CIs (empty without samples).
+    pub percentiles: Vec<PercentileStat>,
+}
+
+impl MetricSummary {
+    /// Summarize samples given in milliseconds.
+    pub fn from_ms(mut samples: Vec<f64>, percentiles: &[f64]) -> Self {
+        let mean = stats::mean(&samples);
+        let std = stats::std_dev(&samples);
+        samples.sort_unstable_by(f64::total_cmp);
+        MetricSummary {
+            n: samples.len() as u64,
+            mean,
+            median: stats::median_sorted(&samples),
+            std,
+            min: samples.first().copied(),
+            max: samples.last().copied(),
+            percentiles: percentiles
+                .iter()
+                .filter_map(|&p| stats::percentile_stat(&samples, p))
+                .collect(),
+        }
+    }
+
+    /// The entry for percentile `p`, if it was requested.
+    pub fn percentile(&self, p: f64) -> Option<&PercentileStat> {
+        self.percentiles.iter().find(|s| s.p == p)
+    }
+}
+
+/// Goodput: completed requests that met every SLO.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoodputSummary {
+    /// The objectives applied.
+    pub slos: Vec<Slo>,
+    /// Requests that met all of them.
+    pub good_requests: u64,
+    /// Good requests per second (vLLM's `request_goodput`).
+    pub requests_per_s: f64,
+    /// Output tokens of good requests per second.
+    pub output_tokens_per_s: f64,
+    /// Good requests as a % of all requests (failed ones count as missed); `None` without
+    /// requests.
+    pub attainment_pct: Option<f64>,
+}
+
+/// Per-second series, bucket `i` covering `[origin + i s, origin + (i+1) s)`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeSeries {
+    /// Start of bucket 0, ns from run start.
+    pub origin_ns: u64,
+    /// Bucket width (1 s).
+    pub bucket_ns: u64,
+    /// Requests that completed (successfully) in the bucket, by `done` time.
+    pub completions: Vec<u64>,
+    /// Output tokens received in the bucket (each event weighted by its token share).
+    pub output_tokens: Vec<f64>,
+    /// Time-averaged number of requests in flight during the bucket.
+    pub in_flight_mean: Vec<f64>,
+    /// Largest number of requests in flight at any instant of the bucket.
+    pub in_flight_max: Vec<u64>,
+}
+
+/// Everything servebench reports about one run (one workload row).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    /// Requests that completed with output.
+    pub completed: u64,
+    /// Requests that did not.
+    pub failed: u64,
+    /// Failed requests by [`crate::FailureKind`] name.
+    pub failures_by_kind: BTreeMap<String, u64>,
+    /// Σ input tokens of completed requests.
+    pub total_input_tokens: u64,
+    /// Σ output tokens of completed requests.
+    pub total_output_tokens: u64,
+    /// Σ prefix-cached prompt tokens of completed requests that reported them.
+    #[serde(default)]
+    pub total_cached_tokens: Option<u64>,
+    /// Run duration, seconds.
+    pub duration_s: f64,
+    /// Completed requests / duration.
+    pub request_throughput: f64,
+    /// Output tokens / duration.
+    pub output_throughput: f64,
+    /// Input tokens / duration.
+    pub prompt_throughput: f64,
+    /// (Input + output tokens) / duration.
+    pub total_token_throughput: f64,
+    /// `None` when no SLO was given.
+    pub goodput: Option<GoodputSummary>,
+    /// Time to first token.
+    pub ttft: MetricSummary,
+    /// Time per output token (requests with more than one output token).
+    pub tpot: MetricSummary,
+    /// Inter-token latency, all gaps of all requests pooled.
+    pub itl: MetricSummary,
+    /// End-to-end latency.
+    pub e2el: MetricSummary,
+    /// Client-side queue time (`sent − intended`).
+    pub queue: MetricSummary,
+    /// TTFT seen by a user arriving at `intended`.
+    pub user_ttft: MetricSummary,
+    /// E2EL seen by a user arriving at `intended`.
+    pub user_e2el: MetricSummary,
+    /// How late the dispatcher released requests that did not wait for a slot.
+    pub dispatch_lag: MetricSummary,
+    /// Most output tokens in any sliding 1 s window.
+    pub peak_output_tokens_per_s: f64,
+    /// Exact peak of requests in flight (`[sent, end-or-done)`, all requests).
+    pub peak_concurrency: u64,
+    /// Largest ITL of any completed request, ms.
+    pub longest_stall_ms: Option<f64>,
+    /// Σ stalls over completed requests.
+    pub total_stalls: u64,
+    /// Completed requests with at least one stall.
+    pub requests_with_stalls: u64,
+    /// Where the input counts of completed requests came from.
+    pub input_sources: BTreeMap<String, u64>,
+    /// Where the output counts of completed requests came from.
+    pub output_sources: BTreeMap<String, u64>,
+    /// Per-second series.
+    pub time_series: TimeSeries,
+    /// Things a reader should know (count disagreements, unstable percentiles, ...).
+    pub warnings: Vec<String>,
+}
+
+impl RunSummary {
+    /// The named metric (`ttft`, `tpot`, `itl`, `e2el`, `queue`, `user_ttft`, `user_e2el`,
+    /// `dispatch_lag`).
+    pub fn metric(&self, name: &str) -> Option<&MetricSummary> {
+        Some(match name {
+            "ttft" => &self.ttft,
+            "tpot" => &self.tpot,
+            "itl" => &self.itl,
+            "e2el" => &self.e2el,
+            "queue" => &self.queue,
+            "user_ttft" => &self.user_ttft,
+            "user_e2el" => &self.user_e2el,
+            "dispatch_lag" => &self.dispatch_lag,
+            _ => return None,
+        })
+    }
+
+    /// The metric names [`Self::metric`] knows, in report order.
+    pub const METRICS: [&'static str; 8] = [
+        "ttft",
+        "tpot",
+        "itl",
+        "e2el",
+        "queue",
+        "user_ttft",
+        "user_e2el",
+        "dispatch_lag",
+    ];
+}
+
+fn ns_to_ms(ns: u64) -> f64 {
+    ns as f64 / NS_PER_MS
+}
+
+/// Summarize one run's records.
+pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary {
+    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.is_success()).collect();
+    let completed = ok.len() as u64;
+    let failed = records.len() as u64 - completed;
+
+    let mut failures_by_kind = BTreeMap::new();
+    for r in records.iter().filter(|r| !r.is_success()) {
+        let kind = r
+            .failure
+            .as_ref()
+            .map_or("empty_output", |f| f.kind.as_str());
+        *failures_by_kind.entry(kind.to_owned()).or_insert(0) += 1;
+    }
+
+    let total_input_tokens: u64 = ok.iter().map(|r| r.input_tokens).sum();
+    let total_output_tokens: u64 = ok.iter().map(|r| r.output_tokens).sum();
+    let cached: Vec<u64> = ok.iter().filter_map(|r| r.cached_tokens).collect();
+    let total_cached_tokens = (!cached.is_empty()).then(|| cached.iter().sum());
+
+    let earliest_intended = records.iter().map(|r| r.intended).min();
+    let latest_stop = records
+        .iter()
+        .filter_map(|r| match (r.done, r.end) {
+            (Some(d), Some(e)) => Some(d.max(e)),
+            (d, e) => d.or(e),
+        })
+        .max();
+    let duration_ns = opts
+        .duration_ns
+        .unwrap_or_else(|| match (earliest_intended, latest_stop) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => 0,
+        });
+    let duration_s = duration_ns as f64 / NS_PER_S as f64;
+    let per_s = |x: f64| {
+        if duration_s > 0.0 {
+            x / duration_s
+        } else {
+            0.0
+        }
+    };
+
+    let p = &opts.percentiles;
+    let collect = |f: &dyn Fn(&RequestRecord) -> Option<u64>| -> Vec<f64> {
+        ok.iter().filter_map(|r| f(r)).map(ns_to_ms).collect()
+    };
+    let ttft = MetricSummary::from_ms(collect(&RequestRecord::ttft_ns), p);
+    let e2el = MetricSummary::from_ms(collect(&RequestRecord::e2el_ns), p);
+    let queue = MetricSummary::from_ms(collect(&RequestRecord::queue_ns), p);
+    let user_ttft = MetricSummary::from_ms(collect(&RequestRecord::user_ttft_ns), p);
+    let user_e2el = MetricSummary::from_ms(collect(&RequestRecord::user_e2el_ns), p);
+    let dispatch_lag = MetricSummary::from_ms(collect(&RequestRecord::dispatch_lag_ns), p);
+    let tpot = MetricSummary::from_ms(
+        ok.iter()
+            .filter_map(|r| r.tpot_ns())
+            .map(|t| t / NS_PER_MS)
+            .collect(),
+        p,
+    );
+    let itl = MetricSummary::from_ms(
+        ok.iter().flat_map(|r| r.itls_ns()).map(ns_to_ms).collect(),
+        p,
+    );
+
+    let goodput = (!opts.goodput.is_empty()).then(|| {
+        let good: Vec<&&RequestRecord> = ok
+            .iter()
+            .filter(|r| opts.goodput.iter().all(|s| s.is_met_by(r)))
+            .collect();
+        let good_requests = good.len() as u64;
+        let good_tokens: u64 = good.iter().map(|r| r.output_tokens).sum();
+        GoodputSummary {
+            slos: opts.goodput.clone(),
+            good_requests,
+            requests_per_s: per_s(good_requests as f64),
+            output_tokens_per_s: per_s(good_tokens as f64),
+            attainment_pct: (!records.is_empty())
+                .then(|| good_requests as f64 * 100.0 / records.len() as f64),
+        }
+    });
+
+    let floor_ns = (opts.stall_threshold_ms.max(0.0) * NS_PER_MS) as u64;
+    let stalls: Vec<u64> = ok.iter().map(|r| r.stall_count(floor_ns)).collect();
+    let longest_stall_ms = ok
+        .iter()
+        .filter_map(|r| r.longest_stall_ns())
+        .max()
+        .map(ns_to_ms);
+
+    let mut input_sources = BTreeMap::new();
+    let mut output_sources = BTreeMap::new();
+    for r in &ok {
+        *input_sources
+            .entry(r.input_source.as_str().to_owned())
+            .or_insert(0) += 1;
+        *output_sources
+            .entry(r.output_source.as_str().to_owned())
+            .or_insert(0) += 1;
+    }
+
+    let origin_ns = opts.origin_ns.or(earliest_intended).unwrap_or(0);
+    let time_series = time_series(records, &ok, origin_ns, latest_stop);
+
+    let mut summary = RunSummary {
+        completed,
+        failed,
+        failures_by_kind,
+        total_input_tokens,
+        total_output_tokens,
+        total_cached_tokens,
+        duration_s,
+        request_throughput: per_s(completed as f64),
+        output_throughput: per_s(total_output_tokens as f64),
+        prompt_throughput: per_s(total_input_tokens as f64),
+        total_token_throughput: per_s((total_input_tokens + total_output_tokens) as f64),
+        goodput,
+        ttft,
+        tpot,
+        itl,
+        e2el,
+        queue,
+        user_ttft,
+        user_e2el,
+        dispatch_lag,
+        peak_output_tokens_per_s: peak_output_tokens_per_s(&ok),
+        peak_concurrency: peak_concurrency(records),
+        longest_stall_ms,
+        total_stalls: stalls.iter().sum(),
+        requests_with_stalls: stalls.iter().filter(|&&s| s > 0).count() as u64,
+        input_sources,
+        output_sources,
+        time_series,
+        warnings: Vec::new(),
+    };
+    summary.warnings = warnings(records, &ok, &summary, duration_ns);
+    summary
+}
+
+/// Token events of completed requests as `(time, tokens)`, sorted by time.
+fn weighted_events(ok: &[&RequestRecord]) -> Vec<(u64, f64)> {
+    let mut ev: Vec<(u64, f64)> = ok
+        .iter()
+        .flat_map(|r| {
+            let w = r.tokens_per_event();
+            r.events.iter().map(move |e| (e.t, w))
+        })
+        .collect();
+    ev.sort_unstable_by_key(|e| e.0);
+    ev
+}
+
+/// Most output tokens in any window `[t, t + 1 s)`; the maximum is reached with `t` at an
+/// event, so only those windows are tried. Each event weighs its request's token share.
+pub fn peak_output_tokens_per_s(ok: &[&RequestRecord]) -> f64 {
+    let ev = weighted_events(ok);
+    let mut prefix = Vec::with_capacity(ev.len() + 1);
+    prefix.push(0.0f64);
+    for &(_, w) in &ev {
+        let last = prefix.last().copied().unwrap_or(0.0);
+        prefix.push(last + w);
+    }
+    let mut best = 0.0f64;
+    let mut j = 0;
+    for i in 0..ev.len() {
+        let limit = ev[i].0.saturating_add(NS_PER_S);
+        while j < ev.len() && ev[j].0 < limit {
+            j += 1;
+        }
+        best = best.max(prefix[j] - prefix[i]);
+    }
+    best
+}
+
+/// Sweep events `(time, ±1)` of the in-flight intervals, departures first at equal times.
+fn flight_events(records: &[RequestRecord]) -> Vec<(u64, i64)> {
+    let mut ev: Vec<(u64, i64)> = records
+        .iter()
+        .filter_map(RequestRecord::in_flight_ns)
+        .flat_map(|(s, e)| [(s, 1), (e, -1)])
+        .collect();
+    ev.sort_unstable();
+    ev
+}
+
+/// Exact peak of requests in flight over half-open `[sent, end-or-done)` intervals.
+pub fn peak_concurrency(records: &[RequestRecord]) -> u64 {
+    let mut cur = 0i64;
+    let mut peak = 0i64;
+    for (_, d) in flight_events(records) {
+        cur += d;
+        peak = peak.max(cur);
+    }
+    u64::try_from(peak).unwrap_or(0)
+}
+
+fn time_series(
+    records: &[RequestRecord],
+    ok: &[&RequestRecord],
+    origin_ns: u64,
+    latest_stop: Option<u64>,
+) -> TimeSeries {
+    let bucket_of = |t: u64| (t.saturating_sub(origin_ns) / NS_PER_S) as usize;
+    let len = latest_stop.map_or(0, |s| {
+        (s.saturating_sub(origin_ns).div_ceil(NS_PER_S) as usize).max(1)
+    });
+    let mut completions = vec![0u64; len];
+    let mut output_tokens = vec![0.0f64; len];
+    let mut in_flight_mean = vec![0.0f64; len];
+    let mut in_flight_max = vec![0u64; len];
+    if len == 0 {
+        return TimeSeries {
+            origin_ns,
+            bucket_ns: NS_PER_S,
+            ..TimeSeries::default()
+        };
+    }
+    let clamp = |b: usize| b.min(len - 1);
+
+    for r in ok {
+        if let Some(t) = r.done.or(r.end_ns()) {
+            completions[clamp(bucket_of(t))] += 1;
+        }
+        let w = r.tokens_per_event();
+        for e in &r.events {
+            output_tokens[clamp(bucket_of(e.t))] += w;
+        }
+    }
+
+    // Time-weighted occupancy: each interval adds its overlap with every bucket it spans.
+    for (s, e) in records.iter().filter_map(RequestRecord::in_flight_ns) {
+        let (s, e) = (s.max(origin_ns), e.max(origin_ns));
+        let mut t = s;
+        while t < e {
+            let b = bucket_of(t);
+            if b >= len {
+                break;
+            }
+            let bucket_end = origin_ns + (b as u64 + 1) * NS_PER_S;
+            let stop = e.min(bucket_end);
+            in_flight_mean[b] += (stop - t) as f64 / NS_PER_S as f64;
+            t = stop;
+        }
+    }
+
+    // Instantaneous maximum per bucket: sweep, starting each bucket from the level it
+    // inherits from the previous one.
+    let ev = flight_events(records);
+    let mut cur = 0i64;
+    let mut k = 0;
+    for (b, slot) in in_flight_max.iter_mut().enumerate() {
+        let bucket_end = origin_ns + (b as u64 + 1) * NS_PER_S;
+        let mut max = cur;
+        while k < ev.len() && ev[k].0 < bucket_end {
+            cur += ev[k].1;
+            max = max.max(cur);
+            k += 1;
+        }
+        *slot = u64::try_from(max).unwrap_or(0);
+    }
+
+    TimeSeries {
+        origin_ns,
+        bucket_ns: NS_PER_S,
+        completions,
+        output_tokens,
+        in_flight_mean,
+        in_flight_max,
+    }
+}
+
+fn warnings(
+    records: &[RequestRecord],
+    ok: &[&RequestRecord],
+    s: &RunSummary,
+    duration_ns: u64,
+) -> Vec<String> {
+    let mut w = Vec::new();
+    if records.is_empty() {
+        w.push("no requests were recorded".to_owned());
+        return w;
+    }
+    if s.completed == 0 {
+        w.push(format!(
+            "no request completed ({} failed): latency statistics are empty",
+            s.failed
+        ));
+    } else if s.failed > 0 {
+        let kinds: Vec<String> = s
+            .failures_by_kind
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        w.push(format!(
+            "{} of {} requests failed ({})",
+            s.failed,
+            records.len(),
+            kinds.join(", ")
+        ));
+    }
+    if duration_ns == 0 {
+        w.push("run duration is zero: throughputs are reported as 0".to_owned());
+    }
+
+    // Server-counted prompts against the lengths the dataset meant to send.
+    let checked: Vec<&&RequestRecord> = ok
+        .iter()
+        .filter(|r| r.input_source == crate::CountSource::Usage && r.intended_input_tokens > 0)
+        .collect();
+    if !checked.is_empty() {
+        let server: u64 = checked.iter().map(|r| r.input_tokens).sum();
+        let intended: u64 = checked.iter().map(|r| r.intended_input_tokens).sum();
+        let off = checked
+            .iter()
+            .filter(|r| {
+                r.input_tokens.abs_diff(r.intended_input_tokens) as f64
+                    > 0.01 * r.intended_input_tokens as f64
+            })
+            .count();
+        if server.abs_diff(intended) as f64 > 0.01 * intended as f64 {
+            w.push(format!(
+                "server counted {server} prompt tokens where the dataset intended {intended} \
+                 ({:+.1} %; {off} of {} requests differ by more than 1 %): the client and \
+                 server tokenizers likely differ",
+                (server as f64 - intended as f64) * 100.0 / intended as f64,
+                checked.len()
+            ));
+        } else if off > 0 {
+            w.push(format!(
+                "{off} of {} requests have a server prompt count more than 1 % away from the \
+                 intended length (totals agree)",
+                checked.len()
+            ));
+        }
+    }
+
+    let not_usage = s
+        .output_sources
+        .iter()
+        .filter(|(k, _)| k.as_str() != crate::CountSource::Usage.as_str())
+        .map(|(k, n)| format!("{n} from {k}"))
+        .collect::<Vec<_>>();
+    if !not_usage.is_empty() {
+        w.push(format!(
+            "output token counts not reported by the server's usage: {}",
+            not_usage.join(", ")
+        ));
+    }
+
+    let mut unstable = Vec::new();
+    for name in ["ttft", "tpot", "itl", "e2el"] {
+        let Some(m) = s.metric(name) else { continue };
+        for p in m.percentiles.iter().filter(|p| p.unstable) {
+            unstable.push(format!(
+                "{name} p{} (n={}, needs {:.0})",
+                p.p,
+                m.n,
+                (10.0 / (1.0 - p.p / 100.0)).ceil()
+            ));
+        }
+    }
+    if !unstable.is_empty() {
+        w.push(format!(
+            "percentiles backed by too few samples to be stable: {}",
+            unstable.join(", ")
+        ));
+    }
+    w
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::derived::tests::record;
+    use crate::record::{CountSource, Failure, FailureKind};
+
+    const MS: u64 = 1_000_000;
+
+    fn failed(id: u64, sent_ms: u64, done_ms: u64, kind: FailureKind) -> RequestRecord {
+        let mut r = record(id, sent_ms, &[], 0);
+        r.done = Some(done_ms * MS);
+        r.failure = Some(Failure {
+            kind,
+            status: Some(500),
+            message: "boom".into(),
+        });
+        r
+    }
+
+    fn opts() -> SummaryOptions {
+        SummaryOptions {
+            percentiles: vec![50.0, 99.0],
+            ..SummaryOptions::default()
+        }
+    }
+
+    #[test]
+    fn empty_input_yields_none_and_no_panic() {
+        let s = summarize(&[], &opts());
+        assert_eq!(s.completed, 0);
+        assert_eq!(s.duration_s, 0.0);
+        assert_eq!(s.ttft.mean, None);
+        assert_eq!(s.itl.n, 0);
+        assert!(s.ttft.percentiles.is_empty());
+        assert_eq!(s.peak_concurrency, 0);
+        assert_eq!(s.peak_output_tokens_per_s, 0.0);
+        assert!(s.time_series.completions.is_empty());
+        assert!(s.goodput.is_none());
+        assert_eq!(s.warnings, vec!["no requests were recorded".to_owned()]);
+        // Only failures: still no panic, and the failure is counted.
+        let s = summarize(&[failed(0, 0, 10, FailureKind::Connect)], &opts());
+        assert_eq!(s.failed, 1);
+        assert_eq!(s.failures_by_kind.get("connect"), Some(&1));
+        assert_eq!(s.e2el.max, None);
+    }
+
+    #[test]
+    fn totals_throughputs_and_latencies() {
+        // Request 0: sent 0, tokens at 100, 150, 200 ms, 3 tokens.
+        // Request 1: sent 50, tokens at 250, 450 ms, 2 tokens.
+        let a = record(0, 0, &[100, 150, 200], 3);
+        let b = record(1, 50, &[250, 450], 2);
+        let f = failed(2, 60, 70, FailureKind::HttpStatus);
+        let s = summarize(
+            &[a, b, f],
+            &SummaryOptions {
+                duration_ns: Some(2_000 * MS),
+                ..opts()
+            },
+        );
+        assert_eq!((s.completed, s.failed), (2, 1));
+        assert_eq!(s.total_output_tokens, 5);
+        assert_eq!(s.total_input_tokens, 200);
+        assert_eq!(s.request_throughput, 1.0);
+        assert_eq!(s.output_throughput, 2.5);
+        assert_eq!(s.prompt_throughput, 100.0);
+        assert_eq!(s.total_token_throughput, 102.5);
+        // TTFTs 100, 200; E2ELs 200, 400; ITLs 50, 50, 200; TPOTs 50, 200.
+        assert_eq!(s.ttft.mean, Some(150.0));
+        assert_eq!(s.e2el.median, Some(300.0));
+        assert_eq!(s.itl.n, 3);
+        assert_eq!(s.itl.max, Some(200.0));
+        assert_eq!(s.tpot.min, Some(50.0));
+        assert_eq!(s.tpot.max, Some(200.0));
+        assert_eq!(s.longest_stall_ms, Some(200.0));
+        assert_eq!(s.ttft.percentile(50.0).unwrap().value, 150.0);
+        assert!(s.ttft.percentile(99.0).unwrap().unstable);
+        assert!(s
+            .warnings
+            .iter()
+            .any(|w| w.contains("1 of 3 requests failed")));
+        assert!(s
+            .warnings
+            .iter()
+            .any(|w| w.contains("ttft p99 (n=2, needs 1000)")));
+    }
+
+    #[test]
+    fn duration_defaults_to_intended_through_last_done() {
+        let mut a = record(0, 100, &[300], 1);
+        a.intended = 50 * MS;
+        let b = record(1, 200, &[600], 1); // done at 601 ms
+        let s = summarize(&[a, b], &opts());
+        assert!((s.duration_s - 0.551).abs() < 1e-12, "{}", s.duration_s);
+    }
+
+    #[test]
+    fn goodput_follows_vllm_semantics() {
+        // a: ttft 100, tpot 50 (ITLs 50, 50). b: one token, ttft 300 (TPOT counts as 0).
+        // c: ttft 100, ITLs 10 and 400 → tpot 205.
+        let a = record(0, 0, &[100, 150, 200], 3);
+        let b = record(1, 0, &[300], 1);
+        let c = record(2, 0, &[100, 110, 510], 3);
+        let recs = [a, b, c];
+        let run = |slos: Vec<Slo>| {
+            summarize(
+                &recs,
+                &SummaryOptions {
+                    duration_ns: Some(1_000 * MS),
+                    goodput: slos,
+                    ..opts()
+                },
+            )
+            .goodput
+            .unwrap()
+        };
+        let slo = |metric, threshold_ms| Slo {
+            metric,
+            threshold_ms,
+        };
+        let g = run(vec![slo(SloMetric::Tpot, 60.0)]);
+        assert_eq!(g.good_requests, 2); // a and the one-token b
+        assert_eq!(g.output_tokens_per_s, 4.0);
+        let g = run(vec![
+            slo(SloMetric::Ttft, 200.0),
+            slo(SloMetric::Tpot, 300.0),
+        ]);
+        assert_eq!(g.good_requests, 2); // a and c
+        let g = run(vec![slo(SloMetric::Itl, 100.0)]);
+        assert_eq!(g.good_requests, 2); // a, and b with no ITL at all
+        let g = run(vec![slo(SloMetric::E2el, 200.0)]);
+        assert_eq!(g.good_requests, 1); // threshold inclusive: a's 200 ms counts
+        assert_eq!(g.requests_per_s, 1.0);
+        assert!((g.attainment_pct.unwrap() - 100.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn peak_concurrency_is_exact_and_half_open() {
+        // [0,100) [100,200) touch; [50,150) overlaps both; failed [60, 70) counts too.
+        let a = record(0, 0, &[100], 1);
+        let b = record(1, 100, &[200], 1);
+        let c = record(2, 50, &[150], 1);
+        assert_eq!(peak_concurrency(&[a.clone(), b.clone()]), 1);
+        assert_eq!(peak_concurrency(&[a.clone(), b.clone(), c.clone()]), 2);
+        let f = failed(3, 60, 70, FailureKind::Timeout);
+        assert_eq!(peak_concurrency(&[a, b, c, f]), 3);
+    }
+
+    #[test]
+    fn sliding_peak_sees_a_burst_across_a_second_boundary() {
+        let a = record(0, 0, &[900, 900, 900], 3);
+        let b = record(1, 0, &[1100, 1100, 1100], 3);
+        let c = record(2, 0, &[2200], 1);
+        let ok: Vec<&RequestRecord> = vec![&a, &b, &c];
+        assert_eq!(peak_output_tokens_per_s(&ok), 6.0);
+        // Token shares: 2 events carrying 10 tokens weigh 5 each.
+        let d = record(3, 0, &[100, 200], 10);
+        assert_eq!(peak_output_tokens_per_s(&[&d]), 10.0);
+    }
+
+    #[test]
+    fn time_series_buckets() {
+        // origin 0. a: in flight [0, 1.5 s), tokens 0.5 s and 1.5 s. b: [0.5 s, 2.5 s).
+        let a = record(0, 0, &[500, 1500], 2);
+        let b = record(1, 500, &[2500], 1);
+        let s = summarize(&[a, b], &opts());
+        let ts = &s.time_series;
+        assert_eq!(ts.bucket_ns, NS_PER_S);
+        // Last done is b at 2.501 s → 3 buckets.
+        assert_eq!(ts.completions, vec![0, 1, 1]);
+        assert_eq!(ts.output_tokens, vec![1.0, 1.0, 1.0]);
+        assert_eq!(ts.in_flight_max, vec![2, 2, 1]);
+        let mean: Vec<f64> = ts
+            .in_flight_mean
+            .iter()
+            .map(|x| (x * 1e6).round() / 1e6)
+            .collect();
+        assert_eq!(mean, vec![1.5, 1.5, 0.5]);
+    }
+
+    #[test]
+    fn count_sources_and_disagreement_warning() {
+        let mut a = record(0, 0, &[100], 1);
+        a.input_tokens = 110; // server counted 10 % more
+        let mut b = record(1, 0, &[100], 1);
+        b.output_source = CountSource::Tokenizer;
+        b.input_source = CountSource::Dataset;
+        let s = summarize(&[a, b], &opts());
+        assert_eq!(s.input_sources.get("usage"), Some(&1));
+        assert_eq!(s.input_sources.get("dataset"), Some(&1));
+        assert_eq!(s.output_sources.get("tokenizer"), Some(&1));
+        assert!(
+            s.warnings
+                .iter()
+                .any(|w| w.contains("110 prompt tokens") && w.contains("100")),
+            "{:?}",
+            s.warnings
+        );
+        assert!(s.warnings.iter().any(|w| w.contains("1 from tokenizer")));
+    }
+
+    #[test]
+    fn stalls_are_counted_over_completed_requests() {
+        let a = record(0, 0, &[100, 110, 120, 130, 700], 5); // one 570 ms gap
+        let b = record(1, 0, &[100, 110], 2);
+        let s = summarize(&[a, b], &opts());
+        assert_eq!(s.total_stalls, 1);
+        assert_eq!(s.requests_with_stalls, 1);
+        assert_eq!(s.longest_stall_ms, Some(570.0));
+    }
+
+    #[test]
+    fn summary_round_trips_through_json() {
+        let s = summarize(&[record(0, 0, &[100, 200], 2)], &opts());
+        let json = serde_json::to_string(&s).unwrap();
+        let back: RunSummary = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+    }
+}
