@@ -758,6 +758,14 @@ impl<'de> Deserialize<'de> for ErrorResponse {
     }
 }
 
+/// The server's message from an error body in any shape [`ErrorResponse`] reads; `None` when
+/// the body is not such an object (or has an empty message).
+pub fn error_message(body: &str) -> Option<String> {
+    let parsed: ErrorResponse = serde_json::from_str(body).ok()?;
+    let message = parsed.error.message.trim();
+    (!message.is_empty()).then(|| message.to_owned())
+}
+
 /// One entry of `GET /v1/models`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelCard {
@@ -911,6 +919,12 @@ mod tests {
         let ours = ErrorResponse::new(400, "BadRequestError", "too long");
         assert_eq!(serde_json::to_value(ours).unwrap(), vllm);
         assert!(serde_json::from_value::<ErrorResponse>(json!({"choices": []})).is_err());
+        assert_eq!(
+            error_message(r#"{"object":"error","message":" no such model ","code":404}"#),
+            Some("no such model".to_owned())
+        );
+        assert_eq!(error_message("<html>502 Bad Gateway</html>"), None);
+        assert_eq!(error_message(r#"{"error":{"message":""}}"#), None);
     }
 
     #[test]
