@@ -47,6 +47,7 @@ struct Inner {
     /// Sorted ids of every token that is not special.
     ordinary_ids: Vec<u32>,
     filler: OnceLock<Vec<(String, u32)>>,
+    sampling: OnceLock<Vec<u32>>,
 }
 
 enum Backend {
@@ -78,6 +79,7 @@ impl Tokenizer {
                     special_ids: O200K_SPECIAL.to_vec(),
                     ordinary_ids: (0..O200K_ORDINARY).collect(),
                     filler: OnceLock::new(),
+                    sampling: OnceLock::new(),
                 })
             })
             .clone()
@@ -171,6 +173,7 @@ impl Tokenizer {
             special_ids,
             ordinary_ids,
             filler: OnceLock::new(),
+            sampling: OnceLock::new(),
         }))
     }
 
@@ -290,6 +293,34 @@ impl Tokenizer {
     /// Sorted ids of every non-special token: what random prompts are built from.
     pub fn ordinary_ids(&self) -> &[u32] {
         &self.inner.ordinary_ids
+    }
+
+    /// Ordinary ids that synthetic prompts are built from: those whose own text is
+    /// non-empty and holds no control character other than tab and newline (a NUL or
+    /// escape byte in a prompt is legal JSON but trips some HTTP stacks and logs).
+    /// Falls back to [`Tokenizer::ordinary_ids`] if that would leave nothing. Computed
+    /// once per tokenizer.
+    pub fn sampling_ids(&self) -> &[u32] {
+        self.inner.sampling.get_or_init(|| {
+            let usable: Vec<u32> = self
+                .inner
+                .ordinary_ids
+                .iter()
+                .copied()
+                .filter(|&id| {
+                    let text = self.decode(&[id]);
+                    !text.is_empty()
+                        && text
+                            .chars()
+                            .all(|c| !c.is_control() || c == '\n' || c == '\t')
+                })
+                .collect();
+            if usable.is_empty() {
+                self.inner.ordinary_ids.clone()
+            } else {
+                usable
+            }
+        })
     }
 
     /// The words of [`FILLER_WORDS`] that are exactly one token under this tokenizer,

@@ -94,6 +94,19 @@ fn builtin_counts_known_strings() {
 }
 
 #[test]
+fn builtin_sampling_ids_exclude_control_characters() {
+    let tok = Tokenizer::builtin();
+    let ids = tok.sampling_ids();
+    assert!(ids.len() > 199_000, "{}", ids.len());
+    let nul = tok.encode("\u{0}");
+    assert_eq!(nul.len(), 1);
+    assert!(ids.binary_search(&nul[0]).is_err());
+    let newline = tok.encode("\n");
+    assert!(ids.binary_search(&newline[0]).is_ok());
+    assert!(ids.iter().all(|id| !tok.is_special(*id)));
+}
+
+#[test]
 fn builtin_filler_words_are_single_tokens() {
     let tok = Tokenizer::builtin();
     let words = tok.filler_words();
@@ -130,6 +143,7 @@ fn loads_word_level_file_and_disables_truncation() {
     let filler: Vec<String> = tok.filler_words().into_iter().map(|(w, _)| w).collect();
     assert_eq!(filler, vec![" the", " of", " time", " world"]);
     assert_eq!(tok.encode("file"), vec![7]);
+    assert_eq!(tok.sampling_ids(), tok.ordinary_ids());
 }
 
 #[test]
