@@ -439,9 +439,9 @@ fn json_kind(v: &Value) -> &'static str {
 /// `usage.prompt_tokens_details`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PromptTokensDetails {
-    /// Prompt tokens served from the prefix cache.
+    /// Prompt tokens served from the prefix cache (vLLM may send `null`).
     #[serde(default)]
-    pub cached_tokens: u64,
+    pub cached_tokens: Option<u64>,
 }
 
 /// Token usage of one request.
@@ -468,14 +468,15 @@ impl Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
-            prompt_tokens_details: cached_tokens
-                .map(|cached_tokens| PromptTokensDetails { cached_tokens }),
+            prompt_tokens_details: cached_tokens.map(|c| PromptTokensDetails {
+                cached_tokens: Some(c),
+            }),
         }
     }
 
     /// `prompt_tokens_details.cached_tokens`, if reported.
     pub fn cached_tokens(&self) -> Option<u64> {
-        self.prompt_tokens_details.map(|d| d.cached_tokens)
+        self.prompt_tokens_details.and_then(|d| d.cached_tokens)
     }
 }
 

@@ -159,9 +159,26 @@ impl SseParser {
         self.max_event_bytes
     }
 
-    /// Parse the next piece of the stream, calling `on_event` for every event completed in it,
-    /// in order. Bytes may be split anywhere (inside a line ending, inside a UTF-8 sequence).
-    pub fn feed<F>(&mut self, bytes: &[u8], mut on_event: F)
+    /// Parse the next piece of the stream, calling `on_event` for every valid event completed
+    /// in it, in order. Bytes may be split anywhere (inside a line ending, inside a UTF-8
+    /// sequence). An invalid event is skipped and parsing goes on; the first such error of
+    /// this piece is returned after all its valid events were delivered.
+    pub fn feed<F>(&mut self, bytes: &[u8], mut on_event: F) -> Result<(), SseError>
+    where
+        F: FnMut(SseEvent<'_>),
+    {
+        let mut first_error = None;
+        self.feed_results(bytes, |r| match r {
+            Ok(ev) => on_event(ev),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        });
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Like [`Self::feed`], but hands every event or error to `on_event` in stream order.
+    pub fn feed_results<F>(&mut self, bytes: &[u8], mut on_event: F)
     where
         F: FnMut(Result<SseEvent<'_>, SseError>),
     {
@@ -254,9 +271,14 @@ impl SseParser {
     }
 
     /// End of stream. Per the spec an event without its terminating blank line is dropped;
-    /// the returned [`SseTail`] says whether anything was, so the caller can flag truncation.
-    /// The parser is reset and can be reused for a new stream.
-    pub fn finish(&mut self) -> SseTail {
+    /// returns `true` when something was (an unterminated line or an undispatched event), so
+    /// the caller can flag truncation. The parser is reset for a new stream.
+    pub fn finish(&mut self) -> bool {
+        !self.finish_tail().is_clean()
+    }
+
+    /// [`Self::finish`], with the details of what was left over.
+    pub fn finish_tail(&mut self) -> SseTail {
         let partial_line_bytes = if self.discarding {
             usize::from(self.discard_line_nonempty)
         } else if self.at_stream_start && self.line == BOM {
@@ -450,7 +472,7 @@ mod tests {
     }
 
     fn collect(parser: &mut SseParser, bytes: &[u8], out: &mut Vec<Out>) {
-        parser.feed(bytes, |r| {
+        parser.feed_results(bytes, |r| {
             out.push(match r {
                 Ok(e) => Out::Ev {
                     data: e.data.to_owned(),
@@ -586,7 +608,7 @@ mod tests {
         collect(&mut p, b"\n\r", &mut out);
         collect(&mut p, b"\n", &mut out);
         assert_eq!(datas(&out), vec!["a\nb"]);
-        assert!(p.finish().is_clean());
+        assert!(!p.finish());
     }
 
     #[test]
@@ -598,6 +620,25 @@ mod tests {
             collect(&mut p, std::slice::from_ref(b), &mut out);
         }
         assert_eq!(datas(&out), vec!["héllo ✓"]);
+    }
+
+    #[test]
+    fn feed_returns_the_first_error_after_delivering_valid_events() {
+        let mut p = SseParser::new();
+        let mut got = Vec::new();
+        let r = p.feed(
+            b"data: \xFF\n\ndata: ok\n\nevent: \xFE\ndata: x\n\n",
+            |ev| got.push(ev.data.to_owned()),
+        );
+        assert_eq!(
+            r,
+            Err(SseError::InvalidUtf8 {
+                field: "data",
+                valid_up_to: 0
+            })
+        );
+        assert_eq!(got, vec!["ok"]);
+        assert_eq!(p.feed(b"data: fine\n\n", |_| {}), Ok(()));
     }
 
     #[test]
@@ -618,19 +659,21 @@ mod tests {
         let mut p = SseParser::new();
         let mut out = Vec::new();
         collect(&mut p, b"data: a\n\ndata: [DONE]\n", &mut out);
-        let tail = p.finish();
+        let tail = p.finish_tail();
         assert_eq!(datas(&out), vec!["a"]);
         assert!(!tail.is_clean());
         assert!(tail.incomplete_event);
         assert_eq!(tail.incomplete_data.as_deref(), Some("[DONE]"));
 
         collect(&mut p, b"data: a\n\ndata: {\"x", &mut out);
-        let tail = p.finish();
+        let tail = p.finish_tail();
         assert_eq!(tail.partial_line_bytes, 9);
         assert!(!tail.incomplete_event);
 
         collect(&mut p, b"data: a\n\n: bye\n", &mut out);
-        assert!(p.finish().is_clean());
+        assert!(!p.finish());
+        collect(&mut p, b"data: a", &mut out);
+        assert!(p.finish());
     }
 
     #[test]
@@ -651,10 +694,8 @@ mod tests {
         let range = input.as_ptr_range();
         let mut p = SseParser::new();
         let mut borrowed = Vec::new();
-        p.feed(input, |r| {
-            let ev = r.unwrap();
-            borrowed.push(range.contains(&ev.data.as_ptr()));
-        });
+        p.feed(input, |ev| borrowed.push(range.contains(&ev.data.as_ptr())))
+            .unwrap();
         // The single-line event borrows the input; the two-line one had to be joined.
         assert_eq!(borrowed, vec![true, false]);
     }

@@ -117,10 +117,12 @@ fn parse_pieces(bytes: &[u8], cuts: &[usize]) -> (Vec<Ev>, bool) {
     let mut start = 0;
     for &cut in cuts.iter().chain(std::iter::once(&bytes.len())) {
         let cut = cut.clamp(start, bytes.len());
-        parser.feed(&bytes[start..cut], |r| out.push(to_ev(r.unwrap())));
+        parser
+            .feed(&bytes[start..cut], |ev| out.push(to_ev(ev)))
+            .unwrap();
         start = cut;
     }
-    let clean = parser.finish().is_clean();
+    let clean = !parser.finish();
     (out, clean)
 }
 
