@@ -292,8 +292,10 @@ impl Driver {
                     t0 = t0.max(self.clock.engine_ns(first));
                     continue;
                 }
-                // Nothing to run: wait for a command. An idle engine anchors at the arrival
-                // that wakes it (never before the last step end).
+                // Nothing to run: show the idle state (an abort changes the gauges without a
+                // step), then wait for a command. An idle engine anchors at the arrival that
+                // wakes it (never before the last step end).
+                self.publish();
                 let cmd = tokio::select! {
                     cmd = self.commands.recv() => cmd,
                     _ = self.stop.changed() => None,
@@ -313,7 +315,6 @@ impl Driver {
             let now = Instant::now();
             let lag = now.saturating_duration_since(deadline);
             let outputs = self.core.commit_step(plan, t1);
-            self.dispatch(outputs);
 
             let lag_s = lag.as_secs_f64();
             self.driver_metrics.engine_lag_seconds = lag_s;
@@ -326,14 +327,21 @@ impl Driver {
             } else {
                 t0 = t1;
             }
-            self.metrics_tx.send_replace(Arc::new(MetricsSnapshot {
-                engine: self.core.metrics().clone(),
-                driver: self.driver_metrics.clone(),
-            }));
+            // Publish before handing out tokens, so a client that saw a token never reads
+            // metrics older than it.
+            self.publish();
+            self.dispatch(outputs);
         }
         // Dropping the sinks ends every open stream.
         self.sinks.clear();
         self.pending.clear();
+    }
+
+    fn publish(&self) {
+        self.metrics_tx.send_replace(Arc::new(MetricsSnapshot {
+            engine: self.core.metrics().clone(),
+            driver: self.driver_metrics.clone(),
+        }));
     }
 
     /// Applies aborts and resets at once; adds wait in `pending` for the step they belong to.
@@ -347,8 +355,9 @@ impl Driver {
             Command::Abort { id } => {
                 if let Some(pos) = self.pending.iter().position(|(r, _, _)| r.id == id) {
                     self.pending.remove(pos);
-                } else {
-                    self.core.abort(id);
+                } else if self.core.abort(id) {
+                    // Its sink is gone already; nobody needs the abort report.
+                    self.core.take_aborted();
                 }
                 self.sinks.remove(&id);
             }
@@ -366,8 +375,14 @@ impl Driver {
             if stamp <= t0 {
                 if let Some((mut request, _, sink)) = self.pending.remove(i) {
                     request.arrival_ns = stamp;
-                    self.sinks.insert(request.id, sink);
-                    self.core.add(request);
+                    let id = request.id;
+                    match self.core.try_add(request) {
+                        Ok(()) => {
+                            self.sinks.insert(id, sink);
+                        }
+                        // The server validates first; dropping the sink ends the request.
+                        Err(e) => tracing::warn!("engine refused a request: {e}"),
+                    }
                 }
             } else {
                 i += 1;
@@ -441,7 +456,9 @@ impl Driver {
             self.sinks.remove(&id);
         } else if !sent {
             self.sinks.remove(&id);
-            self.core.abort(id);
+            if self.core.abort(id) {
+                self.core.take_aborted();
+            }
         }
     }
 }

@@ -229,16 +229,14 @@ impl StreamState {
                 Err(_) => break,
             }
         }
-        if finished.is_none() {
-            if let Some(stall) = self.faults.stall_before_chunk() {
-                self.app.faults().record(FaultKind::Stall);
-                tokio::time::sleep(stall).await;
-                // Steps that ended during the stall are merged into this chunk.
-                while finished.is_none() {
-                    match self.events.try_recv() {
-                        Ok(ev) => finished = merge_event(&self.app, ev, &mut text, &mut new_tokens),
-                        Err(_) => break,
-                    }
+        if let Some(stall) = self.faults.stall_before_chunk() {
+            self.app.faults().record(FaultKind::Stall);
+            tokio::time::sleep(stall).await;
+            // Steps that ended during the stall are merged into this chunk.
+            while finished.is_none() {
+                match self.events.try_recv() {
+                    Ok(ev) => finished = merge_event(&self.app, ev, &mut text, &mut new_tokens),
+                    Err(_) => break,
                 }
             }
         }
