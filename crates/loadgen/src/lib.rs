@@ -8,6 +8,7 @@ pub mod collector;
 pub mod dispatcher;
 pub mod health;
 pub mod probe;
+pub mod scripted;
 pub mod stop;
 pub mod stream;
 pub mod target;
