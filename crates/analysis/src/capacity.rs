@@ -141,8 +141,11 @@ pub fn plan_capacity(input: &PlanInput) -> Result<CapacityPlan, AnalysisError> {
 
     let g = f64::from(input.gpus_per_replica);
     let average = input.daily_requests / SECONDS_PER_DAY;
-    let average_rps = Explained::new(average, "req/s", "daily_requests / 86,400 s")
-        .with("daily_requests", input.daily_requests, "req");
+    let average_rps = Explained::new(average, "req/s", "daily_requests / 86,400 s").with(
+        "daily_requests",
+        input.daily_requests,
+        "req",
+    );
     let peak = average * input.peak_to_average;
     let peak_rps = Explained::new(peak, "req/s", "average_rps × peak_to_average")
         .with("average_rps", average, "req/s")
@@ -169,8 +172,11 @@ pub fn plan_capacity(input: &PlanInput) -> Result<CapacityPlan, AnalysisError> {
         let per_day = Explained::new(per_day_value, "USD", "GPUs × gpu_hourly_cost × 24 h")
             .with("GPUs", gpu_count, "GPUs")
             .with("gpu_hourly_cost", hourly, "USD");
-        let per_month = Explained::new(per_day_value * 30.0, "USD", "cost_per_day × 30")
-            .with("cost_per_day", per_day_value, "USD");
+        let per_month = Explained::new(per_day_value * 30.0, "USD", "cost_per_day × 30").with(
+            "cost_per_day",
+            per_day_value,
+            "USD",
+        );
         let tokens = input.output_tokens_per_request;
         let replica_tok_s = tokens.map(|t| replica * t);
         let at_capacity = replica_tok_s.and_then(|tok_s| {
@@ -417,8 +423,7 @@ pub fn measured_throughput(doc: &Value) -> Result<MeasuredThroughput, AnalysisEr
         }
     };
     let required = |key: &str| {
-        number(key)?
-            .ok_or_else(|| AnalysisError::Result(format!("missing \"{key}\" ({schema})")))
+        number(key)?.ok_or_else(|| AnalysisError::Result(format!("missing \"{key}\" ({schema})")))
     };
     let request_throughput = required("request_throughput")?;
     let output_throughput = required("output_throughput")?;
@@ -426,9 +431,7 @@ pub fn measured_throughput(doc: &Value) -> Result<MeasuredThroughput, AnalysisEr
         .get("completed")
         .and_then(Value::as_u64)
         .ok_or_else(|| {
-            AnalysisError::Result(format!(
-                "missing \"completed\" request count ({schema})"
-            ))
+            AnalysisError::Result(format!("missing \"completed\" request count ({schema})"))
         })?;
     if completed == 0 || request_throughput <= 0.0 {
         return Err(AnalysisError::Result(
@@ -442,7 +445,8 @@ pub fn measured_throughput(doc: &Value) -> Result<MeasuredThroughput, AnalysisEr
             .and_then(|g| g.get(key))
             .and_then(Value::as_f64)
     };
-    let goodput_request_throughput = number("request_goodput")?.or_else(|| nested("request_throughput"));
+    let goodput_request_throughput =
+        number("request_goodput")?.or_else(|| nested("request_throughput"));
     let explicit_tokens = number("output_goodput")?
         .or(number("goodput_output_throughput")?)
         .or_else(|| nested("output_throughput"));
@@ -494,8 +498,14 @@ mod tests {
         assert_eq!(p.replicas_for_peak.value, 2.0);
         assert_eq!(p.gpus.value, 4.0);
         let lines = p.arithmetic();
-        assert_eq!(lines[0], "average rate   = 5,000,000 req/day / 86,400 s = 57.9 req/s");
-        assert_eq!(lines[1], "peak rate      = 57.9 req/s × peak-to-average 1 = 57.9 req/s");
+        assert_eq!(
+            lines[0],
+            "average rate   = 5,000,000 req/day / 86,400 s = 57.9 req/s"
+        );
+        assert_eq!(
+            lines[1],
+            "peak rate      = 57.9 req/s × peak-to-average 1 = 57.9 req/s"
+        );
         assert_eq!(
             lines[2],
             "for the peak   = ceil(57.9 req/s / 35 req/s per GPU) = ceil(1.65) = 2 GPUs"
@@ -551,7 +561,12 @@ mod tests {
         assert_eq!(p.replicas.value, 2.0);
         assert_eq!(p.gpus.value, 4.0);
         let lines = p.arithmetic();
-        assert!(lines.iter().any(|l| l.contains("2 replicas × 2 GPUs = 4 GPUs")), "{lines:#?}");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("2 replicas × 2 GPUs = 4 GPUs")),
+            "{lines:#?}"
+        );
     }
 
     #[test]
@@ -575,7 +590,10 @@ mod tests {
         let good = c.per_million_goodput_tokens.as_ref().unwrap();
         assert!((good.value - 2.0 * at_cap.value).abs() < 1e-12);
         let lines = p.arithmetic().join("\n");
-        assert!(lines.contains("cost per day   = 4 GPUs × $2.50/h × 24 h = $240.00"), "{lines}");
+        assert!(
+            lines.contains("cost per day   = 4 GPUs × $2.50/h × 24 h = $240.00"),
+            "{lines}"
+        );
         assert!(lines.contains("this fleet"), "{lines}");
     }
 
@@ -591,9 +609,13 @@ mod tests {
     fn invalid_plans_are_rejected() {
         assert!(plan_capacity(&input(0.0, 35.0, 2.0, 1.0)).is_err());
         assert!(plan_capacity(&input(1e6, -1.0, 2.0, 1.0)).is_err());
-        let e = plan_capacity(&input(1e6, 35.0, 0.5, 1.0)).unwrap_err().to_string();
+        let e = plan_capacity(&input(1e6, 35.0, 0.5, 1.0))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("headroom must be at least 1"), "{e}");
-        let e = plan_capacity(&input(1e6, 35.0, 2.0, 0.5)).unwrap_err().to_string();
+        let e = plan_capacity(&input(1e6, 35.0, 2.0, 0.5))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("peak-to-average"), "{e}");
     }
 
@@ -624,7 +646,10 @@ mod tests {
         assert!(m.goodput_tokens_estimated);
         let doc = json!({"request_throughput": 10.0, "output_throughput": 1280.0, "completed": 500,
                          "request_goodput": null});
-        assert_eq!(measured_throughput(&doc).unwrap().goodput_output_throughput, None);
+        assert_eq!(
+            measured_throughput(&doc).unwrap().goodput_output_throughput,
+            None
+        );
     }
 
     #[test]
@@ -634,10 +659,14 @@ mod tests {
         assert!(e(json!({"schema": "servebench.result/v1"})).contains("summary"));
         assert!(e(json!({"schema": "servebench.result/v1", "summary": {"output_throughput": 1.0, "completed": 1}}))
             .contains("request_throughput"));
-        assert!(e(json!({"request_throughput": 0.0, "output_throughput": 0.0, "completed": 0}))
-            .contains("no request completed"));
-        assert!(e(json!({"request_throughput": "fast", "output_throughput": 1.0, "completed": 1}))
-            .contains("non-negative number"));
+        assert!(
+            e(json!({"request_throughput": 0.0, "output_throughput": 0.0, "completed": 0}))
+                .contains("no request completed")
+        );
+        assert!(
+            e(json!({"request_throughput": "fast", "output_throughput": 1.0, "completed": 1}))
+                .contains("non-negative number")
+        );
         assert!(e(json!([1, 2])).contains("not a JSON object"));
         assert!(e(json!({"foo": 1})).contains("neither"));
     }

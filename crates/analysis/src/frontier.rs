@@ -84,7 +84,12 @@ impl LatencyStat {
 impl fmt::Display for LatencyStat {
     /// `p99 TTFT`, `p99.9 ITL`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "p{} {}", trim_number(self.percentile), self.metric.label())
+        write!(
+            f,
+            "p{} {}",
+            trim_number(self.percentile),
+            self.metric.label()
+        )
     }
 }
 
@@ -565,7 +570,10 @@ mod tests {
         let s = saturation(&pts, P99_TTFT, SaturationRule::default()).unwrap();
         assert_eq!((s.index, s.reference), (2, 0));
         // Healthy scaling never saturates.
-        assert_eq!(saturation(&sweep()[..5], P99_TTFT, SaturationRule::default()), None);
+        assert_eq!(
+            saturation(&sweep()[..5], P99_TTFT, SaturationRule::default()),
+            None
+        );
     }
 
     #[test]
@@ -608,13 +616,21 @@ mod tests {
         let slos = parse_slos("ttft:p99:500 tpot:p95:20").unwrap();
         let out = best_under_slos(&sweep(), &slos, LoadKind::RequestRate).unwrap();
         assert_eq!(out.best, Some(3));
-        assert!(out.headline.starts_with("1,950 output tok/s"), "{}", out.headline);
+        assert!(
+            out.headline.starts_with("1,950 output tok/s"),
+            "{}",
+            out.headline
+        );
         assert!(out.headline.ends_with("(rate 8 req/s)"));
         // The bound is strict.
         let slos = parse_slos("ttft:p99:420").unwrap();
         let out = best_under_slos(&sweep(), &slos, LoadKind::Concurrency).unwrap();
         assert_eq!(out.best, Some(3));
-        assert!(out.headline.ends_with("(concurrency 8)"), "{}", out.headline);
+        assert!(
+            out.headline.ends_with("(concurrency 8)"),
+            "{}",
+            out.headline
+        );
     }
 
     #[test]
@@ -629,7 +645,10 @@ mod tests {
         // An SLO on a percentile nobody measured is an error, not a silent "no".
         let slos = parse_slos("itl:p99:50").unwrap();
         let e = best_under_slos(&sweep(), &slos, LoadKind::RequestRate).unwrap_err();
-        assert!(e.to_string().contains("no sweep point measured p99 ITL"), "{e}");
+        assert!(
+            e.to_string().contains("no sweep point measured p99 ITL"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -639,7 +658,11 @@ mod tests {
         let slos = parse_slos("tpot:p95:50").unwrap();
         let out = best_under_slos(&pts, &slos, LoadKind::RequestRate).unwrap();
         assert_eq!(out.best, Some(6));
-        assert!(out.headline.ends_with("(rate unlimited)"), "{}", out.headline);
+        assert!(
+            out.headline.ends_with("(rate unlimited)"),
+            "{}",
+            out.headline
+        );
     }
 
     #[test]

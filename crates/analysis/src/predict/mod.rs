@@ -342,14 +342,10 @@ fn weight_figures(d: &Deployment) -> WeightFigures {
         .with("V·d", i.embedding_params, "params")
         .with("tp", tp, ""),
     };
-    let embedding_table = Explained::new(
-        m.embedding_bytes(d.dtype()) / tp,
-        "B",
-        "V·d·b_w / tp",
-    )
-    .with("V·d", i.embedding_params, "params")
-    .with("b_w", b_w, "B")
-    .with("tp", tp, "");
+    let embedding_table = Explained::new(m.embedding_bytes(d.dtype()) / tp, "B", "V·d·b_w / tp")
+        .with("V·d", i.embedding_params, "params")
+        .with("b_w", b_w, "B")
+        .with("tp", tp, "");
     WeightFigures {
         resident,
         read_per_step,
@@ -384,8 +380,11 @@ fn bandwidth_figures(d: &Deployment, w: &WeightFigures) -> BandwidthFigures {
     .with("W_step", f.weights_per_step_bytes, "B")
     .with("peak_BW", f.peak_bandwidth, "B/s")
     .with("MBU", i.mbu, "");
-    let max_tokens_per_s = Explained::new(1.0 / f.floor_s, "tok/s", "1 / (W_step / peak_BW)")
-        .with("W_step / peak_BW", f.floor_s, "s");
+    let max_tokens_per_s = Explained::new(1.0 / f.floor_s, "tok/s", "1 / (W_step / peak_BW)").with(
+        "W_step / peak_BW",
+        f.floor_s,
+        "s",
+    );
     BandwidthFigures {
         floor,
         floor_with_embeddings,
@@ -421,7 +420,8 @@ fn decode_figures(d: &Deployment, context: u32) -> DecodeFigures {
     let formula = format!(
         "{STEP_FORMULA}, one request (q = 1, c = {context}): FLOPs = (2·N_lin + 2·V·d + 4·L·H·hd·(c + 1)) / tp, Bytes = W_step + (c + 1)·kv_bpt_gpu"
     );
-    let tpot = explain_step(step.total, "s", &formula, d, &step).with("c", f64::from(context), "tokens");
+    let tpot =
+        explain_step(step.total, "s", &formula, d, &step).with("c", f64::from(context), "tokens");
     let tokens_per_s =
         Explained::new(1.0 / step.total, "tok/s", "1 / TPOT").with("TPOT", step.total, "s");
     DecodeFigures {
@@ -652,7 +652,7 @@ pub enum PredictReport {
     /// A catalog GPU and a model shape: every figure.
     Catalog(Box<Prediction>),
     /// Bandwidth and parameter count only.
-    Raw(RawPrediction),
+    Raw(Box<RawPrediction>),
 }
 
 #[cfg(test)]

@@ -80,8 +80,11 @@ pub fn predict_raw(hw: &RawHardware) -> Result<RawPrediction, AnalysisError> {
     let floor = Explained::new(floor_s, "s", "W / peak_BW")
         .with("W", weights.value, "B")
         .with("peak_BW", hw.peak_bandwidth, "B/s");
-    let max_tokens_per_s =
-        Explained::new(1.0 / floor_s, "tok/s", "1 / (W / peak_BW)").with("W / peak_BW", floor_s, "s");
+    let max_tokens_per_s = Explained::new(1.0 / floor_s, "tok/s", "1 / (W / peak_BW)").with(
+        "W / peak_BW",
+        floor_s,
+        "s",
+    );
     let tpot_s = weights.value / (hw.peak_bandwidth * hw.mbu);
     let expected_tpot = Explained::new(tpot_s, "s", "W / (peak_BW · MBU)")
         .with("W", weights.value, "B")
@@ -112,6 +115,7 @@ pub fn predict_raw(hw: &RawHardware) -> Result<RawPrediction, AnalysisError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -132,7 +136,11 @@ mod tests {
         let p = predict_raw(&hw()).unwrap();
         assert_eq!(p.weights.value, 16e9);
         // 16 GB / 600 GB/s = 26.67 ms; at MBU 0.75 35.6 ms.
-        assert!((p.floor.value - 0.026_666_7).abs() < 1e-6, "{}", p.floor.value);
+        assert!(
+            (p.floor.value - 0.026_666_7).abs() < 1e-6,
+            "{}",
+            p.floor.value
+        );
         assert!((p.max_tokens_per_s.value - 37.5).abs() < 1e-9);
         assert!((p.expected_tpot.value - 0.035_555_6).abs() < 1e-6);
         assert!(p.notes.iter().any(|n| n.contains("assumed")));

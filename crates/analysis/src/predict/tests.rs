@@ -30,10 +30,18 @@ fn worked_example_of_simulator_section_3_5() {
     // Weights: W_res = 14.96 GiB, W_step = 15.009e9 B.
     assert!((p.weights.resident.value / GIB - 14.96).abs() < 0.005);
     assert!(close(p.weights.read_per_step.value, 15.009e9, 1e-4));
-    assert!(close(p.weights.embedding_table.value, 2.0 * 525_336_576.0, 1e-12));
+    assert!(close(
+        p.weights.embedding_table.value,
+        2.0 * 525_336_576.0,
+        1e-12
+    ));
 
     // The bandwidth floor: 4.48 ms without the input embedding table, 4.79 ms with it.
-    assert!((p.bandwidth.floor.value * 1e3 - 4.48).abs() < 0.005, "{}", p.bandwidth.floor.value);
+    assert!(
+        (p.bandwidth.floor.value * 1e3 - 4.48).abs() < 0.005,
+        "{}",
+        p.bandwidth.floor.value
+    );
     assert!(
         (p.bandwidth.floor_with_embeddings.value * 1e3 - 4.79).abs() < 0.005,
         "{}",
@@ -48,13 +56,26 @@ fn worked_example_of_simulator_section_3_5() {
     assert!((p.decode.step.t_m * 1e3 - 5.796).abs() < 0.001);
     assert!(close(p.decode.step.flops, 15.55e9, 1e-3));
     assert!(close(p.decode.step.bytes, 15.144e9, 1e-3));
-    assert!((p.decode.tpot.value * 1e3 - 6.95).abs() < 0.005, "{}", p.decode.tpot.value);
+    assert!(
+        (p.decode.tpot.value * 1e3 - 6.95).abs() < 0.005,
+        "{}",
+        p.decode.tpot.value
+    );
     assert!((p.decode.tokens_per_s.value - 144.0).abs() < 0.5);
 
     // Prefill of 2048 tokens on an idle engine: one step, TTFT 52.5 ms.
-    let p2048 = p.prefill.prompts.iter().find(|x| x.prompt_len == 2048).unwrap();
+    let p2048 = p
+        .prefill
+        .prompts
+        .iter()
+        .find(|x| x.prompt_len == 2048)
+        .unwrap();
     assert_eq!(p2048.chunks, vec![2048]);
-    assert!((p2048.ttft.value * 1e3 - 52.5).abs() < 0.05, "{}", p2048.ttft.value);
+    assert!(
+        (p2048.ttft.value * 1e3 - 52.5).abs() < 0.05,
+        "{}",
+        p2048.ttft.value
+    );
 
     // KV: 131,072 B per token; 27,978 blocks, 447,648 tokens, 3.4× at 131,072.
     assert_eq!(p.kv.bytes_per_token.value, 131_072.0);
@@ -82,7 +103,11 @@ fn idle_engine_ttft_matches_section_10() {
             x.prompt_len,
             x.ttft.value * 1e3
         );
-        assert!(close(x.tokens_per_s.value, f64::from(x.prompt_len) / x.ttft.value, 1e-12));
+        assert!(close(
+            x.tokens_per_s.value,
+            f64::from(x.prompt_len) / x.ttft.value,
+            1e-12
+        ));
     }
 }
 
@@ -117,8 +142,16 @@ fn decode_batch_table_matches_section_3_5() {
     ];
     for (batch, ms) in expected_ms {
         let row = p.decode_batches.iter().find(|r| r.batch == batch).unwrap();
-        assert!(close(row.step_s * 1e3, ms, 0.01), "batch {batch}: {}", row.step_s);
-        assert!(close(row.tokens_per_s, f64::from(batch) / row.step_s, 1e-12));
+        assert!(
+            close(row.step_s * 1e3, ms, 0.01),
+            "batch {batch}: {}",
+            row.step_s
+        );
+        assert!(close(
+            row.tokens_per_s,
+            f64::from(batch) / row.step_s,
+            1e-12
+        ));
     }
 }
 
@@ -147,7 +180,11 @@ fn decode_at_context_1024_never_turns_compute_bound() {
     let d = llama_h100();
     let p = predict(&d, &PredictOptions::defaults(&d)).unwrap();
     assert!(p.compute_bound_batch.is_none());
-    let note = p.notes.iter().find(|n| n.contains("never turns compute-bound")).unwrap();
+    let note = p
+        .notes
+        .iter()
+        .find(|n| n.contains("never turns compute-bound"))
+        .unwrap();
     assert!(note.contains("51.") && note.contains("26.2 µs"), "{note}");
     assert!(p.decode_batches.iter().all(|r| !r.compute_bound));
     // Weight streaming alone (5.74 ms) is matched by the FLOPs of 220 requests (26.2 µs each).
@@ -254,11 +291,23 @@ fn every_figure_carries_its_formula_and_inputs() {
             .unwrap()
             .value
     };
-    assert!(close(get("W_step") / get("peak_BW"), p.bandwidth.floor.value, 1e-12));
+    assert!(close(
+        get("W_step") / get("peak_BW"),
+        p.bandwidth.floor.value,
+        1e-12
+    ));
     // The decode explanation names the parts that sum to the TPOT.
     let parts: f64 = ["t_ovh", "n_req·t_req", "t_gpu = (t_c^p + t_m^p)^(1/p)"]
         .iter()
-        .map(|n| p.decode.tpot.inputs.iter().find(|i| &i.name == n).unwrap().value)
+        .map(|n| {
+            p.decode
+                .tpot
+                .inputs
+                .iter()
+                .find(|i| &i.name == n)
+                .unwrap()
+                .value
+        })
         .sum();
     assert!(close(parts, p.decode.tpot.value, 1e-12));
 }
@@ -279,7 +328,10 @@ fn invalid_options_are_rejected() {
     let d = llama_h100();
     let mut o = PredictOptions::defaults(&d);
     o.prompt_lens = vec![128, 0];
-    assert!(predict(&d, &o).unwrap_err().to_string().contains("prompt lengths"));
+    assert!(predict(&d, &o)
+        .unwrap_err()
+        .to_string()
+        .contains("prompt lengths"));
     let mut o = PredictOptions::defaults(&d);
     o.max_model_len = 0;
     assert!(predict(&d, &o).is_err());
