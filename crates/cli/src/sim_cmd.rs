@@ -13,7 +13,9 @@ pub async fn serve(args: SimArgs) -> Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {host}:{port}"))?;
     let addr = listener.local_addr().context("reading the bound address")?;
-    eprint!("{}", resolved.banner());
+    for line in resolved.banner_lines() {
+        eprintln!("{line}");
+    }
     eprintln!("Serving on http://{addr} (Ctrl-C to stop)");
     servebench_sim::server::serve(listener, resolved, shutdown_signal()).await?;
     eprintln!("Simulator stopped.");

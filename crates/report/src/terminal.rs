@@ -109,3 +109,102 @@ mod tests {
         assert_eq!(s, "---------------Time to First Token----------------\n");
     }
 }
+
+fn opt(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into())
+}
+
+/// servebench's own lines after vLLM's block: honest latencies (from the intended send time),
+/// percentiles with their 95 % confidence intervals, failures by kind and client health.
+pub fn servebench_block(
+    s: &servebench_metrics::RunSummary,
+    health: &Value,
+    simulated: bool,
+) -> String {
+    let mut out = String::new();
+    header(&mut out, " servebench ", '=');
+    if simulated {
+        let _ = writeln!(out, "Target: simulated engine (figures are the cost model's, not a GPU's)");
+    }
+    line2(&mut out, "Prompt token throughput (tok/s):", s.prompt_throughput);
+    if let Some(g) = &s.goodput {
+        line2(&mut out, "Goodput (output tok/s):", g.output_tokens_per_s);
+        let _ = writeln!(out, "{:<40} {:<10}", "SLO attainment (%):", opt(g.attainment_pct));
+    }
+    if let Some(c) = s.total_cached_tokens {
+        line(&mut out, "Cached prompt tokens (server):", c);
+    }
+    let _ = writeln!(out, "{:<22}{:>9}{:>9}{:>9}{:>9}  {}", "metric (ms)", "mean", "p50", "p90", "p99", "p99 95% CI");
+    for (name, m) in [
+        ("TTFT", &s.ttft),
+        ("TPOT", &s.tpot),
+        ("ITL", &s.itl),
+        ("E2EL", &s.e2el),
+        ("Queue", &s.queue),
+        ("User TTFT (+queue)", &s.user_ttft),
+        ("User E2EL (+queue)", &s.user_e2el),
+    ] {
+        if m.n == 0 {
+            continue;
+        }
+        let p = |q: f64| m.percentile(q).map(|x| x.value);
+        let ci = m
+            .percentile(99.0)
+            .map(|x| {
+                let lo = opt(x.ci_low);
+                let hi = opt(x.ci_high);
+                let flag = if x.unstable { " (unstable: too few samples)" } else { "" };
+                format!("[{lo}, {hi}]{flag}")
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{name:<22}{:>9}{:>9}{:>9}{:>9}  {ci}",
+            opt(m.mean),
+            opt(p(50.0)),
+            opt(p(90.0)),
+            opt(p(99.0))
+        );
+    }
+    if let Some(ls) = s.longest_stall_ms {
+        let _ = writeln!(out, "{:<40} {:<10}", "Longest stall (ms):", format!("{ls:.2}"));
+        line(&mut out, "Stalls (requests with stalls):", format!("{} ({})", s.total_stalls, s.requests_with_stalls));
+    }
+    if !s.failures_by_kind.is_empty() {
+        let kinds: Vec<String> = s.failures_by_kind.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        line(&mut out, "Failures by kind:", kinds.join(", "));
+    }
+    let srcs: Vec<String> = s.output_sources.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+    if !srcs.is_empty() {
+        line(&mut out, "Output token counts from:", srcs.join(", "));
+    }
+    if health.get("virtual_time").is_none() {
+        header(&mut out, "Client health", '-');
+        let f = |k: &str| health.get(k).and_then(Value::as_f64);
+        let _ = writeln!(
+            out,
+            "{:<40} {:<10}",
+            "Dispatch lag p50/p99/max (ms):",
+            format!("{}/{}/{}", opt(f("dispatch_lag_p50_ms")), opt(f("dispatch_lag_p99_ms")), opt(f("dispatch_lag_max_ms")))
+        );
+        let _ = writeln!(
+            out,
+            "{:<40} {:<10}",
+            "Client CPU (% of one core):",
+            opt(f("cpu_percent"))
+        );
+        if health.get("client_limited").and_then(Value::as_bool) == Some(true) {
+            let _ = writeln!(
+                out,
+                "WARNING: the CLIENT limited this run (late dispatch or saturated CPU): the server was \
+                 not driven as planned; use a bigger client machine or fewer streams"
+            );
+        }
+    }
+    for w in &s.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out.push_str(&"=".repeat(50));
+    out.push('\n');
+    out
+}

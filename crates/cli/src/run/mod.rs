@@ -5,6 +5,7 @@ pub mod dataset;
 pub mod options;
 pub mod output;
 pub mod target;
+pub mod virtual_run;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -56,8 +57,36 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
     let schedule = dataset::schedule(&args, requests.len())?;
     let requests = dataset::cycle_to(requests, schedule.len());
 
+    // vLLM: the random dataset ignores EOS so generations run to the requested length.
+    let ignore_eos = args.ignore_eos || args.dataset_name == DatasetName::Random;
+
     if let TargetMode::Virtual(sim) = &mode {
-        return output::finish_virtual(&args, sim, &tokenizer, requests, schedule, ramp_up, &percentile_metrics, &percentiles, &goodput, &metadata, command_line).await;
+        let (records, duration_ns) =
+            virtual_run::simulate(sim, &requests, &schedule, args.max_concurrency, ignore_eos, args.seed)?;
+        let model_id = args.model.clone().unwrap_or_else(|| sim.served_model_name.clone());
+        let names = output::FileNames::new(&args, &model_id, ramp_up.as_ref());
+        std::fs::create_dir_all(&args.output_dir)
+            .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
+        let jsonl_path = args.output_dir.join(format!("{}.requests.jsonl", names.stem));
+        let mut sink = JsonlSink::create(&jsonl_path)?;
+        for r in &records {
+            sink.append(r)?;
+        }
+        let finish = output::Finish {
+            args: &args,
+            model_id: &model_id,
+            tokenizer: &tokenizer,
+            names: &names,
+            jsonl_path: &jsonl_path,
+            ramp_up,
+            percentile_metrics: &percentile_metrics,
+            percentiles: &percentiles,
+            goodput: &goodput,
+            metadata: &metadata,
+            command_line,
+        };
+        let meta = serde_json::json!({"kind": "simulator", "clock": "virtual", "sim_config": sim.config_json});
+        return output::write_results(&finish, &records, duration_ns, None, meta, true);
     }
 
     let (base_url, sim_info, _sim_guard) = match mode {
@@ -74,8 +103,6 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
     if (args.backend == args::Backend::OpenaiChat) != (api == servebench_loadgen::ApiKind::Chat) {
         bail!("--backend {} does not match --endpoint {endpoint}: use openai-chat with /v1/chat/completions and openai/vllm with /v1/completions", args.backend.as_str());
     }
-    // vLLM: the random dataset ignores EOS so generations run to the requested length.
-    let ignore_eos = args.ignore_eos || args.dataset_name == DatasetName::Random;
     let mut target = Target {
         base_url,
         endpoint,
@@ -152,21 +179,22 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
         eprintln!("warning: writing {} failed: {e}", jsonl_path.display());
     }
     let server = output::ServerInfo::fetch(client.target(), sim_info).await;
-    output::finish_real(
-        &args,
-        &model_id,
-        &tokenizer,
-        outcome,
-        &names,
-        &jsonl_path,
+    let finish = output::Finish {
+        args: &args,
+        model_id: &model_id,
+        tokenizer: &tokenizer,
+        names: &names,
+        jsonl_path: &jsonl_path,
         ramp_up,
-        &percentile_metrics,
-        &percentiles,
-        &goodput,
-        &metadata,
-        server,
+        percentile_metrics: &percentile_metrics,
+        percentiles: &percentiles,
+        goodput: &goodput,
+        metadata: &metadata,
         command_line,
-    )
+    };
+    let simulated = server.sim.is_some();
+    let meta = server.to_json(&client.target().base_url);
+    output::write_results(&finish, &outcome.records, outcome.duration_ns, Some(&outcome), meta, simulated)
 }
 
 fn print_traffic(args: &RunArgs, ramp_up: Option<&(String, u64, u64)>) {

@@ -55,6 +55,26 @@ pub struct ServerInfo {
 }
 
 impl ServerInfo {
+    /// Result metadata about the target; the simulator's own configuration when it was one.
+    pub fn to_json(&self, base_url: &str) -> Value {
+        match &self.sim {
+            Some(sim) => json!({
+                "kind": "simulator",
+                "clock": "real",
+                "sim_spec": sim.spec,
+                "sim_config": sim.config,
+                "server_version": self.version,
+                "server_models": self.models,
+            }),
+            None => json!({
+                "kind": "server",
+                "base_url": base_url,
+                "server_version": self.version,
+                "server_models": self.models,
+            }),
+        }
+    }
+
     pub async fn fetch(target: &Target, sim: Option<SimInfo>) -> Self {
         let t = Duration::from_secs(5);
         ServerInfo {
@@ -115,7 +135,7 @@ pub fn write_results(
     f: &Finish<'_>,
     records: &[RequestRecord],
     duration_ns: u64,
-    health: Value,
+    load: Option<&LoadOutcome>,
     target_meta: Value,
     simulated: bool,
 ) -> Result<ExitCode> {
@@ -158,6 +178,10 @@ pub fn write_results(
         detailed: args.save_detailed,
     };
     let vllm = vllm_result(&info, records);
+    let health = match load {
+        Some(o) => client_health(o, &summary),
+        None => json!({"virtual_time": true}),
+    };
 
     let mut stdout = std::io::stdout().lock();
     let block = servebench_report::terminal::vllm_block(&vllm, f.percentile_metrics, f.percentiles, !f.goodput.is_empty());
@@ -244,14 +268,19 @@ fn hostname() -> String {
 }
 
 /// Client health of a real run: dispatch lag, CPU, and whether the client limited the run.
-pub fn client_health(outcome: &LoadOutcome, summary_lag_p99_ms: Option<f64>) -> Value {
+pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary) -> Value {
+    let lag = &summary.dispatch_lag;
+    let lag_p = |p: f64| lag.percentile(p).map(|s| s.value);
     let wall = outcome.duration_ns as f64 / 1e9;
     let cpu = outcome.cpu.total();
     let cpus = servebench_loadgen::health::available_cpus();
     let cpu_pct = if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 };
     let saturated_cpu = cpu_pct > 90.0 * cpus as f64;
-    let lagging = summary_lag_p99_ms.map(|l| l > 10.0).unwrap_or(false);
+    let lagging = lag_p(99.0).map(|l| l > 10.0).unwrap_or(false);
     json!({
+        "dispatch_lag_p50_ms": lag_p(50.0),
+        "dispatch_lag_p99_ms": lag_p(99.0),
+        "dispatch_lag_max_ms": lag.max,
         "cpu_user_s": outcome.cpu.user_s,
         "cpu_system_s": outcome.cpu.system_s,
         "cpu_percent": cpu_pct,

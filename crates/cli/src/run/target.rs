@@ -58,7 +58,7 @@ pub async fn resolve_target(args: &RunArgs) -> Result<TargetMode> {
         return Ok(TargetMode::External(url));
     }
     let (spec, resolved) = resolve_sim(args.sim.as_deref())?;
-    let config = resolved.config_json();
+    let config = resolved.config_json.clone();
     let (addr, guard) = spawn_in_process(resolved).await.context("starting the in-process simulator")?;
     let url = format!("http://{addr}");
     eprintln!("Target: in-process simulator ({spec}) at {url} — pass --base-url to measure a real server");

@@ -1,0 +1,109 @@
+//! `servebench run --virtual-time`: the same workload and schedule fed to the simulator's
+//! engine core in virtual time; the records that come out go through the same metrics and
+//! writers as a real run (marked simulated).
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use servebench_metrics::{CountSource, RequestRecord, TokenEvent};
+use servebench_sim::engine::{FinishReason, NewRequest};
+use servebench_sim::virtual_time::{run_virtual, RequestTrace, VirtualArrival, VirtualWorkload};
+use servebench_sim::ResolvedSim;
+use servebench_workload::RequestSpec;
+
+/// Token ids for each request: a shared prefix (the same ids in every request, so the prefix
+/// cache sees the reuse the dataset intends) followed by unique ids, at the dataset's exact
+/// lengths. Ids are drawn from the tokenizer's ordinary (non-special) vocabulary.
+pub fn prompt_ids(sim: &ResolvedSim, requests: &[RequestSpec], seed: u64) -> Vec<Vec<u32>> {
+    let pool = sim.tokenizer.ordinary_ids();
+    let vocab = sim.engine.vocab_size.max(1);
+    let pick = |rng: &mut ChaCha8Rng| -> u32 {
+        if pool.is_empty() {
+            rng.random_range(0..vocab)
+        } else {
+            pool[rng.random_range(0..pool.len())]
+        }
+    };
+    let longest_prefix = requests.iter().map(|r| r.prefix_tokens).max().unwrap_or(0) as usize;
+    let mut prefix_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_f00d);
+    let prefix: Vec<u32> = (0..longest_prefix).map(|_| pick(&mut prefix_rng)).collect();
+    requests
+        .iter()
+        .map(|r| {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ r.id);
+            let p = (r.prefix_tokens as usize).min(r.prompt_tokens as usize);
+            let mut ids = prefix[..p].to_vec();
+            ids.extend((p..r.prompt_tokens.max(1) as usize).map(|_| pick(&mut rng)));
+            ids
+        })
+        .collect()
+}
+
+/// Run the workload through the engine core in virtual time; one record per request.
+pub fn simulate(
+    sim: &ResolvedSim,
+    requests: &[RequestSpec],
+    schedule: &[u64],
+    max_concurrency: Option<usize>,
+    ignore_eos: bool,
+    seed: u64,
+) -> anyhow::Result<(Vec<RequestRecord>, u64)> {
+    let ids = prompt_ids(sim, requests, seed);
+    let arrivals = requests
+        .iter()
+        .zip(ids)
+        .zip(schedule.iter().copied())
+        .map(|((r, prompt), intended_ns)| VirtualArrival {
+            intended_ns,
+            request: NewRequest {
+                id: r.id,
+                prompt,
+                // vLLM's completions default when the dataset leaves the length open.
+                max_tokens: r.max_tokens.map(|m| m.min(u64::from(u32::MAX)) as u32).unwrap_or(16),
+                min_tokens: 0,
+                ignore_eos,
+                seed: None,
+                cache_salt: None,
+                arrival_ns: intended_ns,
+            },
+        })
+        .collect();
+    let run = run_virtual(sim.engine.clone(), VirtualWorkload { arrivals, max_concurrency })?;
+    let records: Vec<RequestRecord> = run.traces.iter().zip(requests).map(|(t, r)| record(t, r)).collect();
+    let duration = records.iter().filter_map(|r| r.end.or(r.done)).max().unwrap_or(run.end_ns);
+    Ok((records, duration))
+}
+
+fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
+    let first = t.token_times_ns.first().copied();
+    let end = t.token_times_ns.last().copied();
+    let failure = match (t.finish_reason, first) {
+        (Some(FinishReason::Abort), _) | (None, _) | (_, None) => Some(servebench_metrics::Failure {
+            kind: servebench_metrics::FailureKind::EmptyOutput,
+            status: None,
+            message: "the simulated request produced no output".into(),
+        }),
+        _ => None,
+    };
+    RequestRecord {
+        id: spec.id,
+        intended: t.intended_ns,
+        released: t.sent_ns,
+        sent: t.sent_ns,
+        first_token: first,
+        end,
+        done: end.or(t.end_ns),
+        waited_for_slot: t.sent_ns > t.intended_ns,
+        // Each simulated token is one filler word: a leading space and about five letters.
+        events: t.token_times_ns.iter().map(|&ts| TokenEvent { t: ts, chars: 6 }).collect(),
+        input_tokens: u64::from(t.prompt_tokens),
+        input_source: CountSource::Usage,
+        output_tokens: u64::from(t.completion_tokens),
+        output_source: CountSource::Usage,
+        intended_input_tokens: spec.prompt_tokens,
+        max_tokens: spec.max_tokens,
+        cached_tokens: Some(u64::from(t.cached_tokens)),
+        finish_reason: t.finish_reason.map(|f| f.as_str().to_owned()),
+        text: None,
+        failure,
+    }
+}
