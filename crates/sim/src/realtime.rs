@@ -24,7 +24,7 @@ use crate::SimError;
 
 /// Capacity of the command channel; handlers wait when the engine is this far behind.
 const COMMAND_CAPACITY: usize = 4096;
-/// How long before a deadline `precise` timing stops sleeping and starts yielding.
+/// How long before a deadline `precise` timing leaves the 1 ms-granular tokio timer.
 const PRECISE_SPIN: Duration = Duration::from_micros(1500);
 
 /// How the driver maps engine time onto the wall clock.
@@ -32,8 +32,9 @@ const PRECISE_SPIN: Duration = Duration::from_micros(1500);
 pub struct TimingOptions {
     /// Engine seconds per wall-clock second (`--time-scale`); durations are divided by it.
     pub time_scale: f64,
-    /// Sleep to 1.5 ms before each deadline, then yield until it (`--precise-timing`). Never
-    /// use it under a paused tokio clock: the clock does not advance while the task yields.
+    /// Sleep to 1.5 ms before each deadline, then wait out the rest finely
+    /// (`--precise-timing`): with a kernel sleep on the engine's own thread, else by yielding.
+    /// Never use it under a paused tokio clock: the clock does not advance while it waits.
     pub precise: bool,
     /// Re-anchor the timeline when a step ends later than this (`--max-lag-ms`).
     pub max_lag: Duration,
@@ -216,7 +217,8 @@ pub fn spawn_thread(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()?;
-    let (handle, driver) = Driver::new(core, timing);
+    let (handle, mut driver) = Driver::new(core, timing);
+    driver.own_thread = true;
     let thread = std::thread::Builder::new()
         .name("sim-engine".into())
         .spawn(move || rt.block_on(driver.run()))?;
@@ -234,6 +236,8 @@ struct Driver {
     /// Adds received but stamped after the current step's start.
     pending: VecDeque<(NewRequest, Instant, mpsc::UnboundedSender<TokenEvent>)>,
     driver_metrics: DriverMetrics,
+    /// Runs on a dedicated thread (may block it for sub-ms waits).
+    own_thread: bool,
 }
 
 impl Driver {
@@ -270,6 +274,7 @@ impl Driver {
             sinks: HashMap::new(),
             pending: VecDeque::new(),
             driver_metrics: DriverMetrics::default(),
+            own_thread: false,
         };
         (handle, driver)
     }
@@ -404,6 +409,15 @@ impl Driver {
             }
         }
         if self.timing.precise {
+            if self.own_thread {
+                // Alone on this thread: the kernel's high-resolution sleep is accurate to tens
+                // of µs and, unlike spinning, does not get the thread preempted by the OS
+                // for hogging a core just before the deadline.
+                let left = deadline.saturating_duration_since(Instant::now());
+                if !left.is_zero() {
+                    std::thread::sleep(left);
+                }
+            }
             while Instant::now() < deadline {
                 tokio::task::yield_now().await;
             }

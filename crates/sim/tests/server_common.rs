@@ -69,7 +69,11 @@ impl Response {
 
     /// The `data:` payloads that are JSON (everything but `[DONE]`).
     pub fn json_events(&self) -> Vec<serde_json::Value> {
-        self.events.iter().filter(|e| e.data != "[DONE]").map(Event::json).collect()
+        self.events
+            .iter()
+            .filter(|e| e.data != "[DONE]")
+            .map(Event::json)
+            .collect()
     }
 
     pub fn done(&self) -> bool {
@@ -99,7 +103,11 @@ impl Conn {
             body.len()
         );
         stream.write_all(req.as_bytes()).await.unwrap();
-        Conn { stream, buf: Vec::new(), sent: Instant::now() }
+        Conn {
+            stream,
+            buf: Vec::new(),
+            sent: Instant::now(),
+        }
     }
 
     /// Reads more bytes; false at EOF or on a reset connection.
@@ -125,7 +133,14 @@ impl Conn {
         let head = String::from_utf8(self.buf[..end].to_vec()).unwrap();
         self.buf.drain(..end + 4);
         let mut lines = head.split("\r\n");
-        let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
         let headers = lines
             .filter_map(|l| l.split_once(':'))
             .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
@@ -139,7 +154,8 @@ impl Conn {
         loop {
             if let Some(i) = find(&self.buf, b"\r\n") {
                 let size_line = String::from_utf8_lossy(&self.buf[..i]).to_string();
-                let size = usize::from_str_radix(size_line.split(';').next().unwrap().trim(), 16).unwrap();
+                let size =
+                    usize::from_str_radix(size_line.split(';').next().unwrap().trim(), 16).unwrap();
                 if self.buf.len() >= i + 2 + size + 2 {
                     let data = self.buf[i + 2..i + 2 + size].to_vec();
                     self.buf.drain(..i + 2 + size + 2);
@@ -172,8 +188,15 @@ impl Conn {
                         pending.push_str(&String::from_utf8_lossy(&data));
                         while let Some(i) = pending.find("\n\n") {
                             let ev: String = pending.drain(..i + 2).collect();
-                            let data = ev.trim_end().strip_prefix("data: ").unwrap_or(ev.trim_end());
-                            events.push(Event { data: data.to_string(), at, chunk: index });
+                            let data = ev
+                                .trim_end()
+                                .strip_prefix("data: ")
+                                .unwrap_or(ev.trim_end());
+                            events.push(Event {
+                                data: data.to_string(),
+                                at,
+                                chunk: index,
+                            });
                         }
                         index += 1;
                     }
@@ -188,15 +211,25 @@ impl Conn {
             while self.fill().await {}
             body = std::mem::take(&mut self.buf);
         }
-        Response { status, headers, body, events, sent: self.sent, truncated }
+        Response {
+            status,
+            headers,
+            body,
+            events,
+            sent: self.sent,
+            truncated,
+        }
     }
 }
 
 /// One request, read to the end.
 pub async fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&str>) -> Response {
-    tokio::time::timeout(Duration::from_secs(60), Conn::send(addr, method, path, body).await.finish())
-        .await
-        .expect("response within 60 s")
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        Conn::send(addr, method, path, body).await.finish(),
+    )
+    .await
+    .expect("response within 60 s")
 }
 
 pub async fn post(addr: SocketAddr, path: &str, body: &str) -> Response {
@@ -230,7 +263,10 @@ pub async fn wait_metrics(addr: SocketAddr, what: &str, pred: impl Fn(&str) -> b
         if pred(&page) {
             return page;
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}; last page:\n{page}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; last page:\n{page}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
