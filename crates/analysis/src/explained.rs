@@ -99,7 +99,21 @@ pub fn format_quantity(value: f64, unit: &str) -> String {
         "B/s" => format!("{} GB/s", sig3(value / 1e9)),
         "FLOP/s" => format!("{} TFLOP/s", sig3(value / 1e12)),
         "FLOP" => format!("{:.4e} FLOP", value),
-        "USD" => format!("${value:.2}"),
+        "USD" if value.abs() < 1.0 => format!("${}", sig3(value)),
+        "USD" => {
+            let cents = format!("{:.2}", value.abs().fract());
+            let sign = if value < 0.0 { "-" } else { "" };
+            // The cents may round up to a whole unit (0.999 → "1.00").
+            let (whole, cents) = match cents.strip_prefix("1.") {
+                Some(c) => (value.abs().trunc() + 1.0, c.to_string()),
+                None => (
+                    value.abs().trunc(),
+                    cents.trim_start_matches("0.").to_string(),
+                ),
+            };
+            format!("{sign}${}.{cents}", thousands(whole))
+        }
+        "×" => format!("{}×", sig3_or_int(value)),
         "" => sig3_or_int(value),
         _ => format!("{} {unit}", sig3_or_int(value)),
     }
@@ -168,6 +182,11 @@ mod tests {
         assert_eq!(format_quantity(3.4157, ""), "3.42");
         assert_eq!(format_quantity(-1234.0, ""), "-1,234");
         assert!(format_quantity(15.009e9, "B").starts_with("15.009 GB (13.98 GiB)"));
+        assert_eq!(format_quantity(7200.0, "USD"), "$7,200.00");
+        assert_eq!(format_quantity(2.5, "USD"), "$2.50");
+        assert_eq!(format_quantity(1.999, "USD"), "$2.00");
+        assert_eq!(format_quantity(0.0992, "USD"), "$0.0992");
+        assert_eq!(format_quantity(3.4157, "×"), "3.42×");
     }
 
     #[test]

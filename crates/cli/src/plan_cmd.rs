@@ -83,7 +83,8 @@ pub fn plan_input(args: &PlanArgs) -> Result<(PlanInput, Option<MeasuredThroughp
                 .with_context(|| format!("reading {}", path.display()))?;
             let doc: serde_json::Value = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not valid JSON", path.display()))?;
-            let m = measured_throughput(&doc).with_context(|| format!("reading {}", path.display()))?;
+            let m =
+                measured_throughput(&doc).with_context(|| format!("reading {}", path.display()))?;
             let source = format!(
                 "{} ({}, {} completed requests)",
                 path.display(),
@@ -95,9 +96,11 @@ pub fn plan_input(args: &PlanArgs) -> Result<(PlanInput, Option<MeasuredThroughp
         (None, Some(rps)) => (rps, "--per-gpu-rps".to_string(), None),
         _ => bail!("give exactly one of --per-gpu-rps and --from"),
     };
-    let output_tokens_per_request = args
-        .output_tokens_per_request
-        .or_else(|| measured.as_ref().map(MeasuredThroughput::output_tokens_per_request));
+    let output_tokens_per_request = args.output_tokens_per_request.or_else(|| {
+        measured
+            .as_ref()
+            .map(MeasuredThroughput::output_tokens_per_request)
+    });
     let input = PlanInput {
         daily_requests: args.daily_requests,
         peak_to_average: args.peak_to_average,
@@ -153,13 +156,19 @@ fn render(plan: &CapacityPlan, measured: Option<&MeasuredThroughput>, args: &Pla
     for line in plan.arithmetic() {
         let _ = writeln!(o, "  {line}");
     }
+    let replicas = if i.gpus_per_replica > 1 {
+        format!(
+            " ({} replicas of {} GPUs)",
+            format_quantity(plan.replicas.value, ""),
+            i.gpus_per_replica
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         o,
-        "\n{} GPUs ({} replica{} of {}) for {} requests a day.",
+        "\n{} GPUs{replicas} for {} requests a day.",
         format_quantity(plan.gpus.value, ""),
-        format_quantity(plan.replicas.value, ""),
-        if plan.replicas.value == 1.0 { "" } else { "s" },
-        i.gpus_per_replica,
         format_quantity(i.daily_requests, "")
     );
     if args.gpu_hourly_cost.is_some() && i.output_tokens_per_request.is_none() {

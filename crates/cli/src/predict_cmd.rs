@@ -95,8 +95,7 @@ pub struct PredictArgs {
 pub fn predict(args: PredictArgs) -> Result<ExitCode> {
     let report = build_report(&args)?;
     let text = if args.json {
-        let mut s =
-            serde_json::to_string_pretty(&report).context("serializing the prediction")?;
+        let mut s = serde_json::to_string_pretty(&report).context("serializing the prediction")?;
         s.push('\n');
         s
     } else {
@@ -280,11 +279,21 @@ fn render_catalog(p: &Prediction, explain: bool) -> String {
     let d = &p.decode;
     let _ = writeln!(o, "\nDecode at context {}", d.context);
     row(&mut o, "single-stream TPOT", &d.tpot, "", explain);
-    row(&mut o, "single-stream decode rate", &d.tokens_per_s, "", explain);
+    row(
+        &mut o,
+        "single-stream decode rate",
+        &d.tokens_per_s,
+        "",
+        explain,
+    );
     match &p.compute_bound_batch {
         Some(e) => row(&mut o, "compute-bound from batch", e, "", explain),
         None => {
-            let _ = writeln!(o, "  {:<38}never (KV reads outgrow FLOPs)", "compute-bound from batch");
+            let _ = writeln!(
+                o,
+                "  {:<38}never (KV reads outgrow FLOPs)",
+                "compute-bound from batch"
+            );
         }
     }
     if let Some(e) = &p.weights_ridge_batch {
@@ -296,7 +305,11 @@ fn render_catalog(p: &Prediction, explain: bool) -> String {
             explain,
         );
     }
-    let _ = writeln!(o, "  {:>6}  {:>10}  {:>12}  regime", "batch", "step", "tok/s");
+    let _ = writeln!(
+        o,
+        "  {:>6}  {:>10}  {:>12}  regime",
+        "batch", "step", "tok/s"
+    );
     for r in &p.decode_batches {
         let _ = writeln!(
             o,
@@ -320,7 +333,11 @@ fn render_catalog(p: &Prediction, explain: bool) -> String {
         "",
         explain,
     );
-    let _ = writeln!(o, "  {:>8}  {:>6}  {:>10}  {:>14}", "prompt", "steps", "TTFT", "prefill tok/s");
+    let _ = writeln!(
+        o,
+        "  {:>8}  {:>6}  {:>10}  {:>14}",
+        "prompt", "steps", "TTFT", "prefill tok/s"
+    );
     for x in &p.prefill.prompts {
         let _ = writeln!(
             o,
@@ -342,7 +359,13 @@ fn render_catalog(p: &Prediction, explain: bool) -> String {
 
     let kv = &p.kv;
     let _ = writeln!(o, "\nKV cache");
-    row(&mut o, "bytes per token (whole model)", &kv.bytes_per_token, "", explain);
+    row(
+        &mut o,
+        "bytes per token (whole model)",
+        &kv.bytes_per_token,
+        "",
+        explain,
+    );
     if p.tensor_parallel_size > 1 {
         row(
             &mut o,
@@ -358,7 +381,13 @@ fn render_catalog(p: &Prediction, explain: bool) -> String {
             "  at gpu_memory_utilization {}, block size {}:",
             c.gpu_memory_utilization, c.detail.block_size
         );
-        row(&mut o, "memory left for KV (per GPU)", &c.available, "", explain);
+        row(
+            &mut o,
+            "memory left for KV (per GPU)",
+            &c.available,
+            "",
+            explain,
+        );
         row(&mut o, "blocks", &c.blocks, "", explain);
         row(&mut o, "tokens (GPU KV cache size)", &c.tokens, "", explain);
         row(

@@ -167,7 +167,11 @@ fn predict_reads_a_hugging_face_config() {
 fn predict_errors_exit_2_with_a_reason() {
     let o = servebench(&["predict", "--model", "no-such-model"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("unknown model 'no-such-model'"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unknown model 'no-such-model'"),
+        "{}",
+        stderr(&o)
+    );
     let o = servebench(&["predict", "--params", "8e9"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--bandwidth-gbs"), "{}", stderr(&o));
@@ -192,9 +196,15 @@ fn plan_hand_checked_example() {
     let o = servebench(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("average rate   = 5,000,000 req/day / 86,400 s = 57.9 req/s"), "{out}");
+    assert!(
+        out.contains("average rate   = 5,000,000 req/day / 86,400 s = 57.9 req/s"),
+        "{out}"
+    );
     assert!(out.contains("= ceil(1.65) = 2 GPUs"), "{out}");
-    assert!(out.contains("with headroom  = ceil(2 × 2) = 4 GPUs"), "{out}");
+    assert!(
+        out.contains("with headroom  = ceil(2 × 2) = 4 GPUs"),
+        "{out}"
+    );
     let mut json_args = args.to_vec();
     json_args.push("--json");
     let v = ok_json(&json_args);
@@ -244,7 +254,11 @@ fn plan_errors_exit_2() {
     let bad = TempFile::new("bad.json", r#"{"schema": "something/v2"}"#);
     let o = servebench(&["plan", "--daily-requests", "1000", "--from", bad.path()]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("unsupported schema 'something/v2'"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unsupported schema 'something/v2'"),
+        "{}",
+        stderr(&o)
+    );
     let o = servebench(&["plan", "--daily-requests", "1000", "--per-gpu-rps", "0"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("positive"), "{}", stderr(&o));
