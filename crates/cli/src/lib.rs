@@ -1,6 +1,8 @@
 //! The `servebench` binary: clap definitions, validation into plans, wiring of the library
 //! crates, progress and exit codes. No measurement logic lives here.
 
+pub mod plan_cmd;
+pub mod predict_cmd;
 pub mod run;
 pub mod sim_cmd;
 
@@ -24,6 +26,10 @@ pub enum Command {
     Run(Box<run::args::RunArgs>),
     /// Serve the simulated inference engine (an OpenAI-compatible server).
     Sim(Box<servebench_sim::args::SimArgs>),
+    /// Bandwidth math for a GPU and model: weights, TPOT floor, prefill, KV capacity.
+    Predict(Box<predict_cmd::PredictArgs>),
+    /// GPUs needed for a daily volume, from a measured or given per-GPU throughput.
+    Plan(Box<plan_cmd::PlanArgs>),
 }
 
 /// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
@@ -48,6 +54,8 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(*args, redact_argv(&argv)).await,
             Command::Sim(args) => sim_cmd::serve(*args).await,
+            Command::Predict(args) => predict_cmd::predict(*args),
+            Command::Plan(args) => plan_cmd::plan(*args),
         }
     });
     match result {

@@ -272,3 +272,30 @@ mod tests {
         assert!(err.is_err());
     }
 }
+
+/// The random dataset's requests with their exact lengths but no prompt text: what a
+/// simulation in virtual time needs (it synthesises token ids itself). Lengths, output
+/// lengths and prefix come out exactly as [`sample_random`] would produce them.
+pub fn sample_random_lengths(cfg: &RandomConfig) -> Result<Vec<RequestSpec>, WorkloadError> {
+    cfg.validate()?;
+    let n = cfg.num_prompts;
+    let input = cfg.input_range();
+    let output = cfg.output_range();
+    let mut len_rng = stream(cfg.seed, Purpose::Lengths, 0);
+    let input_lens: Vec<u64> = (0..n)
+        .map(|_| len_rng.random_range(input.low..=input.high))
+        .collect();
+    let output_lens: Vec<u64> = (0..n)
+        .map(|_| len_rng.random_range(output.low..=output.high))
+        .collect();
+    let shared = matches!(cfg.prefix_mode, PrefixMode::Shared);
+    Ok((0..n)
+        .map(|i| RequestSpec {
+            id: i as u64,
+            prompt: String::new(),
+            prompt_tokens: cfg.prefix_len + input_lens[i],
+            max_tokens: Some(output_lens[i]),
+            prefix_tokens: if shared { cfg.prefix_len } else { 0 },
+        })
+        .collect())
+}

@@ -34,6 +34,12 @@ pub enum DatasetName {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrefixModeArg {
+    Shared,
+    PerRequest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RampUp {
     Linear,
     Exponential,
@@ -117,6 +123,10 @@ pub struct RunArgs {
     /// Shared prefix tokens before each random prompt.
     #[arg(long, default_value_t = 0, help_heading = "Dataset")]
     pub random_prefix_len: u64,
+    /// Whether the random prefix is one shared prefix for the whole run (vLLM; a prefix cache
+    /// can reuse it) or a fresh prefix per request (nothing reusable).
+    #[arg(long, value_enum, default_value = "shared", help_heading = "Dataset")]
+    pub random_prefix_mode: PrefixModeArg,
     /// Output length for each ShareGPT request (overrides the dataset's).
     #[arg(long, help_heading = "Dataset")]
     pub sharegpt_output_len: Option<u64>,

@@ -9,7 +9,7 @@ use servebench_workload::{
     RandomConfig, RequestSpec, ShareGptConfig,
 };
 
-use super::args::{DatasetName, RampUp as RampArg, RunArgs};
+use super::args::{DatasetName, PrefixModeArg, RampUp as RampArg, RunArgs};
 
 /// The dataset the flags describe (vLLM's `--input-len/--output-len` mapping included).
 pub fn config(args: &RunArgs) -> Result<DatasetConfig> {
@@ -29,7 +29,10 @@ pub fn config(args: &RunArgs) -> Result<DatasetConfig> {
                 },
                 range_ratio: args.random_range_ratio,
                 prefix_len: args.random_prefix_len,
-                prefix_mode: PrefixMode::Shared,
+                prefix_mode: match args.random_prefix_mode {
+                    PrefixModeArg::Shared => PrefixMode::Shared,
+                    PrefixModeArg::PerRequest => PrefixMode::PerRequest,
+                },
                 seed: args.seed,
             })
         }
@@ -56,8 +59,16 @@ pub fn config(args: &RunArgs) -> Result<DatasetConfig> {
 }
 
 /// Build the requests of the run under `tokenizer`.
-pub fn build(args: &RunArgs, tokenizer: &Tokenizer) -> Result<Vec<RequestSpec>> {
+///
+/// `lengths_only` skips prompt text for the random dataset (virtual time needs only the
+/// lengths and the prefix, and text synthesis would dominate an hour-long simulation).
+pub fn build(args: &RunArgs, tokenizer: &Tokenizer, lengths_only: bool) -> Result<Vec<RequestSpec>> {
     let cfg = config(args)?;
+    if lengths_only {
+        if let DatasetConfig::Random(c) = &cfg {
+            return Ok(servebench_workload::random::sample_random_lengths(c)?);
+        }
+    }
     let started = std::time::Instant::now();
     let requests = sample_dataset(&cfg, tokenizer)?;
     let took = started.elapsed();

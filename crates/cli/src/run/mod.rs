@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use servebench_loadgen::{
-    run_load, stop_pair, warm_up, BackendClient, ClientOptions, JsonlSink, LoadSpec, Progress, Target,
+    run_load, stop_pair, warm_up, BackendClient, ClientOptions, JsonlSink, LoadSpec, Progress, StopSignal, Target,
 };
 use servebench_tokenizer::Tokenizer;
 
@@ -23,14 +23,72 @@ use self::target::{resolve_target, TargetMode};
 /// How long in-flight requests may finish after Ctrl-C before they are cancelled.
 const GRACE: Duration = Duration::from_secs(5);
 
+/// Where `execute` sends its load.
+pub enum RunTarget {
+    /// A server at this base URL; `sim` when it is a simulator servebench started.
+    Http { base_url: String, sim: Option<target::SimInfo> },
+    /// The simulator's engine core in virtual time.
+    Virtual { sim: Box<servebench_sim::ResolvedSim>, spec: String },
+}
+
+/// What one measured run produced.
+pub struct RunOutcome {
+    pub summary: servebench_metrics::RunSummary,
+    pub vllm: servebench_report::OrderedObject,
+    /// servebench's own result (`*.servebench.json`).
+    pub native_path: std::path::PathBuf,
+    pub jsonl_path: std::path::PathBuf,
+    pub vllm_path: Option<std::path::PathBuf>,
+    pub exit: ExitCode,
+}
+
+/// `servebench run`: resolve the target (starting a simulator when none is given), wire
+/// Ctrl-C, measure, report.
 pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
-    let ramp_up = options::check_ramp_up(&args)?;
-    let percentile_metrics = options::percentile_metrics(args.percentile_metrics.as_deref())?;
-    let percentiles = options::metric_percentiles(&args.metric_percentiles)?;
-    let goodput = options::goodput(&args.goodput)?;
-    let metadata = options::key_values("--metadata", &args.metadata)?;
-    let headers = options::headers(&args.header)?;
-    let extra_body = options::extra_body(&args)?;
+    validate(&args)?;
+    let mode = resolve_target(&args).await?;
+    let (target, _guard) = match mode {
+        TargetMode::External(url) => (RunTarget::Http { base_url: url, sim: None }, None),
+        TargetMode::InProcess { url, info, guard } => (RunTarget::Http { base_url: url, sim: Some(info) }, Some(guard)),
+        TargetMode::Virtual(sim) => {
+            let spec = args.sim.clone().unwrap_or_else(|| target::DEFAULT_SIM_SPEC.to_owned());
+            (RunTarget::Virtual { sim, spec }, None)
+        }
+    };
+    let stop = interrupt_on_ctrl_c();
+    let out = execute(&args, &target, command_line, &stop, true).await?;
+    Ok(out.exit)
+}
+
+/// Ctrl-C stops dispatching; a second Ctrl-C or the grace period cancels what is in flight.
+pub fn interrupt_on_ctrl_c() -> StopSignal {
+    let (handle, stop) = stop_pair();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!(
+                "\nInterrupted: no new requests; waiting up to {} s for those in flight (Ctrl-C again to stop now)",
+                GRACE.as_secs()
+            );
+            handle.stop_dispatch();
+            tokio::select! {
+                _ = tokio::time::sleep(GRACE) => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            handle.cancel();
+        }
+    });
+    stop
+}
+
+/// Flag checks that need no I/O.
+pub fn validate(args: &RunArgs) -> Result<()> {
+    options::check_ramp_up(args)?;
+    options::percentile_metrics(args.percentile_metrics.as_deref())?;
+    options::metric_percentiles(&args.metric_percentiles)?;
+    options::goodput(&args.goodput)?;
+    options::key_values("--metadata", &args.metadata)?;
+    options::headers(&args.header)?;
+    options::extra_body(args)?;
     if args.max_concurrency == Some(0) {
         bail!("--max-concurrency must be greater than 0");
     }
@@ -40,59 +98,90 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
     if !(args.request_rate > 0.0) {
         bail!("--request-rate must be positive or inf, got {}", args.request_rate);
     }
+    Ok(())
+}
 
-    let tokenizer = match &args.tokenizer {
+/// The tokenizer the flags ask for (the built-in one when none is given).
+pub fn load_tokenizer(args: &RunArgs, say: bool) -> Result<Tokenizer> {
+    Ok(match &args.tokenizer {
         Some(spec) => Tokenizer::load(spec).with_context(|| format!("--tokenizer {spec}"))?,
         None => {
-            eprintln!("Tokenizer: built-in {} (no --tokenizer given; prompt lengths are counted with it)", Tokenizer::builtin().name());
+            if say {
+                eprintln!(
+                    "Tokenizer: built-in {} (no --tokenizer given; prompt lengths are counted with it)",
+                    Tokenizer::builtin().name()
+                );
+            }
             Tokenizer::builtin()
         }
-    };
+    })
+}
 
-    let mode = resolve_target(&args).await?;
-    let requests = dataset::build(&args, &tokenizer)?;
+/// Measure one workload against `target` and write its results. `print` shows the terminal
+/// report and progress notes.
+pub async fn execute(
+    args: &RunArgs,
+    target: &RunTarget,
+    command_line: Vec<String>,
+    stop: &StopSignal,
+    print: bool,
+) -> Result<RunOutcome> {
+    validate(args)?;
+    let ramp_up = options::check_ramp_up(args)?;
+    let percentile_metrics = options::percentile_metrics(args.percentile_metrics.as_deref())?;
+    let percentiles = options::metric_percentiles(&args.metric_percentiles)?;
+    let goodput = options::goodput(&args.goodput)?;
+    let metadata = options::key_values("--metadata", &args.metadata)?;
+    let headers = options::headers(&args.header)?;
+    let extra_body = options::extra_body(args)?;
+    let tokenizer = load_tokenizer(args, print)?;
+
+    let virtual_sim = match target {
+        RunTarget::Virtual { sim, .. } => Some(sim.as_ref()),
+        RunTarget::Http { .. } => None,
+    };
+    let requests = dataset::build(args, &tokenizer, virtual_sim.is_some())?;
     if requests.is_empty() {
         bail!("the dataset produced no requests");
     }
-    let schedule = dataset::schedule(&args, requests.len())?;
+    let schedule = dataset::schedule(args, requests.len())?;
     let requests = dataset::cycle_to(requests, schedule.len());
-
     // vLLM: the random dataset ignores EOS so generations run to the requested length.
     let ignore_eos = args.ignore_eos || args.dataset_name == DatasetName::Random;
 
-    if let TargetMode::Virtual(sim) = &mode {
-        let (records, duration_ns) =
-            virtual_run::simulate(sim, &requests, &schedule, args.max_concurrency, ignore_eos, args.seed)?;
-        let model_id = args.model.clone().unwrap_or_else(|| sim.served_model_name.clone());
-        let names = output::FileNames::new(&args, &model_id, ramp_up.as_ref());
-        std::fs::create_dir_all(&args.output_dir)
-            .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
-        let jsonl_path = args.output_dir.join(format!("{}.requests.jsonl", names.stem));
-        let mut sink = JsonlSink::create(&jsonl_path)?;
-        for r in &records {
-            sink.append(r)?;
+    let (base_url, sim_info) = match target {
+        RunTarget::Virtual { sim, spec } => {
+            let (records, duration_ns) =
+                virtual_run::simulate(sim, &requests, &schedule, args.max_concurrency, ignore_eos, args.seed)?;
+            let model_id = args.model.clone().unwrap_or_else(|| sim.served_model_name.clone());
+            let names = output::FileNames::new(args, &model_id, ramp_up.as_ref());
+            std::fs::create_dir_all(&args.output_dir)
+                .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
+            let jsonl_path = args.output_dir.join(format!("{}.requests.jsonl", names.stem));
+            let mut sink = JsonlSink::create(&jsonl_path)?;
+            for r in &records {
+                sink.append(r)?;
+            }
+            let finish = output::Finish {
+                args,
+                model_id: &model_id,
+                tokenizer: &tokenizer,
+                names: &names,
+                jsonl_path: &jsonl_path,
+                ramp_up,
+                percentile_metrics: &percentile_metrics,
+                percentiles: &percentiles,
+                goodput: &goodput,
+                metadata: &metadata,
+                command_line,
+                print,
+            };
+            let meta = serde_json::json!({
+                "kind": "simulator", "clock": "virtual", "sim_spec": spec, "sim_config": sim.config_json,
+            });
+            return output::write_results(&finish, &records, duration_ns, None, meta, true);
         }
-        let finish = output::Finish {
-            args: &args,
-            model_id: &model_id,
-            tokenizer: &tokenizer,
-            names: &names,
-            jsonl_path: &jsonl_path,
-            ramp_up,
-            percentile_metrics: &percentile_metrics,
-            percentiles: &percentiles,
-            goodput: &goodput,
-            metadata: &metadata,
-            command_line,
-        };
-        let meta = serde_json::json!({"kind": "simulator", "clock": "virtual", "sim_config": sim.config_json});
-        return output::write_results(&finish, &records, duration_ns, None, meta, true);
-    }
-
-    let (base_url, sim_info, _sim_guard) = match mode {
-        TargetMode::External(url) => (url, None, None),
-        TargetMode::InProcess { url, info, guard } => (url, Some(info), Some(guard)),
-        TargetMode::Virtual(_) => unreachable!("handled above"),
+        RunTarget::Http { base_url, sim } => (base_url.clone(), sim.clone()),
     };
 
     let endpoint = args.endpoint.clone().unwrap_or_else(|| match args.backend {
@@ -101,23 +190,19 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
     });
     let api = servebench_loadgen::client::api_for_endpoint(&endpoint);
     if (args.backend == args::Backend::OpenaiChat) != (api == servebench_loadgen::ApiKind::Chat) {
-        bail!("--backend {} does not match --endpoint {endpoint}: use openai-chat with /v1/chat/completions and openai/vllm with /v1/completions", args.backend.as_str());
+        bail!(
+            "--backend {} does not match --endpoint {endpoint}: use openai-chat with /v1/chat/completions and openai/vllm with /v1/completions",
+            args.backend.as_str()
+        );
     }
-    let mut target = Target {
-        base_url,
-        endpoint,
-        api,
-        model: String::new(),
-        headers,
-        api_key: args.api_key.clone(),
-        extra_body,
-        ignore_eos,
-    };
+    let mut target = Target { base_url, endpoint, api, model: String::new(), headers, api_key: args.api_key.clone(), extra_body, ignore_eos };
     let model_id = match &args.model {
         Some(m) => m.clone(),
         None => {
             let m = servebench_loadgen::probe::first_model(&target, Duration::from_secs(30)).await?;
-            eprintln!("Model not specified; using the server's first model: {m}");
+            if print {
+                eprintln!("Model not specified; using the server's first model: {m}");
+            }
             m
         }
     };
@@ -137,50 +222,39 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
         .map(|(i, r)| client.prepare(i as u64, &r.prompt, r.prompt_tokens, r.max_tokens))
         .collect();
 
-    let (stop_handle, stop) = stop_pair();
-    let stop_handle = Arc::new(stop_handle);
-    {
-        let h = Arc::clone(&stop_handle);
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("\nInterrupted: no new requests; waiting up to {} s for those in flight (Ctrl-C again to stop now)", GRACE.as_secs());
-                h.stop_dispatch();
-                tokio::select! {
-                    _ = tokio::time::sleep(GRACE) => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-                h.cancel();
-            }
-        });
-    }
-
     if args.ready_check_timeout_sec > 0 {
-        output::ready_check(&client, &prepared[0], Duration::from_secs(args.ready_check_timeout_sec), &stop).await?;
+        output::ready_check(&client, &prepared[0], Duration::from_secs(args.ready_check_timeout_sec), stop).await?;
     }
     if args.num_warmups > 0 {
-        eprintln!("Warming up with {} requests...", args.num_warmups);
-        let ok = warm_up(Arc::clone(&client), prepared[0].clone(), args.num_warmups, args.max_concurrency, &stop).await;
-        eprintln!("Warm-up completed ({ok}/{} succeeded).", args.num_warmups);
+        if print {
+            eprintln!("Warming up with {} requests...", args.num_warmups);
+        }
+        let ok = warm_up(Arc::clone(&client), prepared[0].clone(), args.num_warmups, args.max_concurrency, stop).await;
+        if print {
+            eprintln!("Warm-up completed ({ok}/{} succeeded).", args.num_warmups);
+        }
     }
 
-    let names = output::FileNames::new(&args, &model_id, ramp_up.as_ref());
+    let names = output::FileNames::new(args, &model_id, ramp_up.as_ref());
     std::fs::create_dir_all(&args.output_dir)
         .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
     let jsonl_path = args.output_dir.join(format!("{}.requests.jsonl", names.stem));
     let sink = JsonlSink::create(&jsonl_path)?;
-    print_traffic(&args, ramp_up.as_ref());
+    if print {
+        print_traffic(args, ramp_up.as_ref());
+    }
     let spec = LoadSpec {
         schedule,
         max_concurrency: args.max_concurrency,
         progress: (!args.disable_tqdm).then(|| Progress { total: Some(prepared.len()), label: "run".into() }),
     };
-    let outcome = run_load(Arc::clone(&client), prepared, spec, Some(sink), stop).await?;
+    let outcome = run_load(Arc::clone(&client), prepared, spec, Some(sink), stop.clone()).await?;
     if let Some(e) = &outcome.write_error {
         eprintln!("warning: writing {} failed: {e}", jsonl_path.display());
     }
     let server = output::ServerInfo::fetch(client.target(), sim_info).await;
     let finish = output::Finish {
-        args: &args,
+        args,
         model_id: &model_id,
         tokenizer: &tokenizer,
         names: &names,
@@ -191,6 +265,7 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
         goodput: &goodput,
         metadata: &metadata,
         command_line,
+        print,
     };
     let simulated = server.sim.is_some();
     let meta = server.to_json(&client.target().base_url);

@@ -118,6 +118,8 @@ pub struct Finish<'a> {
     pub goodput: &'a [GoodputSlo],
     pub metadata: &'a [(String, String)],
     pub command_line: Vec<String>,
+    /// Print the terminal report and file notes.
+    pub print: bool,
 }
 
 fn slo_metric(name: &str) -> Option<SloMetric> {
@@ -138,7 +140,7 @@ pub fn write_results(
     load: Option<&LoadOutcome>,
     target_meta: Value,
     simulated: bool,
-) -> Result<ExitCode> {
+) -> Result<super::RunOutcome> {
     let args = f.args;
     let mut pcts = vec![50.0, 90.0, 95.0, 99.0];
     for p in f.percentiles {
@@ -183,15 +185,21 @@ pub fn write_results(
         None => json!({"virtual_time": true}),
     };
 
-    let mut stdout = std::io::stdout().lock();
-    let block = servebench_report::terminal::vllm_block(&vllm, f.percentile_metrics, f.percentiles, !f.goodput.is_empty());
-    let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
-    let _ = write!(stdout, "{block}{extras}");
-    let _ = stdout.flush();
+    if f.print {
+        let mut stdout = std::io::stdout().lock();
+        let block = servebench_report::terminal::vllm_block(&vllm, f.percentile_metrics, f.percentiles, !f.goodput.is_empty());
+        let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
+        let _ = write!(stdout, "{block}{extras}");
+        let _ = stdout.flush();
+    }
 
+    let mut vllm_path = None;
     if args.save_result || args.append_result {
         save_vllm(&f.names.vllm_path, &to_python_json(&vllm), args.append_result)?;
-        eprintln!("vLLM-compatible result: {}", f.names.vllm_path.display());
+        if f.print {
+            eprintln!("vLLM-compatible result: {}", f.names.vllm_path.display());
+        }
+        vllm_path = Some(f.names.vllm_path.clone());
     }
     let native_path = args.output_dir.join(format!("{}.servebench.json", f.names.stem));
     let native = json!({
@@ -234,16 +242,26 @@ pub fn write_results(
     });
     let text = serde_json::to_vec_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text).with_context(|| format!("writing {}", native_path.display()))?;
-    eprintln!("servebench result: {}", native_path.display());
-    eprintln!("per-request records: {}", f.jsonl_path.display());
+    if f.print {
+        eprintln!("servebench result: {}", native_path.display());
+        eprintln!("per-request records: {}", f.jsonl_path.display());
+    }
 
+    let mut exit = ExitCode::SUCCESS;
     if summary.completed == 0 {
         let reasons: Vec<String> = summary.failures_by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
         let first = records.iter().find_map(|r| r.failure.as_ref()).map(|f| f.message.clone()).unwrap_or_default();
         eprintln!("error: every request failed ({}); first error: {first}", reasons.join(", "));
-        return Ok(ExitCode::from(2));
+        exit = ExitCode::from(2);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(super::RunOutcome {
+        summary,
+        vllm,
+        native_path,
+        jsonl_path: f.jsonl_path.to_owned(),
+        vllm_path,
+        exit,
+    })
 }
 
 fn save_vllm(path: &Path, bytes: &[u8], append: bool) -> Result<()> {
