@@ -263,3 +263,41 @@ pub fn check_unsupported(args: &[String]) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[derive(Debug, clap::Parser)]
+#[command(no_binary_name = true)]
+struct RunArgsOnly {
+    #[command(flatten)]
+    args: RunArgs,
+}
+
+impl RunArgs {
+    /// Parse `servebench run` flags from a list (for commands that run workloads themselves:
+    /// matrix rows, sweep points). Unsupported vLLM flags are refused as on the command line.
+    pub fn from_flags<S: AsRef<str>>(flags: &[S]) -> Result<RunArgs, String> {
+        let flags: Vec<String> = flags.iter().map(|s| s.as_ref().to_owned()).collect();
+        check_unsupported(&flags)?;
+        <RunArgsOnly as clap::Parser>::try_parse_from(&flags)
+            .map(|w| w.args)
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_flags_takes_vllm_defaults_and_refuses_unsupported() {
+        let a = RunArgs::from_flags(&["--num-prompts", "7", "--request-rate", "2.5"]).unwrap();
+        assert_eq!(a.num_prompts, 7);
+        assert_eq!(a.request_rate, 2.5);
+        assert_eq!(a.random_input_len, 1024);
+        assert_eq!(a.metric_percentiles, "99");
+        let inf = RunArgs::from_flags::<&str>(&[]).unwrap();
+        assert!(inf.request_rate.is_infinite());
+        let err = RunArgs::from_flags(&["--profile"]).unwrap_err();
+        assert!(err.contains("does not support yet"), "{err}");
+    }
+}
