@@ -220,61 +220,66 @@ impl VirtualDriver {
 
     /// Steps the engine until no request is waiting, running or pending in the client.
     pub fn run_until_idle(&mut self) -> Result<(), SimError> {
-        loop {
-            self.send_due();
-            if self.core.is_idle() {
-                let Some(next) = self.pending.front() else {
-                    return Ok(());
-                };
-                let at = next.arrival.intended_ns.max(next.not_before_ns);
-                if at <= self.now_ns {
-                    // Due but without a client slot while the engine is idle: a slot can only
-                    // free up when a request finishes, and none is in flight.
-                    return Err(SimError::Config(format!(
-                        "virtual client stalled with {} requests in flight and an idle engine",
-                        self.in_flight
-                    )));
-                }
-                self.now_ns = at;
-                continue;
-            }
-            let Some(plan) = self.core.plan_step(self.now_ns) else {
-                return Err(SimError::Config(
-                    "engine produced an empty step with requests queued".into(),
-                ));
+        while self.step()? {}
+        Ok(())
+    }
+
+    /// Advances to the next event: sends due arrivals, then runs one engine step, or jumps an
+    /// idle engine to the next arrival. `false` when there is nothing left to do.
+    pub fn step(&mut self) -> Result<bool, SimError> {
+        self.send_due();
+        if self.core.is_idle() {
+            let Some(next) = self.pending.front() else {
+                return Ok(false);
             };
-            for (id, _, _) in plan.entries() {
-                if let Some(&i) = self.trace_index.get(&id) {
-                    let tr = &mut self.traces[i];
-                    tr.first_scheduled_ns.get_or_insert(self.now_ns);
-                }
+            let at = next.arrival.intended_ns.max(next.not_before_ns);
+            if at <= self.now_ns {
+                // Due but without a client slot while the engine is idle: a slot frees up only
+                // when a request finishes, and none is in flight.
+                return Err(SimError::Config(format!(
+                    "virtual client stalled with {} requests in flight and an idle engine",
+                    self.in_flight
+                )));
             }
-            let t1 = self.now_ns + plan.duration_ns;
-            let out = self.core.commit_step(plan, t1);
-            self.steps += 1;
-            self.now_ns = t1;
-            for tok in &out.tokens {
-                if let Some(&i) = self.trace_index.get(&tok.id) {
-                    self.traces[i].token_times_ns.push(t1);
-                }
-            }
-            for f in out.finished {
-                let Some(i) = self.trace_index.remove(&f.id) else {
-                    continue;
-                };
-                let tr = &mut self.traces[i];
-                tr.prompt_tokens = f.prompt_tokens;
-                tr.completion_tokens = f.completion_tokens;
-                tr.cached_tokens = f.cached_tokens;
-                tr.finish_reason = Some(f.reason);
-                tr.preemptions = f.preemptions;
-                tr.end_ns = Some(t1);
-                self.in_flight -= 1;
-                if self.max_concurrency.is_some() {
-                    self.free_slots.push_back(t1);
-                }
+            self.now_ns = at;
+            return Ok(true);
+        }
+        let Some(plan) = self.core.plan_step(self.now_ns) else {
+            return Err(SimError::Config(
+                "engine produced an empty step with requests queued".into(),
+            ));
+        };
+        for (id, _, _) in plan.entries() {
+            if let Some(&i) = self.trace_index.get(&id) {
+                self.traces[i].first_scheduled_ns.get_or_insert(self.now_ns);
             }
         }
+        let t1 = self.now_ns + plan.duration_ns;
+        let out = self.core.commit_step(plan, t1);
+        self.steps += 1;
+        self.now_ns = t1;
+        for tok in &out.tokens {
+            if let Some(&i) = self.trace_index.get(&tok.id) {
+                self.traces[i].token_times_ns.push(t1);
+            }
+        }
+        for f in out.finished {
+            let Some(i) = self.trace_index.remove(&f.id) else {
+                continue;
+            };
+            let tr = &mut self.traces[i];
+            tr.prompt_tokens = f.prompt_tokens;
+            tr.completion_tokens = f.completion_tokens;
+            tr.cached_tokens = f.cached_tokens;
+            tr.finish_reason = Some(f.reason);
+            tr.preemptions = f.preemptions;
+            tr.end_ns = Some(t1);
+            self.in_flight -= 1;
+            if self.max_concurrency.is_some() {
+                self.free_slots.push_back(t1);
+            }
+        }
+        Ok(true)
     }
 
     /// Sends every pending arrival that is due at `now` and has a client slot.
@@ -340,6 +345,11 @@ impl VirtualDriver {
     /// Traces so far, in submission order.
     pub fn traces(&self) -> &[RequestTrace] {
         &self.traces
+    }
+
+    /// Arrivals the client has not sent yet (waiting for their time or for a slot).
+    pub fn num_pending(&self) -> usize {
+        self.pending.len()
     }
 
     /// Steps taken so far.

@@ -48,14 +48,35 @@ fn throughput_rises_then_flattens_while_tpot_worsens() {
             s.preemptions
         );
         assert_eq!(s.preemptions, 0, "no preemption below the KV limit");
-        assert_near(&format!("throughput at concurrency {c}"), s.throughput(), tput, 0.2);
-        assert_near(&format!("mean TPOT at concurrency {c}"), s.mean_tpot(), tpot, 0.2);
+        assert_near(
+            &format!("throughput at concurrency {c}"),
+            s.throughput(),
+            tput,
+            0.2,
+        );
+        assert_near(
+            &format!("mean TPOT at concurrency {c}"),
+            s.mean_tpot(),
+            tpot,
+            0.2,
+        );
         if c >= 64 {
-            assert_near(&format!("ITL p99 at concurrency {c}"), s.itl_p99(), 0.2, 0.2);
+            assert_near(
+                &format!("ITL p99 at concurrency {c}"),
+                s.itl_p99(),
+                0.2,
+                0.2,
+            );
         }
         if let Some(p) = &prev {
-            assert!(s.throughput() > p.throughput(), "throughput must rise with concurrency");
-            assert!(s.mean_tpot() > p.mean_tpot(), "TPOT must worsen with concurrency");
+            assert!(
+                s.throughput() > p.throughput(),
+                "throughput must rise with concurrency"
+            );
+            assert!(
+                s.mean_tpot() > p.mean_tpot(),
+                "TPOT must worsen with concurrency"
+            );
         }
         prev = Some(s);
     }
@@ -74,16 +95,29 @@ fn at_512_the_kv_cache_runs_out() {
         s.ttft_p50(),
         s.preemptions
     );
-    assert!(s.preemptions > 0, "512 × 1280 tokens exceed the 448k-token cache");
+    assert!(
+        s.preemptions > 0,
+        "512 × 1280 tokens exceed the 448k-token cache"
+    );
     assert_eq!(r.metrics.num_preemptions_total, s.preemptions);
-    assert!(s.ttft_p50() > 1.0, "TTFT p50 jumps to seconds ({} s)", s.ttft_p50());
-    assert!(s.throughput() < at_256.throughput(), "throughput falls past the KV limit");
+    assert!(
+        s.ttft_p50() > 1.0,
+        "TTFT p50 jumps to seconds ({} s)",
+        s.ttft_p50()
+    );
+    assert!(
+        s.throughput() < at_256.throughput(),
+        "throughput falls past the KV limit"
+    );
     assert_near("throughput at concurrency 512", s.throughput(), 4700.0, 0.2);
 }
 
 #[test]
 fn max_num_seqs_8_keeps_tpot_but_queues_the_rest() {
-    let setup = Setup { max_num_seqs: 8, ..Setup::default() };
+    let setup = Setup {
+        max_num_seqs: 8,
+        ..Setup::default()
+    };
     let workload = VirtualWorkload {
         arrivals: closed_loop(requests_for(64), 1024, 256),
         max_concurrency: Some(64),
@@ -122,7 +156,12 @@ fn max_num_seqs_8_keeps_tpot_but_queues_the_rest() {
     // So the test holds the self-consistent figure and the direction (far below the
     // unconstrained 3.7k at concurrency 64).
     let littles_law = 64.0 / (15.0 + 255.0 * 0.0074) * 256.0;
-    assert_near("throughput with max_num_seqs 8", s.throughput(), littles_law, 0.2);
+    assert_near(
+        "throughput with max_num_seqs 8",
+        s.throughput(),
+        littles_law,
+        0.2,
+    );
     assert!(s.throughput() < 0.4 * 3700.0);
     assert_near("waiting gauge with max_num_seqs 8", mean_waiting, 56.0, 0.2);
 }

@@ -12,7 +12,10 @@ fn send(driver: &mut VirtualDriver, id: u64, shared: &[u32], unique: u32) -> Req
     let mut prompt = shared.to_vec();
     prompt.extend(random_tokens(1_000 + id, unique));
     let at = driver.now_ns();
-    driver.submit(VirtualArrival { intended_ns: at, request: request(id, prompt, 16) });
+    driver.submit(VirtualArrival {
+        intended_ns: at,
+        request: request(id, prompt, 16),
+    });
     driver.run_until_idle().unwrap();
     driver.traces().last().unwrap().clone()
 }
@@ -26,11 +29,19 @@ fn cold_and_warm(shared_len: u32, unique: u32, cold: f64, warm: f64) {
     let shared = random_tokens(42, shared_len);
     let first = send(&mut driver, 0, &shared, unique);
     assert_eq!(first.cached_tokens, 0);
-    assert_near(&format!("cold TTFT, {shared_len} + {unique}"), ttft_s(&first), cold, 0.2);
+    assert_near(
+        &format!("cold TTFT, {shared_len} + {unique}"),
+        ttft_s(&first),
+        cold,
+        0.2,
+    );
     let mut warm_ttfts = Vec::new();
     for id in 1..6 {
         let t = send(&mut driver, id, &shared, unique);
-        assert_eq!(t.cached_tokens, shared_len, "warm requests hit the whole shared prefix");
+        assert_eq!(
+            t.cached_tokens, shared_len,
+            "warm requests hit the whole shared prefix"
+        );
         warm_ttfts.push(ttft_s(&t));
     }
     let warm_ttft = behaviour_support::mean(&warm_ttfts);
@@ -39,13 +50,29 @@ fn cold_and_warm(shared_len: u32, unique: u32, cold: f64, warm: f64) {
         ttft_s(&first) * 1e3,
         warm_ttft * 1e3
     );
-    assert!(warm_ttft < ttft_s(&first) / 3.0, "a warm prefix must cut TTFT");
-    assert_near(&format!("warm TTFT, {shared_len} + {unique}"), warm_ttft, warm, 0.2);
+    assert!(
+        warm_ttft < ttft_s(&first) / 3.0,
+        "a warm prefix must cut TTFT"
+    );
+    assert_near(
+        &format!("warm TTFT, {shared_len} + {unique}"),
+        warm_ttft,
+        warm,
+        0.2,
+    );
 
     // Hits / queries equals Σ cached_tokens / Σ prompt tokens exactly.
     let m = driver.core().metrics();
-    let cached: u64 = driver.traces().iter().map(|t| u64::from(t.cached_tokens)).sum();
-    let prompt: u64 = driver.traces().iter().map(|t| u64::from(t.prompt_tokens)).sum();
+    let cached: u64 = driver
+        .traces()
+        .iter()
+        .map(|t| u64::from(t.cached_tokens))
+        .sum();
+    let prompt: u64 = driver
+        .traces()
+        .iter()
+        .map(|t| u64::from(t.prompt_tokens))
+        .sum();
     assert_eq!(m.prefix_cache_hits_total, cached);
     assert_eq!(m.prefix_cache_queries_total, prompt);
     // Free cached blocks count as free: usage is back to 0 though the cache is full.

@@ -29,11 +29,18 @@ fn single_stream_tpot_sits_at_the_bandwidth_prediction() {
     eprintln!("TPOT 256/1024: {:.3} ms", tpot * 1e3);
     assert_near("TPOT, 256 in / 1024 out", tpot, 0.00694, 0.2);
     // t_ovh + t_req + W_step / (BW · MBU): the bandwidth prediction.
-    let predicted =
-        d.t_ovh() + 4e-6 + d.weights_per_step_bytes(1) / d.effective_bandwidth();
-    assert_near("TPOT against the bandwidth prediction", tpot, predicted, 0.02);
+    let predicted = d.t_ovh() + 4e-6 + d.weights_per_step_bytes(1) / d.effective_bandwidth();
+    assert_near(
+        "TPOT against the bandwidth prediction",
+        tpot,
+        predicted,
+        0.02,
+    );
     let floor = d.weights_per_step_bytes(1) / d.peak_bandwidth();
-    assert!(tpot > floor, "TPOT {tpot} below the bandwidth floor {floor}");
+    assert!(
+        tpot > floor,
+        "TPOT {tpot} below the bandwidth floor {floor}"
+    );
     assert_near("bandwidth floor", floor, 0.00448, 0.05);
 }
 
@@ -42,6 +49,9 @@ fn single_stream_tpot_creeps_up_with_context() {
     let short = single_stream_tpot(256, 1024);
     let long = single_stream_tpot(8192, 1024);
     eprintln!("TPOT 8k/1024: {:.3} ms", long * 1e3);
-    assert!(long > short, "TPOT must grow with context ({long} vs {short})");
+    assert!(
+        long > short,
+        "TPOT must grow with context ({long} vs {short})"
+    );
     assert_near("TPOT at 8k context", long, 0.0073, 0.2);
 }

@@ -57,7 +57,11 @@ fn prompts_beyond_the_budget_take_several_chunks() {
     assert_eq!(steps, 2, "16k tokens with an 8192 budget are two chunks");
     assert_near("TTFT at 16k tokens", ttft, 0.508, 0.2);
 
-    let small = Setup { max_num_batched_tokens: 2048, max_num_seqs: 1024, ..Setup::default() };
+    let small = Setup {
+        max_num_batched_tokens: 2048,
+        max_num_seqs: 1024,
+        ..Setup::default()
+    };
     let (ttft_small, steps) = idle_ttft(&small, 8192);
     assert_eq!(steps, 4, "8k tokens with a 2048 budget are four chunks");
     assert_near("TTFT at 8k tokens, budget 2048", ttft_small, 0.232, 0.2);

@@ -162,7 +162,10 @@ impl Summary {
         let start = traces.iter().map(|t| t.sent_ns).min().unwrap_or(0);
         let mut end = start;
         for t in traces {
-            let first = *t.token_times_ns.first().expect("every request produced a token");
+            let first = *t
+                .token_times_ns
+                .first()
+                .expect("every request produced a token");
             ttft.push(s(first - t.sent_ns));
             if let Some(x) = t.tpot_ns() {
                 tpot.push(x * 1e-9);
@@ -172,7 +175,14 @@ impl Summary {
             preemptions += u64::from(t.preemptions);
             end = end.max(*t.token_times_ns.last().unwrap());
         }
-        Summary { ttft, tpot, itl, output_tokens, duration: s(end - start), preemptions }
+        Summary {
+            ttft,
+            tpot,
+            itl,
+            output_tokens,
+            duration: s(end - start),
+            preemptions,
+        }
     }
 
     pub fn throughput(&self) -> f64 {
