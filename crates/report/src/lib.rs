@@ -1,9 +1,13 @@
 //! Renderers only: terminal summary, vLLM-compatible JSON, servebench's own JSON.
 //! Nothing here measures or decides; it formats what it is given.
 
+pub mod model;
 pub mod pyjson;
 pub mod terminal;
 pub mod vllm;
 
+pub use model::{
+    ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,
+};
 pub use pyjson::{to_python_json, OrderedObject};
 pub use vllm::{vllm_result, GoodputSlo, VllmRunInfo, PERCENTILE_METRICS};

@@ -1,0 +1,121 @@
+//! The report model: everything an experiment report shows, already loaded and computed.
+//!
+//! This model is loader-free: the CLI reads an experiment directory (or a single result file)
+//! into an [`ExperimentReport`], and the renderers in [`crate::render`] only format it. Figures
+//! that need judgement (the knee of a sweep, its headline) arrive here precomputed by the
+//! analysis layer.
+
+use serde::{Deserialize, Serialize};
+use servebench_metrics::{RequestRecord, RunSummary};
+
+/// What kind of experiment produced the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExperimentKind {
+    /// A workload matrix (rows A–F or a user's own).
+    Matrix,
+    /// A sweep of one variable over one row.
+    Sweep,
+    /// A single run's result file shown as a one-row report.
+    Single,
+}
+
+impl ExperimentKind {
+    /// The name used in `experiment.json` (`matrix`, `sweep`, `single`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExperimentKind::Matrix => "matrix",
+            ExperimentKind::Sweep => "sweep",
+            ExperimentKind::Single => "single",
+        }
+    }
+}
+
+/// One run: its summary, its per-request records and its result-file metadata.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunData {
+    /// Where the run's `*.servebench.json` lives, relative to the experiment directory
+    /// (shown in tables and used as a stable run label in CSV).
+    pub path: String,
+    /// The run's summary, as saved.
+    pub summary: RunSummary,
+    /// The run's per-request records (may be empty when the JSONL was not found).
+    pub records: Vec<RequestRecord>,
+    /// The result file's `metadata` object (date, command line, target, ...).
+    pub metadata: serde_json::Value,
+}
+
+/// One workload row of a matrix (or the sole row of a single-run report).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RowReport {
+    /// Row id (`A`, `B`, ...).
+    pub id: String,
+    /// Short name of the row.
+    pub name: String,
+    /// The question the row answers.
+    pub hypothesis: String,
+    /// The row's runs (one, or one per `--repeat`).
+    pub runs: Vec<RunData>,
+}
+
+/// One point of a sweep: the swept variable's value and the runs made at it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepPointReport {
+    /// Value of the swept variable (req/s or concurrency).
+    pub value: f64,
+    /// The runs at this value (one, or one per `--repeat`).
+    pub runs: Vec<RunData>,
+}
+
+/// A sweep over one row, with its analysed frontier.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepReport {
+    /// The swept row's id.
+    pub row: String,
+    /// The swept variable (`request_rate` or `max_concurrency`).
+    pub variable: String,
+    /// SLOs of the contract, as given (`ttft:p99:500`, ...).
+    pub slos: Vec<String>,
+    /// The points, in sweep order.
+    pub points: Vec<SweepPointReport>,
+    /// Index into `points` of the frontier's knee, when one was found.
+    pub knee: Option<usize>,
+    /// One-sentence answer ("X output tok/s at p99 TTFT < Y ms"), when computed.
+    pub headline: Option<String>,
+    /// Why the sweep stopped early, if it did.
+    pub stop_reason: Option<String>,
+}
+
+/// A whole experiment, ready to render.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExperimentReport {
+    /// Report title.
+    pub title: String,
+    /// Matrix, sweep or single run.
+    pub kind: ExperimentKind,
+    /// Numbers from a quick (shortened) run: shown as a warning everywhere.
+    pub quick: bool,
+    /// Workload rows, in order.
+    pub rows: Vec<RowReport>,
+    /// The sweep, for a sweep experiment.
+    pub sweep: Option<SweepReport>,
+    /// Things the reader should know, shown near the top.
+    pub notes: Vec<String>,
+    /// Extra sections `(heading, markdown body)` appended to the report (interpretation, decision).
+    pub extra_sections: Vec<(String, String)>,
+}
+
+impl ExperimentReport {
+    /// An empty report with a title and kind.
+    pub fn new(title: impl Into<String>, kind: ExperimentKind) -> Self {
+        ExperimentReport {
+            title: title.into(),
+            kind,
+            quick: false,
+            rows: Vec::new(),
+            sweep: None,
+            notes: Vec::new(),
+            extra_sections: Vec::new(),
+        }
+    }
+}
