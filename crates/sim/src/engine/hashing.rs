@@ -108,6 +108,7 @@ pub fn request_stream(request_seed: Option<u64>, prompt: &[u32]) -> u64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use rand::Rng;

@@ -160,6 +160,7 @@ pub(crate) fn natural_length(rng: &mut ChaCha8Rng, median: f64, sigma: f64) -> u
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::engine::hashing::block_hashes;
