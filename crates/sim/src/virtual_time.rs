@@ -367,3 +367,163 @@ impl VirtualDriver {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use servebench_roofline::{Catalog, Deployment, Dtype, KvDtype};
+
+    fn config() -> EngineConfig {
+        let cat = Catalog::builtin();
+        let deployment = Deployment::new(
+            cat.gpu("h100").unwrap().clone(),
+            cat.model("llama-3.1-8b").unwrap().clone(),
+            Dtype::Bf16,
+            KvDtype::Auto,
+            1,
+        )
+        .unwrap();
+        EngineConfig {
+            deployment,
+            max_num_seqs: 64,
+            max_num_batched_tokens: 2048,
+            max_model_len: 4096,
+            block_size: 16,
+            num_gpu_blocks: 2048,
+            enable_prefix_caching: true,
+            enable_chunked_prefill: true,
+            long_prefill_token_threshold: 0,
+            kv_watermark: 0.0,
+            full_sequence_must_fit: false,
+            seed: 0,
+            jitter_sigma: 0.0,
+            hiccup_prob: 0.0,
+            hiccup_ms: 5.0,
+            eos_len_median: 0.0,
+            eos_len_sigma: 0.8,
+            output_vocab: vec![1, 2, 3],
+            vocab_size: 128_256,
+        }
+    }
+
+    fn arrival(id: u64, at_ms: u64, output: u32) -> VirtualArrival {
+        VirtualArrival {
+            intended_ns: at_ms * 1_000_000,
+            request: NewRequest {
+                id,
+                prompt: (0..100).map(|i| (id as u32 * 1000 + i) % 128_000).collect(),
+                max_tokens: output,
+                min_tokens: 0,
+                ignore_eos: true,
+                seed: None,
+                cache_salt: None,
+                arrival_ns: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn an_idle_engine_jumps_to_the_next_arrival() {
+        let run = run_virtual(
+            config(),
+            VirtualWorkload {
+                arrivals: vec![arrival(1, 1_000, 3), arrival(2, 5_000, 3)],
+                max_concurrency: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(run.steps, 6);
+        let [a, b] = &run.traces[..] else {
+            panic!("two traces")
+        };
+        assert_eq!(a.sent_ns, 1_000_000_000);
+        assert_eq!(a.first_scheduled_ns, Some(1_000_000_000));
+        assert_eq!(b.sent_ns, 5_000_000_000);
+        assert_eq!(b.first_scheduled_ns, Some(5_000_000_000));
+        assert_eq!(a.token_times_ns.len(), 3);
+        assert_eq!(a.finish_reason, Some(FinishReason::Length));
+        assert_eq!(run.end_ns, *b.token_times_ns.last().unwrap());
+    }
+
+    #[test]
+    fn a_concurrency_cap_holds_arrivals_until_a_slot_frees() {
+        // Closed loop of 1: each request is sent when the previous one ends.
+        let run = run_virtual(
+            config(),
+            VirtualWorkload {
+                arrivals: (0..3).map(|i| arrival(i, 0, 4)).collect(),
+                max_concurrency: Some(1),
+            },
+        )
+        .unwrap();
+        let t = &run.traces;
+        assert_eq!(t[0].sent_ns, 0);
+        assert_eq!(t[1].sent_ns, t[0].end_ns.unwrap());
+        assert_eq!(t[2].sent_ns, t[1].end_ns.unwrap());
+        assert!(t.iter().all(|x| x.intended_ns == 0));
+        // Queueing in the client is visible as sent − intended.
+        assert!(t[2].sent_ns > t[1].sent_ns);
+    }
+
+    #[test]
+    fn arrivals_during_a_step_are_seen_by_the_next_schedule() {
+        let run = run_virtual(
+            config(),
+            VirtualWorkload {
+                arrivals: vec![arrival(1, 0, 50), arrival(2, 1, 2)],
+                max_concurrency: None,
+            },
+        )
+        .unwrap();
+        let (a, b) = (&run.traces[0], &run.traces[1]);
+        // Request 2 arrives 1 ms into request 1's prefill step and is scheduled at its end.
+        assert_eq!(b.sent_ns, 1_000_000);
+        assert_eq!(b.first_scheduled_ns, Some(a.token_times_ns[0]));
+    }
+
+    #[test]
+    fn traces_keep_the_given_order_and_refusals_are_recorded() {
+        let mut bad = arrival(9, 0, 1);
+        bad.request.prompt.clear();
+        let run = run_virtual(
+            config(),
+            VirtualWorkload {
+                arrivals: vec![arrival(1, 20, 1), bad, arrival(3, 10, 1)],
+                max_concurrency: Some(1),
+            },
+        )
+        .unwrap();
+        let ids: Vec<u64> = run.traces.iter().map(|t| t.id).collect();
+        assert_eq!(ids, vec![1, 9, 3]);
+        assert_eq!(run.traces[1].finish_reason, Some(FinishReason::Abort));
+        assert!(run.traces[1].token_times_ns.is_empty());
+        assert!(run.traces[0].finish_reason == Some(FinishReason::Length));
+    }
+
+    #[test]
+    fn the_stepping_driver_resets_the_cache_between_phases() {
+        let mut d = VirtualDriver::new(config(), Some(1)).unwrap();
+        d.submit(arrival(1, 0, 2));
+        d.run_until_idle().unwrap();
+        d.advance_to(10_000_000_000);
+        d.submit(arrival(2, 0, 2)); // intended in the past: sent now
+        let mut same = arrival(3, 0, 1);
+        same.request.prompt = arrival(2, 0, 1).request.prompt;
+        d.submit(same);
+        d.run_until_idle().unwrap();
+        let t = d.traces();
+        assert_eq!(t[1].sent_ns, 10_000_000_000);
+        assert_eq!(t[2].cached_tokens, 96);
+        assert!(d.reset_prefix_cache());
+        assert_eq!(d.num_pending(), 0);
+        let run = d.finish();
+        assert_eq!(run.traces.len(), 3);
+        assert_eq!(run.metrics.request_success_length, 3);
+    }
+
+    #[test]
+    fn zero_concurrency_is_refused() {
+        assert!(VirtualDriver::new(config(), Some(0)).is_err());
+    }
+}
