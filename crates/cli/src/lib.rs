@@ -1,6 +1,7 @@
 //! The `servebench` binary: clap definitions, validation into plans, wiring of the library
 //! crates, progress and exit codes. No measurement logic lives here.
 
+pub mod matrix;
 pub mod plan_cmd;
 pub mod predict_cmd;
 pub mod run;
@@ -30,6 +31,9 @@ pub enum Command {
     Predict(Box<predict_cmd::PredictArgs>),
     /// GPUs needed for a daily volume, from a measured or given per-GPU throughput.
     Plan(Box<plan_cmd::PlanArgs>),
+    /// Run a workload matrix (a TOML file, or the default rows A–E) into one experiment
+    /// directory with a report. Without --base-url it runs against the simulator in-process.
+    Matrix(Box<matrix::MatrixArgs>),
 }
 
 /// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
@@ -43,7 +47,10 @@ pub fn main() -> ExitCode {
         }
     }
     let cli = Cli::parse_from(&argv);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -56,6 +63,7 @@ pub fn main() -> ExitCode {
             Command::Sim(args) => sim_cmd::serve(*args).await,
             Command::Predict(args) => predict_cmd::predict(*args),
             Command::Plan(args) => plan_cmd::plan(*args),
+            Command::Matrix(args) => matrix::matrix(*args, redact_argv(&argv)).await,
         }
     });
     match result {
@@ -81,7 +89,10 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SERVEBENCH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// The command line as recorded in results: secrets (`--api-key` values, auth headers) masked.
@@ -99,7 +110,9 @@ pub fn redact_argv(argv: &[String]) -> Vec<String> {
             out.push(a.clone());
         } else if a.starts_with("--api-key=") {
             out.push("--api-key=***".to_owned());
-        } else if a.to_ascii_lowercase().starts_with("authorization=") || a.to_ascii_lowercase().contains("api-key=") {
+        } else if a.to_ascii_lowercase().starts_with("authorization=")
+            || a.to_ascii_lowercase().contains("api-key=")
+        {
             let key = a.split('=').next().unwrap_or_default();
             out.push(format!("{key}=***"));
         } else {
@@ -115,10 +128,18 @@ mod tests {
 
     #[test]
     fn api_keys_are_masked_in_the_recorded_command_line() {
-        let argv: Vec<String> = ["servebench", "run", "--api-key", "sk-secret", "--header", "Authorization=Bearer sk-2", "--api-key=sk-3"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let argv: Vec<String> = [
+            "servebench",
+            "run",
+            "--api-key",
+            "sk-secret",
+            "--header",
+            "Authorization=Bearer sk-2",
+            "--api-key=sk-3",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let joined = redact_argv(&argv).join(" ");
         assert!(!joined.contains("sk-"), "{joined}");
     }

@@ -52,14 +52,23 @@ impl BackendClient {
         let uri = target.endpoint_uri()?;
         let auth = match &target.api_key {
             Some(key) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {key}"))
-                    .map_err(|_| LoadgenError::Config("the API key holds characters not allowed in an HTTP header".into()))?;
+                let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                    LoadgenError::Config(
+                        "the API key holds characters not allowed in an HTTP header".into(),
+                    )
+                })?;
                 v.set_sensitive(true);
                 Some(v)
             }
             None => None,
         };
-        Ok(BackendClient { http: http_client(), target, uri, auth, options })
+        Ok(BackendClient {
+            http: http_client(),
+            target,
+            uri,
+            auth,
+            options,
+        })
     }
 
     pub fn target(&self) -> &Target {
@@ -71,8 +80,19 @@ impl BackendClient {
     }
 
     /// Build the `Prepared` form of a prompt.
-    pub fn prepare(&self, id: u64, prompt: &str, input_tokens: u64, max_tokens: Option<u64>) -> Prepared {
-        Prepared { id, body: Bytes::from(self.target.body(prompt, max_tokens)), input_tokens, max_tokens }
+    pub fn prepare(
+        &self,
+        id: u64,
+        prompt: &str,
+        input_tokens: u64,
+        max_tokens: Option<u64>,
+    ) -> Prepared {
+        Prepared {
+            id,
+            body: Bytes::from(self.target.body(prompt, max_tokens)),
+            input_tokens,
+            max_tokens,
+        }
     }
 
     fn build_request(&self, id: u64, body: Bytes) -> Result<Request<Full<Bytes>>, http::Error> {
@@ -108,7 +128,11 @@ impl BackendClient {
         let result = match self.build_request(p.id, p.body.clone()) {
             Err(e) => {
                 sent = clock.now_ns();
-                Err(Failure { kind: FailureKind::Transport, status: None, message: format!("could not build the request: {e}") })
+                Err(Failure {
+                    kind: FailureKind::Transport,
+                    status: None,
+                    message: format!("could not build the request: {e}"),
+                })
             }
             Ok(req) => {
                 sent = clock.now_ns();
@@ -120,7 +144,10 @@ impl BackendClient {
                             Err(_) => Err(Failure {
                                 kind: FailureKind::Timeout,
                                 status: None,
-                                message: format!("no complete response within {:.1} s", d.as_secs_f64()),
+                                message: format!(
+                                    "no complete response within {:.1} s",
+                                    d.as_secs_f64()
+                                ),
                             }),
                         },
                         None => fut.await,
@@ -138,7 +165,16 @@ impl BackendClient {
             }
         };
         let done = outcome.done.unwrap_or_else(|| clock.now_ns());
-        self.finish_record(p, intended, released, waited_for_slot, sent, done, state, result)
+        self.finish_record(
+            p,
+            intended,
+            released,
+            waited_for_slot,
+            sent,
+            done,
+            state,
+            result,
+        )
     }
 
     /// The request/response exchange proper; fills `state` as bytes arrive.
@@ -150,8 +186,16 @@ impl BackendClient {
         outcome: &mut Exchange,
     ) -> Result<(), Failure> {
         let resp = self.http.request(req).await.map_err(|e| {
-            let kind = if e.is_connect() { FailureKind::Connect } else { FailureKind::Transport };
-            Failure { kind, status: None, message: error_chain(&e) }
+            let kind = if e.is_connect() {
+                FailureKind::Connect
+            } else {
+                FailureKind::Transport
+            };
+            Failure {
+                kind,
+                status: None,
+                message: error_chain(&e),
+            }
         })?;
         let status = resp.status();
         let mut body = resp.into_body();
@@ -185,7 +229,11 @@ impl BackendClient {
         outcome.done.get_or_insert_with(|| clock.now_ns());
         let leftover = state.finish();
         if !state.acc.saw_done && state.acc.finish_reason.is_none() {
-            let detail = if leftover { " (an event was cut off)" } else { "" };
+            let detail = if leftover {
+                " (an event was cut off)"
+            } else {
+                ""
+            };
             return Err(Failure {
                 kind: FailureKind::Truncated,
                 status: None,
@@ -219,7 +267,9 @@ impl BackendClient {
         let (output_tokens, output_source) = match acc.completion_tokens {
             Some(n) => (n, CountSource::Usage),
             None => match &self.options.tokenizer {
-                Some(tok) if !acc.text.is_empty() => (tok.count(&acc.text) as u64, CountSource::Tokenizer),
+                Some(tok) if !acc.text.is_empty() => {
+                    (tok.count(&acc.text) as u64, CountSource::Tokenizer)
+                }
                 _ => (acc.events.len() as u64, CountSource::Events),
             },
         };
@@ -245,7 +295,11 @@ impl BackendClient {
             max_tokens: p.max_tokens,
             cached_tokens: acc.cached_tokens,
             finish_reason: acc.finish_reason,
-            text: if self.options.keep_text { Some(acc.text) } else { None },
+            text: if self.options.keep_text {
+                Some(acc.text)
+            } else {
+                None
+            },
             failure,
         }
     }
@@ -271,8 +325,13 @@ pub fn http_client() -> Client<HttpConnector, Full<Bytes>> {
 
 fn http_failure(status: StatusCode, body: &str) -> Failure {
     // Prefer the server's own error message when the body is an OpenAI-style error object.
-    let message = servebench_wire::openai::error_message(body).unwrap_or_else(|| body.chars().take(300).collect());
-    Failure { kind: FailureKind::HttpStatus, status: Some(status.as_u16()), message: format!("HTTP {status}: {message}") }
+    let message = servebench_wire::openai::error_message(body)
+        .unwrap_or_else(|| body.chars().take(300).collect());
+    Failure {
+        kind: FailureKind::HttpStatus,
+        status: Some(status.as_u16()),
+        message: format!("HTTP {status}: {message}"),
+    }
 }
 
 async fn read_excerpt(body: &mut hyper::body::Incoming) -> String {
@@ -289,7 +348,9 @@ async fn read_excerpt(body: &mut hyper::body::Incoming) -> String {
         }
     };
     let _ = tokio::time::timeout(Duration::from_secs(5), read).await;
-    String::from_utf8_lossy(&buf[..buf.len().min(LIMIT)]).trim().to_owned()
+    String::from_utf8_lossy(&buf[..buf.len().min(LIMIT)])
+        .trim()
+        .to_owned()
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -11,7 +11,9 @@ pub struct RunClock {
 
 impl RunClock {
     pub fn start_now() -> Self {
-        RunClock { start: Instant::now() }
+        RunClock {
+            start: Instant::now(),
+        }
     }
 
     pub fn starting_at(start: Instant) -> Self {

@@ -24,7 +24,10 @@ impl JsonlSink {
             std::fs::create_dir_all(dir).map_err(|e| LoadgenError::io(dir, e))?;
         }
         let file = File::create(path).map_err(|e| LoadgenError::io(path, e))?;
-        Ok(JsonlSink { path: path.to_owned(), out: BufWriter::with_capacity(256 * 1024, file) })
+        Ok(JsonlSink {
+            path: path.to_owned(),
+            out: BufWriter::with_capacity(256 * 1024, file),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -34,8 +37,12 @@ impl JsonlSink {
     pub fn append(&mut self, record: &RequestRecord) -> Result<(), LoadgenError> {
         serde_json::to_writer(&mut self.out, record)
             .map_err(|e| LoadgenError::io(&self.path, std::io::Error::other(e)))?;
-        self.out.write_all(b"\n").map_err(|e| LoadgenError::io(&self.path, e))?;
-        self.out.flush().map_err(|e| LoadgenError::io(&self.path, e))
+        self.out
+            .write_all(b"\n")
+            .map_err(|e| LoadgenError::io(&self.path, e))?;
+        self.out
+            .flush()
+            .map_err(|e| LoadgenError::io(&self.path, e))
     }
 }
 
@@ -58,7 +65,11 @@ pub(crate) async fn collect(
     let mut failed = 0usize;
     let started = std::time::Instant::now();
     let tty = std::io::stderr().is_terminal();
-    let every = if tty { Duration::from_millis(200) } else { Duration::from_secs(10) };
+    let every = if tty {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_secs(10)
+    };
     let mut last_print = started;
     while let Some(record) = rx.recv().await {
         if let Some(s) = sink.as_mut() {
@@ -84,7 +95,14 @@ pub(crate) async fn collect(
     (records, write_error)
 }
 
-fn print_progress(p: &Progress, done: usize, failed: usize, elapsed: Duration, tty: bool, last: bool) {
+fn print_progress(
+    p: &Progress,
+    done: usize,
+    failed: usize,
+    elapsed: Duration,
+    tty: bool,
+    last: bool,
+) {
     let total = p.total.map(|t| format!("/{t}")).unwrap_or_default();
     let pct = p
         .total

@@ -59,7 +59,9 @@ pub async fn run_load(
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let collector = tokio::spawn(collect(rx, sink, spec.progress.clone()));
-    let semaphore = spec.max_concurrency.map(|n| Arc::new(Semaphore::new(n.max(1))));
+    let semaphore = spec
+        .max_concurrency
+        .map(|n| Arc::new(Semaphore::new(n.max(1))));
 
     let cpu_before = process_cpu_times();
     let started_at = SystemTime::now();
@@ -102,7 +104,9 @@ pub async fn run_load(
                 },
             };
             let released = clock.now_ns();
-            let record = client.execute(&clock, &prepared, intended, released, waited, &stop).await;
+            let record = client
+                .execute(&clock, &prepared, intended, released, waited, &stop)
+                .await;
             drop(permit);
             let _ = tx.send(record);
         });
@@ -146,7 +150,11 @@ pub async fn warm_up(
         let stop = stop.clone();
         tasks.spawn(async move {
             let _permit = sem.acquire_owned().await.ok();
-            client.execute(&clock, &p, 0, 0, false, &stop).await.failure.is_none()
+            client
+                .execute(&clock, &p, 0, 0, false, &stop)
+                .await
+                .failure
+                .is_none()
         });
     }
     let mut ok = 0;

@@ -15,7 +15,10 @@ impl CpuTimes {
     }
 
     pub fn since(&self, earlier: &CpuTimes) -> CpuTimes {
-        CpuTimes { user_s: self.user_s - earlier.user_s, system_s: self.system_s - earlier.system_s }
+        CpuTimes {
+            user_s: self.user_s - earlier.user_s,
+            system_s: self.system_s - earlier.system_s,
+        }
     }
 }
 
@@ -32,12 +35,17 @@ pub fn process_cpu_times() -> CpuTimes {
     // SAFETY: the call succeeded, so the struct is initialised (it was zeroed before anyway).
     let usage = unsafe { usage.assume_init() };
     let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
-    CpuTimes { user_s: secs(usage.ru_utime), system_s: secs(usage.ru_stime) }
+    CpuTimes {
+        user_s: secs(usage.ru_utime),
+        system_s: secs(usage.ru_stime),
+    }
 }
 
 /// Number of CPUs this process may use.
 pub fn available_cpus() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }
 
 #[cfg(test)]

@@ -28,7 +28,10 @@ pub enum LoadgenError {
     #[error("{0}")]
     Config(String),
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{0}")]
     Server(String),
     #[error("internal error: {0}")]
@@ -37,6 +40,9 @@ pub enum LoadgenError {
 
 impl LoadgenError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        LoadgenError::Io { path: path.display().to_string(), source }
+        LoadgenError::Io {
+            path: path.display().to_string(),
+            source,
+        }
     }
 }

@@ -12,21 +12,35 @@ use crate::target::Target;
 use crate::LoadgenError;
 
 /// GET a path on the target's server and parse the body as JSON.
-pub async fn get_json(target: &Target, path: &str, timeout: Duration) -> Result<Value, LoadgenError> {
+pub async fn get_json(
+    target: &Target,
+    path: &str,
+    timeout: Duration,
+) -> Result<Value, LoadgenError> {
     let body = get_text(target, path, timeout).await?;
     serde_json::from_str(&body).map_err(|e| {
         let excerpt: String = body.chars().take(200).collect();
-        LoadgenError::Server(format!("{}{path} did not answer with JSON ({e}): {excerpt}", target.base_url))
+        LoadgenError::Server(format!(
+            "{}{path} did not answer with JSON ({e}): {excerpt}",
+            target.base_url
+        ))
     })
 }
 
 /// GET a path on the target's server; non-2xx is an error naming the status.
-pub async fn get_text(target: &Target, path: &str, timeout: Duration) -> Result<String, LoadgenError> {
+pub async fn get_text(
+    target: &Target,
+    path: &str,
+    timeout: Duration,
+) -> Result<String, LoadgenError> {
     let uri = target.uri_for(path)?;
     let mut b = Request::builder().method(Method::GET).uri(uri);
     if let Some(key) = &target.api_key {
-        let mut v = http::HeaderValue::from_str(&format!("Bearer {key}"))
-            .map_err(|_| LoadgenError::Config("the API key holds characters not allowed in an HTTP header".into()))?;
+        let mut v = http::HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+            LoadgenError::Config(
+                "the API key holds characters not allowed in an HTTP header".into(),
+            )
+        })?;
         v.set_sensitive(true);
         b = b.header(header::AUTHORIZATION, v);
     }
@@ -52,13 +66,20 @@ pub async fn get_text(target: &Target, path: &str, timeout: Duration) -> Result<
         let text = String::from_utf8_lossy(&bytes).into_owned();
         if !status.is_success() {
             let excerpt: String = text.chars().take(200).collect();
-            return Err(LoadgenError::Server(format!("{}{path}: HTTP {status}: {excerpt}", target.base_url)));
+            return Err(LoadgenError::Server(format!(
+                "{}{path}: HTTP {status}: {excerpt}",
+                target.base_url
+            )));
         }
         Ok(text)
     };
-    tokio::time::timeout(timeout, fut)
-        .await
-        .map_err(|_| LoadgenError::Server(format!("{}{path}: no answer within {:.0} s", target.base_url, timeout.as_secs_f64())))?
+    tokio::time::timeout(timeout, fut).await.map_err(|_| {
+        LoadgenError::Server(format!(
+            "{}{path}: no answer within {:.0} s",
+            target.base_url,
+            timeout.as_secs_f64()
+        ))
+    })?
 }
 
 /// The first model id from `/v1/models` (vLLM's default for `--model`).
@@ -70,5 +91,10 @@ pub async fn first_model(target: &Target, timeout: Duration) -> Result<String, L
         .and_then(|m| m.get("id"))
         .and_then(Value::as_str)
         .map(str::to_owned)
-        .ok_or_else(|| LoadgenError::Server(format!("{}/v1/models lists no model; pass --model", target.base_url)))
+        .ok_or_else(|| {
+            LoadgenError::Server(format!(
+                "{}/v1/models lists no model; pass --model",
+                target.base_url
+            ))
+        })
 }

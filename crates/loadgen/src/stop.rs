@@ -20,7 +20,16 @@ pub struct StopHandle {
 pub fn stop_pair() -> (StopHandle, StopSignal) {
     let (dtx, drx) = watch::channel(false);
     let (ctx, crx) = watch::channel(false);
-    (StopHandle { dispatch: dtx, cancel: ctx }, StopSignal { dispatch: drx, cancel: crx })
+    (
+        StopHandle {
+            dispatch: dtx,
+            cancel: ctx,
+        },
+        StopSignal {
+            dispatch: drx,
+            cancel: crx,
+        },
+    )
 }
 
 impl StopHandle {

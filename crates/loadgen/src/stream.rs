@@ -66,7 +66,11 @@ impl StreamState {
 impl StreamAccumulator {
     fn fail(&mut self, kind: FailureKind, message: String) {
         if self.failure.is_none() {
-            self.failure = Some(Failure { kind, status: None, message });
+            self.failure = Some(Failure {
+                kind,
+                status: None,
+                message,
+            });
         }
     }
 
@@ -80,7 +84,10 @@ impl StreamAccumulator {
             Ok(info) => info,
             Err(e) => {
                 let excerpt: String = data.chars().take(120).collect();
-                self.fail(FailureKind::Malformed, format!("malformed chunk ({e}): {excerpt}"));
+                self.fail(
+                    FailureKind::Malformed,
+                    format!("malformed chunk ({e}): {excerpt}"),
+                );
                 return;
             }
         };
@@ -102,7 +109,10 @@ impl StreamAccumulator {
                 self.first_token = Some(t);
             }
             self.end = Some(t);
-            self.events.push(TokenEvent { t, chars: info.text_chars });
+            self.events.push(TokenEvent {
+                t,
+                chars: info.text_chars,
+            });
             self.text.push_str(&info.text);
         }
     }

@@ -117,7 +117,8 @@ mod tests {
 
     #[test]
     fn completions_body_has_stream_usage_and_extra_body_wins() {
-        let v: Value = serde_json::from_slice(&target(ApiKind::Completions).body("hi", Some(3))).unwrap();
+        let v: Value =
+            serde_json::from_slice(&target(ApiKind::Completions).body("hi", Some(3))).unwrap();
         assert_eq!(v["prompt"], "hi");
         assert_eq!(v["stream"], true);
         assert_eq!(v["stream_options"]["include_usage"], true);

@@ -42,9 +42,10 @@ fn metric_titles(metric: &str) -> (&str, &str) {
         "e2el" => ("E2EL", "End-to-end Latency"),
         "queue" | "client_queue_time" => ("Client Queue Time", "Client-side Queueing"),
         "user_ttft" => ("User TTFT", "User TTFT (incl. client queue)"),
-        "user_e2el" | "e2el_including_client_queue" => {
-            ("E2EL incl. Client Queue", "Queue-inclusive End-to-end Latency")
-        }
+        "user_e2el" | "e2el_including_client_queue" => (
+            "E2EL incl. Client Queue",
+            "Queue-inclusive End-to-end Latency",
+        ),
         other => (other, other),
     }
 }
@@ -67,47 +68,76 @@ pub fn vllm_block(
         line2(&mut out, "Request rate configured (RPS):", r);
     }
     line2(&mut out, "Benchmark duration (s):", num(o, "duration"));
-    line(&mut out, "Total input tokens:", num(o, "total_input_tokens") as u64);
-    line(&mut out, "Total generated tokens:", num(o, "total_output_tokens") as u64);
-    line2(&mut out, "Request throughput (req/s):", num(o, "request_throughput"));
+    line(
+        &mut out,
+        "Total input tokens:",
+        num(o, "total_input_tokens") as u64,
+    );
+    line(
+        &mut out,
+        "Total generated tokens:",
+        num(o, "total_output_tokens") as u64,
+    );
+    line2(
+        &mut out,
+        "Request throughput (req/s):",
+        num(o, "request_throughput"),
+    );
     if has_goodput {
-        line2(&mut out, "Request goodput (req/s):", num(o, "request_goodput"));
+        line2(
+            &mut out,
+            "Request goodput (req/s):",
+            num(o, "request_goodput"),
+        );
     }
-    line2(&mut out, "Output token throughput (tok/s):", num(o, "output_throughput"));
-    line2(&mut out, "Peak output token throughput (tok/s):", num(o, "max_output_tokens_per_s"));
-    line2(&mut out, "Peak concurrent requests:", num(o, "max_concurrent_requests"));
-    line2(&mut out, "Total token throughput (tok/s):", num(o, "total_token_throughput"));
+    line2(
+        &mut out,
+        "Output token throughput (tok/s):",
+        num(o, "output_throughput"),
+    );
+    line2(
+        &mut out,
+        "Peak output token throughput (tok/s):",
+        num(o, "max_output_tokens_per_s"),
+    );
+    line2(
+        &mut out,
+        "Peak concurrent requests:",
+        num(o, "max_concurrent_requests"),
+    );
+    line2(
+        &mut out,
+        "Total token throughput (tok/s):",
+        num(o, "total_token_throughput"),
+    );
     for metric in percentile_metrics {
         if o.get(&format!("mean_{metric}_ms")).is_none() {
             continue;
         }
         let (name, title) = metric_titles(metric);
         header(&mut out, title, '-');
-        line2(&mut out, &format!("Mean {name} (ms):"), num(o, &format!("mean_{metric}_ms")));
-        line2(&mut out, &format!("Median {name} (ms):"), num(o, &format!("median_{metric}_ms")));
+        line2(
+            &mut out,
+            &format!("Mean {name} (ms):"),
+            num(o, &format!("mean_{metric}_ms")),
+        );
+        line2(
+            &mut out,
+            &format!("Median {name} (ms):"),
+            num(o, &format!("median_{metric}_ms")),
+        );
         for p in percentiles {
             let w = percentile_word(*p);
-            line2(&mut out, &format!("P{w} {name} (ms):"), num(o, &format!("p{w}_{metric}_ms")));
+            line2(
+                &mut out,
+                &format!("P{w} {name} (ms):"),
+                num(o, &format!("p{w}_{metric}_ms")),
+            );
         }
     }
     out.push_str(&"=".repeat(50));
     out.push('\n');
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn header_is_centered_like_python_format() {
-        let mut s = String::new();
-        header(&mut s, " Serving Benchmark Result ", '=');
-        assert_eq!(s, "============ Serving Benchmark Result ============\n");
-        let mut s = String::new();
-        header(&mut s, "Time to First Token", '-');
-        assert_eq!(s, "---------------Time to First Token----------------\n");
-    }
 }
 
 fn opt(v: Option<f64>) -> String {
@@ -124,17 +154,33 @@ pub fn servebench_block(
     let mut out = String::new();
     header(&mut out, " servebench ", '=');
     if simulated {
-        let _ = writeln!(out, "Target: simulated engine (figures are the cost model's, not a GPU's)");
+        let _ = writeln!(
+            out,
+            "Target: simulated engine (figures are the cost model's, not a GPU's)"
+        );
     }
-    line2(&mut out, "Prompt token throughput (tok/s):", s.prompt_throughput);
+    line2(
+        &mut out,
+        "Prompt token throughput (tok/s):",
+        s.prompt_throughput,
+    );
     if let Some(g) = &s.goodput {
         line2(&mut out, "Goodput (output tok/s):", g.output_tokens_per_s);
-        let _ = writeln!(out, "{:<40} {:<10}", "SLO attainment (%):", opt(g.attainment_pct));
+        let _ = writeln!(
+            out,
+            "{:<40} {:<10}",
+            "SLO attainment (%):",
+            opt(g.attainment_pct)
+        );
     }
     if let Some(c) = s.total_cached_tokens {
         line(&mut out, "Cached prompt tokens (server):", c);
     }
-    let _ = writeln!(out, "{:<22}{:>9}{:>9}{:>9}{:>9}  {}", "metric (ms)", "mean", "p50", "p90", "p99", "p99 95% CI");
+    let _ = writeln!(
+        out,
+        "{:<22}{:>9}{:>9}{:>9}{:>9}  p99 95% CI",
+        "metric (ms)", "mean", "p50", "p90", "p99"
+    );
     for (name, m) in [
         ("TTFT", &s.ttft),
         ("TPOT", &s.tpot),
@@ -153,7 +199,11 @@ pub fn servebench_block(
             .map(|x| {
                 let lo = opt(x.ci_low);
                 let hi = opt(x.ci_high);
-                let flag = if x.unstable { " (unstable: too few samples)" } else { "" };
+                let flag = if x.unstable {
+                    " (unstable: too few samples)"
+                } else {
+                    ""
+                };
                 format!("[{lo}, {hi}]{flag}")
             })
             .unwrap_or_default();
@@ -167,14 +217,31 @@ pub fn servebench_block(
         );
     }
     if let Some(ls) = s.longest_stall_ms {
-        let _ = writeln!(out, "{:<40} {:<10}", "Longest stall (ms):", format!("{ls:.2}"));
-        line(&mut out, "Stalls (requests with stalls):", format!("{} ({})", s.total_stalls, s.requests_with_stalls));
+        let _ = writeln!(
+            out,
+            "{:<40} {:<10}",
+            "Longest stall (ms):",
+            format!("{ls:.2}")
+        );
+        line(
+            &mut out,
+            "Stalls (requests with stalls):",
+            format!("{} ({})", s.total_stalls, s.requests_with_stalls),
+        );
     }
     if !s.failures_by_kind.is_empty() {
-        let kinds: Vec<String> = s.failures_by_kind.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+        let kinds: Vec<String> = s
+            .failures_by_kind
+            .iter()
+            .map(|(k, n)| format!("{k}: {n}"))
+            .collect();
         line(&mut out, "Failures by kind:", kinds.join(", "));
     }
-    let srcs: Vec<String> = s.output_sources.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+    let srcs: Vec<String> = s
+        .output_sources
+        .iter()
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect();
     if !srcs.is_empty() {
         line(&mut out, "Output token counts from:", srcs.join(", "));
     }
@@ -185,7 +252,12 @@ pub fn servebench_block(
             out,
             "{:<40} {:<10}",
             "Dispatch lag p50/p99/max (ms):",
-            format!("{}/{}/{}", opt(f("dispatch_lag_p50_ms")), opt(f("dispatch_lag_p99_ms")), opt(f("dispatch_lag_max_ms")))
+            format!(
+                "{}/{}/{}",
+                opt(f("dispatch_lag_p50_ms")),
+                opt(f("dispatch_lag_p99_ms")),
+                opt(f("dispatch_lag_max_ms"))
+            )
         );
         let _ = writeln!(
             out,
@@ -207,4 +279,19 @@ pub fn servebench_block(
     out.push_str(&"=".repeat(50));
     out.push('\n');
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_is_centered_like_python_format() {
+        let mut s = String::new();
+        header(&mut s, " Serving Benchmark Result ", '=');
+        assert_eq!(s, "============ Serving Benchmark Result ============\n");
+        let mut s = String::new();
+        header(&mut s, "Time to First Token", '-');
+        assert_eq!(s, "---------------Time to First Token----------------\n");
+    }
 }

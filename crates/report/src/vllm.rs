@@ -65,11 +65,21 @@ struct Row {
 
 fn row(r: &RequestRecord) -> Row {
     if !r.is_success() {
-        return Row { ok: false, ttft: 0.0, itl: Vec::new(), latency: 0.0, output_len: 0 };
+        return Row {
+            ok: false,
+            ttft: 0.0,
+            itl: Vec::new(),
+            latency: 0.0,
+            output_len: 0,
+        };
     }
     let first = r.first_token.unwrap_or(r.sent);
     let end = r.end.unwrap_or(first);
-    let itl = r.events.windows(2).map(|w| secs(w[1].t.saturating_sub(w[0].t))).collect();
+    let itl = r
+        .events
+        .windows(2)
+        .map(|w| secs(w[1].t.saturating_sub(w[0].t)))
+        .collect();
     Row {
         ok: true,
         ttft: secs(first.saturating_sub(r.sent)),
@@ -91,7 +101,12 @@ fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>)
         stats::std_dev(xs).unwrap_or(0.0) * 1000.0,
         percentiles
             .iter()
-            .map(|&p| (p, stats::percentile_sorted(&sorted, p).unwrap_or(0.0) * 1000.0))
+            .map(|&p| {
+                (
+                    p,
+                    stats::percentile_sorted(&sorted, p).unwrap_or(0.0) * 1000.0,
+                )
+            })
             .collect(),
     )
 }
@@ -102,17 +117,35 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     let rows: Vec<Row> = records.iter().map(row).collect();
     let completed = rows.iter().filter(|r| r.ok).count();
     let failed = rows.len() - completed;
-    let total_input: u64 = records.iter().filter(|r| r.is_success()).map(|r| r.input_tokens).sum();
+    let total_input: u64 = records
+        .iter()
+        .filter(|r| r.is_success())
+        .map(|r| r.input_tokens)
+        .sum();
     let total_output: u64 = rows.iter().map(|r| r.output_len).sum();
-    let dur = if info.duration_s > 0.0 { info.duration_s } else { f64::MIN_POSITIVE };
+    let dur = if info.duration_s > 0.0 {
+        info.duration_s
+    } else {
+        f64::MIN_POSITIVE
+    };
 
     let ttfts: Vec<f64> = rows.iter().filter(|r| r.ok).map(|r| r.ttft).collect();
     let e2els: Vec<f64> = rows.iter().filter(|r| r.ok).map(|r| r.latency).collect();
-    let itls: Vec<f64> = rows.iter().filter(|r| r.ok).flat_map(|r| r.itl.iter().copied()).collect();
+    let itls: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.ok)
+        .flat_map(|r| r.itl.iter().copied())
+        .collect();
     let all_tpots: Vec<f64> = rows
         .iter()
         .filter(|r| r.ok)
-        .map(|r| if r.output_len > 1 { (r.latency - r.ttft) / (r.output_len - 1) as f64 } else { 0.0 })
+        .map(|r| {
+            if r.output_len > 1 {
+                (r.latency - r.ttft) / (r.output_len - 1) as f64
+            } else {
+                0.0
+            }
+        })
         .collect();
     let tpots: Vec<f64> = rows
         .iter()
@@ -152,7 +185,10 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     o.insert("date", info.date.clone());
     o.insert("endpoint_type", info.backend.clone());
     o.insert("backend", info.backend.clone());
-    o.insert("label", info.label.clone().map(Value::String).unwrap_or(Value::Null));
+    o.insert(
+        "label",
+        info.label.clone().map(Value::String).unwrap_or(Value::Null),
+    );
     o.insert("model_id", info.model_id.clone());
     o.insert("tokenizer_id", info.tokenizer_id.clone());
     o.insert("num_prompts", info.num_prompts);
@@ -161,10 +197,17 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     }
     o.insert(
         "request_rate",
-        if info.request_rate.is_finite() { Value::from(info.request_rate) } else { Value::from("inf") },
+        if info.request_rate.is_finite() {
+            Value::from(info.request_rate)
+        } else {
+            Value::from("inf")
+        },
     );
     o.insert("burstiness", info.burstiness);
-    o.insert("max_concurrency", info.max_concurrency.map(Value::from).unwrap_or(Value::Null));
+    o.insert(
+        "max_concurrency",
+        info.max_concurrency.map(Value::from).unwrap_or(Value::Null),
+    );
     if let Some((strategy, start, end)) = &info.ramp_up {
         o.insert("ramp_up_strategy", strategy.clone());
         o.insert("ramp_up_start_rps", *start);
@@ -176,35 +219,70 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     o.insert("total_input_tokens", total_input);
     o.insert("total_output_tokens", total_output);
     o.insert("request_throughput", completed as f64 / dur);
-    o.insert("request_goodput", good.map(Value::from).unwrap_or(Value::Null));
+    o.insert(
+        "request_goodput",
+        good.map(Value::from).unwrap_or(Value::Null),
+    );
     o.insert("output_throughput", total_output as f64 / dur);
-    o.insert("total_token_throughput", (total_input + total_output) as f64 / dur);
-    o.insert("input_lens", records.iter().map(|r| r.input_tokens).collect::<Vec<_>>());
-    o.insert("output_lens", rows.iter().map(|r| r.output_len).collect::<Vec<_>>());
+    o.insert(
+        "total_token_throughput",
+        (total_input + total_output) as f64 / dur,
+    );
+    o.insert(
+        "input_lens",
+        records.iter().map(|r| r.input_tokens).collect::<Vec<_>>(),
+    );
+    o.insert(
+        "output_lens",
+        rows.iter().map(|r| r.output_len).collect::<Vec<_>>(),
+    );
     o.insert("ttfts", rows.iter().map(|r| r.ttft).collect::<Vec<_>>());
     o.insert(
         "itls",
         Value::Array(rows.iter().map(|r| Value::from(r.itl.clone())).collect()),
     );
-    o.insert("latencies", rows.iter().map(|r| r.latency).collect::<Vec<_>>());
-    o.insert("start_times", records.iter().map(|r| secs(r.sent)).collect::<Vec<_>>());
+    o.insert(
+        "latencies",
+        rows.iter().map(|r| r.latency).collect::<Vec<_>>(),
+    );
+    o.insert(
+        "start_times",
+        records.iter().map(|r| secs(r.sent)).collect::<Vec<_>>(),
+    );
     o.insert(
         "queue_times",
-        records.iter().map(|r| secs(r.sent.saturating_sub(r.intended))).collect::<Vec<_>>(),
+        records
+            .iter()
+            .map(|r| secs(r.sent.saturating_sub(r.intended)))
+            .collect::<Vec<_>>(),
     );
     o.insert(
         "generated_texts",
-        records.iter().map(|r| r.text.clone().unwrap_or_default()).collect::<Vec<_>>(),
+        records
+            .iter()
+            .map(|r| r.text.clone().unwrap_or_default())
+            .collect::<Vec<_>>(),
     );
     o.insert(
         "errors",
         records
             .iter()
-            .map(|r| r.failure.as_ref().map(|f| f.message.clone()).unwrap_or_default())
+            .map(|r| {
+                r.failure
+                    .as_ref()
+                    .map(|f| f.message.clone())
+                    .unwrap_or_default()
+            })
             .collect::<Vec<_>>(),
     );
-    o.insert("max_output_tokens_per_s", vllm_metrics::max_output_tokens_per_s(records));
-    o.insert("max_concurrent_requests", vllm_metrics::max_concurrent_requests(records));
+    o.insert(
+        "max_output_tokens_per_s",
+        vllm_metrics::max_output_tokens_per_s(records),
+    );
+    o.insert(
+        "max_concurrent_requests",
+        vllm_metrics::max_concurrent_requests(records),
+    );
     o.insert("rtfx", 0.0);
 
     let user_ttft: Vec<f64> = records
@@ -238,7 +316,15 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     }
 
     if !info.detailed {
-        for k in ["input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"] {
+        for k in [
+            "input_lens",
+            "output_lens",
+            "start_times",
+            "ttfts",
+            "itls",
+            "generated_texts",
+            "errors",
+        ] {
             o.remove(k);
         }
     }

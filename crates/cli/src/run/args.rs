@@ -75,7 +75,12 @@ pub struct RunArgs {
     #[arg(long, num_args = 0.., value_name = "KEY=VALUE", help_heading = "Target")]
     pub header: Vec<String>,
     /// API key (Bearer); also read from OPENAI_API_KEY. Never written anywhere.
-    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true, help_heading = "Target")]
+    #[arg(
+        long,
+        env = "OPENAI_API_KEY",
+        hide_env_values = true,
+        help_heading = "Target"
+    )]
     pub api_key: Option<String>,
     /// Seconds to wait for the endpoint to answer a test request (0 = skip the check).
     #[arg(long, default_value_t = 0, help_heading = "Target")]
@@ -131,7 +136,12 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Dataset")]
     pub sharegpt_output_len: Option<u64>,
     /// Output length for each custom request (-1: the dataset's own).
-    #[arg(long, default_value_t = 256, allow_negative_numbers = true, help_heading = "Dataset")]
+    #[arg(
+        long,
+        default_value_t = 256,
+        allow_negative_numbers = true,
+        help_heading = "Dataset"
+    )]
     pub custom_output_len: i64,
 
     // ---- traffic ----
@@ -229,7 +239,10 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--use-beam-search", "beam search"),
     ("--lora-modules", "LoRA module selection"),
     ("--lora-assignment", "LoRA module selection"),
-    ("--tokenizer-mode", "tokenizer modes other than HuggingFace tokenizer.json"),
+    (
+        "--tokenizer-mode",
+        "tokenizer modes other than HuggingFace tokenizer.json",
+    ),
     ("--trust-remote-code", "remote tokenizer code"),
     ("--insecure", "https endpoints"),
     ("--plot-timeline", "timeline plots"),
@@ -248,7 +261,10 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--no-oversample", "dataset oversampling control"),
     ("--random-batch-size", "batched random prompts"),
     ("--spec-bench-output-len", "the spec-bench dataset"),
-    ("--prefix-repetition-prefix-len", "the prefix_repetition dataset"),
+    (
+        "--prefix-repetition-prefix-len",
+        "the prefix_repetition dataset",
+    ),
 ];
 
 /// Refuse `vllm bench serve` flags we do not implement, with a clear reason.

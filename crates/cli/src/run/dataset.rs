@@ -23,7 +23,9 @@ pub fn config(args: &RunArgs) -> Result<DatasetConfig> {
                 num_prompts: args.num_prompts,
                 input_len: args.input_len.unwrap_or(args.random_input_len),
                 output_len: match output_len {
-                    Some(v) if v < 0 => bail!("--output-len must be non-negative for the random dataset"),
+                    Some(v) if v < 0 => {
+                        bail!("--output-len must be non-negative for the random dataset")
+                    }
                     Some(v) => v as u64,
                     None => args.random_output_len,
                 },
@@ -37,7 +39,10 @@ pub fn config(args: &RunArgs) -> Result<DatasetConfig> {
             })
         }
         DatasetName::Sharegpt => {
-            let path = args.dataset_path.clone().context("--dataset-name sharegpt needs --dataset-path FILE.json")?;
+            let path = args
+                .dataset_path
+                .clone()
+                .context("--dataset-name sharegpt needs --dataset-path FILE.json")?;
             let mut c = ShareGptConfig::new(path);
             c.num_prompts = args.num_prompts;
             c.seed = args.seed;
@@ -48,7 +53,10 @@ pub fn config(args: &RunArgs) -> Result<DatasetConfig> {
             DatasetConfig::ShareGpt(c)
         }
         DatasetName::Custom => {
-            let path = args.dataset_path.clone().context("--dataset-name custom needs --dataset-path FILE.jsonl")?;
+            let path = args
+                .dataset_path
+                .clone()
+                .context("--dataset-name custom needs --dataset-path FILE.jsonl")?;
             let mut c = CustomConfig::new(path);
             c.num_prompts = args.num_prompts;
             c.seed = args.seed;
@@ -62,7 +70,11 @@ pub fn config(args: &RunArgs) -> Result<DatasetConfig> {
 ///
 /// `lengths_only` skips prompt text for the random dataset (virtual time needs only the
 /// lengths and the prefix, and text synthesis would dominate an hour-long simulation).
-pub fn build(args: &RunArgs, tokenizer: &Tokenizer, lengths_only: bool) -> Result<Vec<RequestSpec>> {
+pub fn build(
+    args: &RunArgs,
+    tokenizer: &Tokenizer,
+    lengths_only: bool,
+) -> Result<Vec<RequestSpec>> {
     let cfg = config(args)?;
     if lengths_only {
         if let DatasetConfig::Random(c) = &cfg {
@@ -73,7 +85,11 @@ pub fn build(args: &RunArgs, tokenizer: &Tokenizer, lengths_only: bool) -> Resul
     let requests = sample_dataset(&cfg, tokenizer)?;
     let took = started.elapsed();
     if took > Duration::from_secs(2) {
-        eprintln!("Built {} prompts in {:.1} s", requests.len(), took.as_secs_f64());
+        eprintln!(
+            "Built {} prompts in {:.1} s",
+            requests.len(),
+            took.as_secs_f64()
+        );
     }
     Ok(requests)
 }
@@ -101,7 +117,7 @@ pub fn schedule(args: &RunArgs, n: usize) -> Result<Vec<u64>> {
     cfg.validate()?;
     Ok(match args.duration {
         Some(secs) => {
-            if !(secs > 0.0) || !secs.is_finite() {
+            if secs.is_nan() || secs <= 0.0 || !secs.is_finite() {
                 bail!("--duration must be a positive number of seconds");
             }
             if cfg.request_rate.is_infinite() && cfg.ramp_up.is_none() {

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use servebench_loadgen::{
-    run_load, stop_pair, warm_up, BackendClient, ClientOptions, JsonlSink, LoadSpec, Progress, StopSignal, Target,
+    run_load, stop_pair, warm_up, BackendClient, ClientOptions, JsonlSink, LoadSpec, Progress,
+    StopSignal, Target,
 };
 use servebench_tokenizer::Tokenizer;
 
@@ -26,9 +27,15 @@ const GRACE: Duration = Duration::from_secs(5);
 /// Where `execute` sends its load.
 pub enum RunTarget {
     /// A server at this base URL; `sim` when it is a simulator servebench started.
-    Http { base_url: String, sim: Option<target::SimInfo> },
+    Http {
+        base_url: String,
+        sim: Option<target::SimInfo>,
+    },
     /// The simulator's engine core in virtual time.
-    Virtual { sim: Box<servebench_sim::ResolvedSim>, spec: String },
+    Virtual {
+        sim: Box<servebench_sim::ResolvedSim>,
+        spec: String,
+    },
 }
 
 /// What one measured run produced.
@@ -48,10 +55,25 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
     validate(&args)?;
     let mode = resolve_target(&args).await?;
     let (target, _guard) = match mode {
-        TargetMode::External(url) => (RunTarget::Http { base_url: url, sim: None }, None),
-        TargetMode::InProcess { url, info, guard } => (RunTarget::Http { base_url: url, sim: Some(info) }, Some(guard)),
+        TargetMode::External(url) => (
+            RunTarget::Http {
+                base_url: url,
+                sim: None,
+            },
+            None,
+        ),
+        TargetMode::InProcess { url, info, guard } => (
+            RunTarget::Http {
+                base_url: url,
+                sim: Some(info),
+            },
+            Some(guard),
+        ),
         TargetMode::Virtual(sim) => {
-            let spec = args.sim.clone().unwrap_or_else(|| target::DEFAULT_SIM_SPEC.to_owned());
+            let spec = args
+                .sim
+                .clone()
+                .unwrap_or_else(|| target::DEFAULT_SIM_SPEC.to_owned());
             (RunTarget::Virtual { sim, spec }, None)
         }
     };
@@ -92,11 +114,17 @@ pub fn validate(args: &RunArgs) -> Result<()> {
     if args.max_concurrency == Some(0) {
         bail!("--max-concurrency must be greater than 0");
     }
-    if !(args.burstiness > 0.0) {
-        bail!("--burstiness must be positive (1 = Poisson), got {}", args.burstiness);
+    if args.burstiness.is_nan() || args.burstiness <= 0.0 {
+        bail!(
+            "--burstiness must be positive (1 = Poisson), got {}",
+            args.burstiness
+        );
     }
-    if !(args.request_rate > 0.0) {
-        bail!("--request-rate must be positive or inf, got {}", args.request_rate);
+    if args.request_rate.is_nan() || args.request_rate <= 0.0 {
+        bail!(
+            "--request-rate must be positive or inf, got {}",
+            args.request_rate
+        );
     }
     Ok(())
 }
@@ -151,13 +179,25 @@ pub async fn execute(
 
     let (base_url, sim_info) = match target {
         RunTarget::Virtual { sim, spec } => {
-            let (records, duration_ns) =
-                virtual_run::simulate(sim, &requests, &schedule, args.max_concurrency, ignore_eos, args.seed)?;
-            let model_id = args.model.clone().unwrap_or_else(|| sim.served_model_name.clone());
+            let (records, duration_ns) = virtual_run::simulate(
+                sim,
+                &requests,
+                &schedule,
+                args.max_concurrency,
+                ignore_eos,
+                args.seed,
+            )?;
+            let model_id = args
+                .model
+                .clone()
+                .unwrap_or_else(|| sim.served_model_name.clone());
             let names = output::FileNames::new(args, &model_id, ramp_up.as_ref());
-            std::fs::create_dir_all(&args.output_dir)
-                .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
-            let jsonl_path = args.output_dir.join(format!("{}.requests.jsonl", names.stem));
+            std::fs::create_dir_all(&args.output_dir).with_context(|| {
+                format!("cannot create --output-dir {}", args.output_dir.display())
+            })?;
+            let jsonl_path = args
+                .output_dir
+                .join(format!("{}.requests.jsonl", names.stem));
             let mut sink = JsonlSink::create(&jsonl_path)?;
             for r in &records {
                 sink.append(r)?;
@@ -195,18 +235,31 @@ pub async fn execute(
             args.backend.as_str()
         );
     }
-    let mut target = Target { base_url, endpoint, api, model: String::new(), headers, api_key: args.api_key.clone(), extra_body, ignore_eos };
+    let mut target = Target {
+        base_url,
+        endpoint,
+        api,
+        model: String::new(),
+        headers,
+        api_key: args.api_key.clone(),
+        extra_body,
+        ignore_eos,
+    };
     let model_id = match &args.model {
         Some(m) => m.clone(),
         None => {
-            let m = servebench_loadgen::probe::first_model(&target, Duration::from_secs(30)).await?;
+            let m =
+                servebench_loadgen::probe::first_model(&target, Duration::from_secs(30)).await?;
             if print {
                 eprintln!("Model not specified; using the server's first model: {m}");
             }
             m
         }
     };
-    target.model = args.served_model_name.clone().unwrap_or_else(|| model_id.clone());
+    target.model = args
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| model_id.clone());
 
     let client = Arc::new(BackendClient::new(
         target,
@@ -223,13 +276,26 @@ pub async fn execute(
         .collect();
 
     if args.ready_check_timeout_sec > 0 {
-        output::ready_check(&client, &prepared[0], Duration::from_secs(args.ready_check_timeout_sec), stop).await?;
+        output::ready_check(
+            &client,
+            &prepared[0],
+            Duration::from_secs(args.ready_check_timeout_sec),
+            stop,
+        )
+        .await?;
     }
     if args.num_warmups > 0 {
         if print {
             eprintln!("Warming up with {} requests...", args.num_warmups);
         }
-        let ok = warm_up(Arc::clone(&client), prepared[0].clone(), args.num_warmups, args.max_concurrency, stop).await;
+        let ok = warm_up(
+            Arc::clone(&client),
+            prepared[0].clone(),
+            args.num_warmups,
+            args.max_concurrency,
+            stop,
+        )
+        .await;
         if print {
             eprintln!("Warm-up completed ({ok}/{} succeeded).", args.num_warmups);
         }
@@ -238,7 +304,9 @@ pub async fn execute(
     let names = output::FileNames::new(args, &model_id, ramp_up.as_ref());
     std::fs::create_dir_all(&args.output_dir)
         .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
-    let jsonl_path = args.output_dir.join(format!("{}.requests.jsonl", names.stem));
+    let jsonl_path = args
+        .output_dir
+        .join(format!("{}.requests.jsonl", names.stem));
     let sink = JsonlSink::create(&jsonl_path)?;
     if print {
         print_traffic(args, ramp_up.as_ref());
@@ -246,9 +314,19 @@ pub async fn execute(
     let spec = LoadSpec {
         schedule,
         max_concurrency: args.max_concurrency,
-        progress: (!args.disable_tqdm).then(|| Progress { total: Some(prepared.len()), label: "run".into() }),
+        progress: (!args.disable_tqdm).then(|| Progress {
+            total: Some(prepared.len()),
+            label: "run".into(),
+        }),
     };
-    let outcome = run_load(Arc::clone(&client), prepared, spec, Some(sink), stop.clone()).await?;
+    let outcome = run_load(
+        Arc::clone(&client),
+        prepared,
+        spec,
+        Some(sink),
+        stop.clone(),
+    )
+    .await?;
     if let Some(e) = &outcome.write_error {
         eprintln!("warning: writing {} failed: {e}", jsonl_path.display());
     }
@@ -269,16 +347,30 @@ pub async fn execute(
     };
     let simulated = server.sim.is_some();
     let meta = server.to_json(&client.target().base_url);
-    output::write_results(&finish, &outcome.records, outcome.duration_ns, Some(&outcome), meta, simulated)
+    output::write_results(
+        &finish,
+        &outcome.records,
+        outcome.duration_ns,
+        Some(&outcome),
+        meta,
+        simulated,
+    )
 }
 
 fn print_traffic(args: &RunArgs, ramp_up: Option<&(String, u64, u64)>) {
     if let Some((s, a, b)) = ramp_up {
         eprintln!("Traffic ramp-up strategy: {s}, from {a} to {b} RPS over the run.");
     } else {
-        eprintln!("Traffic request rate: {}", options::python_float(args.request_rate));
+        eprintln!(
+            "Traffic request rate: {}",
+            options::python_float(args.request_rate)
+        );
     }
-    let dist = if args.burstiness == 1.0 { "Poisson process" } else { "Gamma distribution" };
+    let dist = if args.burstiness == 1.0 {
+        "Poisson process"
+    } else {
+        "Gamma distribution"
+    };
     eprintln!("Burstiness factor: {} ({dist})", args.burstiness);
     match args.max_concurrency {
         Some(c) => eprintln!("Maximum request concurrency: {c}"),

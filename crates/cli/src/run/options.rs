@@ -22,8 +22,10 @@ pub fn headers(items: &[String]) -> Result<Vec<(HeaderName, HeaderValue)>> {
     key_values("--header", items)?
         .into_iter()
         .map(|(k, v)| {
-            let name = HeaderName::from_bytes(k.as_bytes()).with_context(|| format!("--header: {k:?} is not a valid header name"))?;
-            let value = HeaderValue::from_str(&v).with_context(|| format!("--header {k}: the value is not a valid header value"))?;
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .with_context(|| format!("--header: {k:?} is not a valid header name"))?;
+            let value = HeaderValue::from_str(&v)
+                .with_context(|| format!("--header {k}: the value is not a valid header value"))?;
             Ok((name, value))
         })
         .collect()
@@ -35,7 +37,10 @@ pub fn percentile_metrics(arg: Option<&str>) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for m in raw.split(',').map(str::trim).filter(|m| !m.is_empty()) {
         if !PERCENTILE_METRICS.contains(&m) {
-            bail!("--percentile-metrics: unknown metric {m:?}; allowed: {}", PERCENTILE_METRICS.join(", "));
+            bail!(
+                "--percentile-metrics: unknown metric {m:?}; allowed: {}",
+                PERCENTILE_METRICS.join(", ")
+            );
         }
         out.push(m.to_owned());
     }
@@ -48,7 +53,9 @@ pub fn metric_percentiles(raw: &str) -> Result<Vec<f64>> {
         .map(str::trim)
         .filter(|p| !p.is_empty())
         .map(|p| {
-            let v: f64 = p.parse().with_context(|| format!("--metric-percentiles: {p:?} is not a number"))?;
+            let v: f64 = p
+                .parse()
+                .with_context(|| format!("--metric-percentiles: {p:?} is not a number"))?;
             if !(0.0..=100.0).contains(&v) {
                 bail!("--metric-percentiles: {v} is outside 0–100");
             }
@@ -62,17 +69,22 @@ pub fn goodput(items: &[String]) -> Result<Vec<GoodputSlo>> {
     items
         .iter()
         .map(|item| {
-            let (k, v) = item
-                .split_once(':')
-                .with_context(|| format!("--goodput {item:?}: use KEY:MILLISECONDS, e.g. ttft:500"))?;
-            let ms: f64 = v.parse().with_context(|| format!("--goodput {item:?}: {v:?} is not a number of milliseconds"))?;
+            let (k, v) = item.split_once(':').with_context(|| {
+                format!("--goodput {item:?}: use KEY:MILLISECONDS, e.g. ttft:500")
+            })?;
+            let ms: f64 = v.parse().with_context(|| {
+                format!("--goodput {item:?}: {v:?} is not a number of milliseconds")
+            })?;
             if !["ttft", "tpot", "e2el", "itl"].contains(&k) {
                 bail!("--goodput {item:?}: unknown metric {k:?}; allowed: ttft, tpot, e2el, itl");
             }
             if ms < 0.0 {
                 bail!("--goodput {item:?}: the value must be non-negative");
             }
-            Ok(GoodputSlo { metric: k.to_owned(), ms })
+            Ok(GoodputSlo {
+                metric: k.to_owned(),
+                ms,
+            })
         })
         .collect()
 }
@@ -91,7 +103,10 @@ pub fn extra_body(args: &RunArgs) -> Result<Map<String, Value>> {
     put("temperature", args.temperature.map(Value::from));
     put("frequency_penalty", args.frequency_penalty.map(Value::from));
     put("presence_penalty", args.presence_penalty.map(Value::from));
-    put("repetition_penalty", args.repetition_penalty.map(Value::from));
+    put(
+        "repetition_penalty",
+        args.repetition_penalty.map(Value::from),
+    );
     if let Some(raw) = &args.extra_body {
         let v: Value = serde_json::from_str(raw).context("--extra-body is not valid JSON")?;
         match v {
@@ -106,7 +121,9 @@ pub fn extra_body(args: &RunArgs) -> Result<Map<String, Value>> {
 pub fn check_ramp_up(args: &RunArgs) -> Result<Option<(String, u64, u64)>> {
     let Some(strategy) = args.ramp_up_strategy else {
         if args.ramp_up_start_rps.is_some() || args.ramp_up_end_rps.is_some() {
-            bail!("--ramp-up-start-rps/--ramp-up-end-rps need --ramp-up-strategy linear|exponential");
+            bail!(
+                "--ramp-up-start-rps/--ramp-up-end-rps need --ramp-up-strategy linear|exponential"
+            );
         }
         return Ok(None);
     };
@@ -150,14 +167,26 @@ mod tests {
     #[test]
     fn goodput_parses_and_rejects() {
         let g = goodput(&["ttft:500".into(), "itl:50".into()]).unwrap();
-        assert_eq!(g[1], GoodputSlo { metric: "itl".into(), ms: 50.0 });
-        assert!(goodput(&["foo:1".into()]).unwrap_err().to_string().contains("allowed"));
+        assert_eq!(
+            g[1],
+            GoodputSlo {
+                metric: "itl".into(),
+                ms: 50.0
+            }
+        );
+        assert!(goodput(&["foo:1".into()])
+            .unwrap_err()
+            .to_string()
+            .contains("allowed"));
         assert!(goodput(&["ttft".into()]).is_err());
     }
 
     #[test]
     fn percentile_metrics_default_and_unknown() {
-        assert_eq!(percentile_metrics(None).unwrap(), vec!["ttft", "tpot", "itl"]);
+        assert_eq!(
+            percentile_metrics(None).unwrap(),
+            vec!["ttft", "tpot", "itl"]
+        );
         assert!(percentile_metrics(Some("ttft,bogus")).is_err());
     }
 

@@ -31,18 +31,36 @@ impl FileNames {
     pub fn new(args: &RunArgs, model_id: &str, ramp_up: Option<&(String, u64, u64)>) -> Self {
         let date = chrono::Local::now().format("%Y%m%d-%H%M%S").to_string();
         let base_model = model_id.rsplit('/').next().unwrap_or(model_id);
-        let label = args.label.clone().unwrap_or_else(|| args.backend.as_str().to_owned());
-        let conc = args.max_concurrency.map(|c| format!("-concurrency{c}")).unwrap_or_default();
+        let label = args
+            .label
+            .clone()
+            .unwrap_or_else(|| args.backend.as_str().to_owned());
+        let conc = args
+            .max_concurrency
+            .map(|c| format!("-concurrency{c}"))
+            .unwrap_or_default();
         let stem = match ramp_up {
-            Some((s, a, b)) => format!("{label}-ramp-up-{s}-{a}qps-{b}qps{conc}-{base_model}-{date}"),
-            None => format!("{label}-{}qps{conc}-{base_model}-{date}", python_float(args.request_rate)),
+            Some((s, a, b)) => {
+                format!("{label}-ramp-up-{s}-{a}qps-{b}qps{conc}-{base_model}-{date}")
+            }
+            None => format!(
+                "{label}-{}qps{conc}-{base_model}-{date}",
+                python_float(args.request_rate)
+            ),
         };
-        let file = args.result_filename.clone().unwrap_or_else(|| format!("{stem}.json"));
+        let file = args
+            .result_filename
+            .clone()
+            .unwrap_or_else(|| format!("{stem}.json"));
         let vllm_path = match &args.result_dir {
             Some(d) => d.join(file),
             None => PathBuf::from(file),
         };
-        FileNames { date, stem, vllm_path }
+        FileNames {
+            date,
+            stem,
+            vllm_path,
+        }
     }
 }
 
@@ -78,16 +96,28 @@ impl ServerInfo {
     pub async fn fetch(target: &Target, sim: Option<SimInfo>) -> Self {
         let t = Duration::from_secs(5);
         ServerInfo {
-            version: servebench_loadgen::probe::get_json(target, "/version", t).await.ok(),
-            models: servebench_loadgen::probe::get_json(target, "/v1/models", t).await.ok(),
+            version: servebench_loadgen::probe::get_json(target, "/version", t)
+                .await
+                .ok(),
+            models: servebench_loadgen::probe::get_json(target, "/v1/models", t)
+                .await
+                .ok(),
             sim,
         }
     }
 }
 
 /// Send the first request until it succeeds or the timeout passes (vLLM's ready check).
-pub async fn ready_check(client: &BackendClient, p: &Prepared, timeout: Duration, stop: &StopSignal) -> Result<()> {
-    eprintln!("Waiting up to {} s for the endpoint to answer a test request...", timeout.as_secs());
+pub async fn ready_check(
+    client: &BackendClient,
+    p: &Prepared,
+    timeout: Duration,
+    stop: &StopSignal,
+) -> Result<()> {
+    eprintln!(
+        "Waiting up to {} s for the endpoint to answer a test request...",
+        timeout.as_secs()
+    );
     let deadline = tokio::time::Instant::now() + timeout;
     let clock = RunClock::start_now();
     loop {
@@ -98,7 +128,11 @@ pub async fn ready_check(client: &BackendClient, p: &Prepared, timeout: Duration
                 return Ok(());
             }
             Some(f) if tokio::time::Instant::now() + Duration::from_secs(1) >= deadline => {
-                bail!("the endpoint was not ready within {} s: {}", timeout.as_secs(), f.message)
+                bail!(
+                    "the endpoint was not ready within {} s: {}",
+                    timeout.as_secs(),
+                    f.message
+                )
             }
             Some(_) => tokio::time::sleep(Duration::from_secs(1)).await,
         }
@@ -156,7 +190,12 @@ pub fn write_results(
             goodput: f
                 .goodput
                 .iter()
-                .filter_map(|g| slo_metric(&g.metric).map(|m| Slo { metric: m, threshold_ms: g.ms }))
+                .filter_map(|g| {
+                    slo_metric(&g.metric).map(|m| Slo {
+                        metric: m,
+                        threshold_ms: g.ms,
+                    })
+                })
                 .collect(),
             ..SummaryOptions::default()
         },
@@ -166,7 +205,10 @@ pub fn write_results(
         backend: args.backend.as_str().to_owned(),
         label: args.label.clone(),
         model_id: f.model_id.to_owned(),
-        tokenizer_id: args.tokenizer.clone().unwrap_or_else(|| f.tokenizer.name().to_owned()),
+        tokenizer_id: args
+            .tokenizer
+            .clone()
+            .unwrap_or_else(|| f.tokenizer.name().to_owned()),
         num_prompts: args.num_prompts,
         metadata: f.metadata.to_vec(),
         request_rate: args.request_rate,
@@ -187,7 +229,12 @@ pub fn write_results(
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
-        let block = servebench_report::terminal::vllm_block(&vllm, f.percentile_metrics, f.percentiles, !f.goodput.is_empty());
+        let block = servebench_report::terminal::vllm_block(
+            &vllm,
+            f.percentile_metrics,
+            f.percentiles,
+            !f.goodput.is_empty(),
+        );
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let _ = write!(stdout, "{block}{extras}");
         let _ = stdout.flush();
@@ -195,13 +242,19 @@ pub fn write_results(
 
     let mut vllm_path = None;
     if args.save_result || args.append_result {
-        save_vllm(&f.names.vllm_path, &to_python_json(&vllm), args.append_result)?;
+        save_vllm(
+            &f.names.vllm_path,
+            &to_python_json(&vllm),
+            args.append_result,
+        )?;
         if f.print {
             eprintln!("vLLM-compatible result: {}", f.names.vllm_path.display());
         }
         vllm_path = Some(f.names.vllm_path.clone());
     }
-    let native_path = args.output_dir.join(format!("{}.servebench.json", f.names.stem));
+    let native_path = args
+        .output_dir
+        .join(format!("{}.servebench.json", f.names.stem));
     let native = json!({
         "schema": RESULT_SCHEMA,
         "servebench_version": env!("CARGO_PKG_VERSION"),
@@ -241,7 +294,8 @@ pub fn write_results(
         "records_path": f.jsonl_path.file_name().map(|n| n.to_string_lossy().into_owned()),
     });
     let text = serde_json::to_vec_pretty(&native).context("serializing the servebench result")?;
-    std::fs::write(&native_path, text).with_context(|| format!("writing {}", native_path.display()))?;
+    std::fs::write(&native_path, text)
+        .with_context(|| format!("writing {}", native_path.display()))?;
     if f.print {
         eprintln!("servebench result: {}", native_path.display());
         eprintln!("per-request records: {}", f.jsonl_path.display());
@@ -249,9 +303,20 @@ pub fn write_results(
 
     let mut exit = ExitCode::SUCCESS;
     if summary.completed == 0 {
-        let reasons: Vec<String> = summary.failures_by_kind.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        let first = records.iter().find_map(|r| r.failure.as_ref()).map(|f| f.message.clone()).unwrap_or_default();
-        eprintln!("error: every request failed ({}); first error: {first}", reasons.join(", "));
+        let reasons: Vec<String> = summary
+            .failures_by_kind
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        let first = records
+            .iter()
+            .find_map(|r| r.failure.as_ref())
+            .map(|f| f.message.clone())
+            .unwrap_or_default();
+        eprintln!(
+            "error: every request failed ({}); first error: {first}",
+            reasons.join(", ")
+        );
         exit = ExitCode::from(2);
     }
     Ok(super::RunOutcome {
@@ -276,13 +341,17 @@ fn save_vllm(path: &Path, bytes: &[u8], append: bool) -> Result<()> {
         .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
     if append && file.metadata().map(|m| m.len() > 0).unwrap_or(false) {
-        file.write_all(b"\n").with_context(|| format!("writing {}", path.display()))?;
+        file.write_all(b"\n")
+            .with_context(|| format!("writing {}", path.display()))?;
     }
-    file.write_all(bytes).with_context(|| format!("writing {}", path.display()))
+    file.write_all(bytes)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/etc/hostname").map(|s| s.trim().to_owned()).unwrap_or_default()
+    std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
 }
 
 /// Client health of a real run: dispatch lag, CPU, and whether the client limited the run.

@@ -14,7 +14,11 @@ pub const DEFAULT_SIM_SPEC: &str = "llama-3.1-8b --gpu h100";
 
 pub enum TargetMode {
     External(String),
-    InProcess { url: String, info: SimInfo, guard: ShutdownHandle },
+    InProcess {
+        url: String,
+        info: SimInfo,
+        guard: ShutdownHandle,
+    },
     Virtual(Box<ResolvedSim>),
 }
 
@@ -59,8 +63,16 @@ pub async fn resolve_target(args: &RunArgs) -> Result<TargetMode> {
     }
     let (spec, resolved) = resolve_sim(args.sim.as_deref())?;
     let config = resolved.config_json.clone();
-    let (addr, guard) = spawn_in_process(resolved).await.context("starting the in-process simulator")?;
+    let (addr, guard) = spawn_in_process(resolved)
+        .await
+        .context("starting the in-process simulator")?;
     let url = format!("http://{addr}");
-    eprintln!("Target: in-process simulator ({spec}) at {url} — pass --base-url to measure a real server");
-    Ok(TargetMode::InProcess { url, info: SimInfo { spec, config }, guard })
+    eprintln!(
+        "Target: in-process simulator ({spec}) at {url} — pass --base-url to measure a real server"
+    );
+    Ok(TargetMode::InProcess {
+        url,
+        info: SimInfo { spec, config },
+        guard,
+    })
 }

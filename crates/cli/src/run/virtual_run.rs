@@ -29,7 +29,8 @@ pub fn prompt_ids(sim: &ResolvedSim, requests: &[RequestSpec], seed: u64) -> Vec
     requests
         .iter()
         .map(|r| {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ r.id);
+            let mut rng =
+                ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ r.id);
             let p = (r.prefix_tokens as usize).min(r.prompt_tokens as usize);
             let mut ids = prefix[..p].to_vec();
             ids.extend((p..r.prompt_tokens.max(1) as usize).map(|_| pick(&mut rng)));
@@ -58,7 +59,10 @@ pub fn simulate(
                 id: r.id,
                 prompt,
                 // vLLM's completions default when the dataset leaves the length open.
-                max_tokens: r.max_tokens.map(|m| m.min(u64::from(u32::MAX)) as u32).unwrap_or(16),
+                max_tokens: r
+                    .max_tokens
+                    .map(|m| m.min(u64::from(u32::MAX)) as u32)
+                    .unwrap_or(16),
                 min_tokens: 0,
                 ignore_eos,
                 seed: None,
@@ -67,9 +71,24 @@ pub fn simulate(
             },
         })
         .collect();
-    let run = run_virtual(sim.engine.clone(), VirtualWorkload { arrivals, max_concurrency })?;
-    let records: Vec<RequestRecord> = run.traces.iter().zip(requests).map(|(t, r)| record(t, r)).collect();
-    let duration = records.iter().filter_map(|r| r.end.or(r.done)).max().unwrap_or(run.end_ns);
+    let run = run_virtual(
+        sim.engine.clone(),
+        VirtualWorkload {
+            arrivals,
+            max_concurrency,
+        },
+    )?;
+    let records: Vec<RequestRecord> = run
+        .traces
+        .iter()
+        .zip(requests)
+        .map(|(t, r)| record(t, r))
+        .collect();
+    let duration = records
+        .iter()
+        .filter_map(|r| r.end.or(r.done))
+        .max()
+        .unwrap_or(run.end_ns);
     Ok((records, duration))
 }
 
@@ -77,11 +96,13 @@ fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
     let first = t.token_times_ns.first().copied();
     let end = t.token_times_ns.last().copied();
     let failure = match (t.finish_reason, first) {
-        (Some(FinishReason::Abort), _) | (None, _) | (_, None) => Some(servebench_metrics::Failure {
-            kind: servebench_metrics::FailureKind::EmptyOutput,
-            status: None,
-            message: "the simulated request produced no output".into(),
-        }),
+        (Some(FinishReason::Abort), _) | (None, _) | (_, None) => {
+            Some(servebench_metrics::Failure {
+                kind: servebench_metrics::FailureKind::EmptyOutput,
+                status: None,
+                message: "the simulated request produced no output".into(),
+            })
+        }
         _ => None,
     };
     RequestRecord {
@@ -94,7 +115,11 @@ fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
         done: end.or(t.end_ns),
         waited_for_slot: t.sent_ns > t.intended_ns,
         // Each simulated token is one filler word: a leading space and about five letters.
-        events: t.token_times_ns.iter().map(|&ts| TokenEvent { t: ts, chars: 6 }).collect(),
+        events: t
+            .token_times_ns
+            .iter()
+            .map(|&ts| TokenEvent { t: ts, chars: 6 })
+            .collect(),
         input_tokens: u64::from(t.prompt_tokens),
         input_source: CountSource::Usage,
         output_tokens: u64::from(t.completion_tokens),
