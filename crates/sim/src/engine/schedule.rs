@@ -9,7 +9,9 @@ use super::request::Queue;
 use super::{EngineCore, PlannedItem, StepPlan};
 
 impl EngineCore {
-    /// Schedule one step starting at `t0_ns`; `None` when idle.
+    /// Schedule one step starting at `t0_ns`; `None` when idle. Every plan must be committed
+    /// (`commit_step`) before the next one is made; commands (add, abort, reset) may come in
+    /// between, and an aborted request simply drops out of its plan.
     pub fn plan_step(&mut self, t0_ns: u64) -> Option<StepPlan> {
         if self.is_idle() {
             return None;

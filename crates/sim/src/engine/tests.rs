@@ -486,3 +486,63 @@ fn invalid_requests_are_refused() {
     let done = run_to_idle(&mut core);
     assert_eq!(done[0].completion_tokens, 4);
 }
+
+#[test]
+fn preempted_lookups_go_to_the_sim_counters() {
+    let mut c = config(7, 4, 64, 8);
+    c.max_model_len = 24;
+    let mut core = EngineCore::new(c).unwrap();
+    core.add(request(1, tokens(0, 8), 12));
+    core.add(request(2, tokens(100, 8), 12));
+    let mut t = 0;
+    for _ in 0..5 {
+        step(&mut core, &mut t);
+    }
+    core.add(request(3, tokens(200, 2), 2));
+    step(&mut core, &mut t);
+    assert_eq!(core.metrics().num_preemptions_total, 1);
+    run_to_idle(&mut core);
+    let m = core.metrics();
+    // vLLM counters: the first lookups of requests 1 and 2 (8 each) and of request 3 (2 each
+    // time it headed the queue); request 2's re-lookups (8 prompt + 5 output) go elsewhere.
+    assert!(m.prefix_cache_queries_total >= 18);
+    assert_eq!((m.prefix_cache_queries_total - 16) % 2, 0);
+    assert!(m.preempted_prefix_queries_total >= 13);
+    assert_eq!(m.preempted_prefix_queries_total % 13, 0);
+    // Its own blocks (prompt and first output block) were still cached when it came back.
+    assert!(m.preempted_prefix_hits_total > 0);
+}
+
+#[test]
+fn kv_watermark_keeps_blocks_free_at_admission() {
+    let run = |watermark: f64| {
+        let mut c = config(17, 4, 128, 8);
+        c.max_model_len = 24;
+        c.kv_watermark = watermark;
+        let mut core = EngineCore::new(c).unwrap();
+        core.add(request(1, tokens(0, 20), 1)); // 5 blocks
+        core.add(request(2, tokens(100, 23), 1)); // 6 blocks, 5 left
+        core.add(request(3, tokens(200, 8), 1)); // 2 blocks, 3 left
+        let mut t = 0;
+        step(&mut core, &mut t).0.len()
+    };
+    assert_eq!(run(0.0), 3);
+    // A quarter of 16 blocks (4) must stay free: request 3 waits.
+    assert_eq!(run(0.25), 2);
+}
+
+#[test]
+fn full_sequence_must_fit_admits_only_what_can_finish() {
+    let run = |full: bool| {
+        let mut c = config(9, 4, 128, 8);
+        c.max_model_len = 24;
+        c.full_sequence_must_fit = full;
+        let mut core = EngineCore::new(c).unwrap();
+        core.add(request(1, tokens(0, 12), 12)); // 3 blocks now, 6 at the end
+        core.add(request(2, tokens(100, 8), 16)); // 2 blocks now, 6 at the end
+        let mut t = 0;
+        step(&mut core, &mut t).0.len()
+    };
+    assert_eq!(run(false), 2);
+    assert_eq!(run(true), 1);
+}
