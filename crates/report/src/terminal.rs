@@ -281,6 +281,29 @@ pub fn servebench_block(
     out
 }
 
+/// `--repeat N`: every headline figure as mean ± std across runs, then the per-run values.
+pub fn repeat_block(r: &servebench_metrics::RepeatSummary) -> String {
+    let mut out = String::new();
+    header(&mut out, &format!(" {} repeats ", r.runs), '=');
+    for f in &r.figures {
+        let (Some(mean), Some(std)) = (f.mean, f.std) else {
+            continue;
+        };
+        let per_run: Vec<String> = f.values.iter().map(|v| opt(*v)).collect();
+        let _ = writeln!(
+            out,
+            "{:<32} {:>12} ± {:<10} [{}]",
+            f.name,
+            format!("{mean:.2}"),
+            format!("{std:.2}"),
+            per_run.join(", ")
+        );
+    }
+    out.push_str(&"=".repeat(50));
+    out.push('\n');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

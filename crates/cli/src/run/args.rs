@@ -226,6 +226,10 @@ pub struct RunArgs {
     /// No live progress.
     #[arg(long, help_heading = "Output")]
     pub disable_tqdm: bool,
+    /// Run the whole measurement N times (each repeat in its own `repeat-K/` folder) and report
+    /// each figure as mean ± std across runs, with the per-run values.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Output")]
+    pub repeat: u32,
     /// Directory for servebench's own files (per-request JSONL, servebench JSON).
     #[arg(long, default_value = "results/runs", help_heading = "Output")]
     pub output_dir: PathBuf,

@@ -78,8 +78,47 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
         }
     };
     let stop = interrupt_on_ctrl_c();
-    let out = execute(&args, &target, command_line, &stop, true).await?;
-    Ok(out.exit)
+    if args.repeat <= 1 {
+        let out = execute(&args, &target, command_line, &stop, true).await?;
+        return Ok(out.exit);
+    }
+    repeat(&args, &target, command_line, &stop).await
+}
+
+/// `--repeat N`: the same measurement N times, then mean ± std of every headline figure.
+async fn repeat(args: &RunArgs, target: &RunTarget, command_line: Vec<String>, stop: &StopSignal) -> Result<ExitCode> {
+    let mut summaries = Vec::new();
+    let mut exit = ExitCode::SUCCESS;
+    for k in 1..=args.repeat {
+        if stop.dispatch_stopped() {
+            break;
+        }
+        eprintln!("== repeat {k}/{}", args.repeat);
+        let mut a = args.clone();
+        a.output_dir = args.output_dir.join(format!("repeat-{k}"));
+        if let Some(f) = &args.result_filename {
+            a.result_filename = Some(format!("repeat-{k}-{f}"));
+        }
+        let out = execute(&a, target, command_line.clone(), stop, true).await?;
+        if out.exit != ExitCode::SUCCESS {
+            exit = out.exit;
+        }
+        summaries.push(out.summary);
+    }
+    let agg = servebench_metrics::aggregate(&summaries);
+    print!("{}", servebench_report::terminal::repeat_block(&agg));
+    let path = args.output_dir.join("repeat-summary.json");
+    std::fs::create_dir_all(&args.output_dir)
+        .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
+    let text = serde_json::to_vec_pretty(&serde_json::json!({
+        "schema": "servebench.repeat/v1",
+        "runs": summaries.len(),
+        "repeat": agg,
+    }))
+    .context("serializing the repeat summary")?;
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("repeat summary: {}", path.display());
+    Ok(exit)
 }
 
 /// Ctrl-C stops dispatching; a second Ctrl-C or the grace period cancels what is in flight.
