@@ -6,6 +6,7 @@ pub mod plan_cmd;
 pub mod predict_cmd;
 pub mod run;
 pub mod sim_cmd;
+pub mod sweep_cmd;
 
 use std::process::ExitCode;
 
@@ -34,6 +35,9 @@ pub enum Command {
     /// Run a workload matrix (a TOML file, or the default rows A–E) into one experiment
     /// directory with a report. Without --base-url it runs against the simulator in-process.
     Matrix(Box<matrix::MatrixArgs>),
+    /// Sweep one row over request rates or concurrencies: the throughput–latency frontier,
+    /// its knee, and the highest point meeting the SLOs.
+    Sweep(Box<sweep_cmd::SweepArgs>),
 }
 
 /// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
@@ -64,6 +68,7 @@ pub fn main() -> ExitCode {
             Command::Predict(args) => predict_cmd::predict(*args),
             Command::Plan(args) => plan_cmd::plan(*args),
             Command::Matrix(args) => matrix::matrix(*args, redact_argv(&argv)).await,
+            Command::Sweep(args) => sweep_cmd::sweep(*args, redact_argv(&argv)).await,
         }
     });
     match result {

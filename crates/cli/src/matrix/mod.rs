@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod defaults;
+pub mod frontier;
 pub mod layout;
 pub mod plan;
 pub mod render;

@@ -147,7 +147,7 @@ impl Scale {
 }
 
 /// Whether a row's prompts share a prefix the server may already hold.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum PrefixReuse {
     /// Every request has its own prompt (and its own random prefix): nothing is reusable.

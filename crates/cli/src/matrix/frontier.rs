@@ -1,0 +1,199 @@
+//! From measured sweep points (run summaries) to the analysis layer's [`SweepPoint`]s, the
+//! early-stop rule, and the terminal frontier table.
+
+use anyhow::{bail, Result};
+use servebench_analysis::frontier::{
+    parse_slos, saturation, LatencyStat, LoadKind, SaturationRule, Slo, SweepAnalysis, SweepPoint,
+};
+use servebench_metrics::RunSummary;
+
+/// Parses a latency percentile such as `ttft:p99` (or `e2el:median`).
+pub fn parse_stat(text: &str) -> Result<LatencyStat> {
+    let slos = parse_slos(&format!("{}:1", text.trim()))
+        .map_err(|e| anyhow::anyhow!("--latency-metric {text:?}: {e}"))?;
+    match slos.as_slice() {
+        [one] => Ok(one.stat),
+        _ => bail!("--latency-metric {text:?}: expected one METRIC:pNN, e.g. ttft:p99"),
+    }
+}
+
+/// The percentiles a run must report for `stats` beyond the always-reported 50/90/95/99,
+/// as a `--metric-percentiles` value (`None` when nothing extra is needed).
+pub fn extra_percentiles(stats: &[LatencyStat]) -> Option<String> {
+    let mut extra: Vec<f64> = Vec::new();
+    for s in stats {
+        let p = s.percentile;
+        let standard = [50.0, 90.0, 95.0, 99.0]
+            .iter()
+            .any(|q| (q - p).abs() < 1e-9);
+        if !standard && !extra.iter().any(|q| (q - p).abs() < 1e-9) {
+            extra.push(p);
+        }
+    }
+    if extra.is_empty() {
+        return None;
+    }
+    extra.insert(0, 99.0);
+    Some(
+        extra
+            .iter()
+            .map(|p| format!("{p}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    )
+}
+
+/// The value of a latency percentile in one run, ms.
+pub fn latency(summary: &RunSummary, stat: LatencyStat) -> Option<f64> {
+    let v = summary
+        .metric(stat.metric.as_str())?
+        .percentile(stat.percentile)?
+        .value;
+    v.is_finite().then_some(v)
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let v: Vec<f64> = values.collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// One sweep point from its runs: output throughput and each percentile averaged across the
+/// repeats (a percentile absent from every run is left out).
+pub fn sweep_point(offered_load: f64, runs: &[RunSummary], stats: &[LatencyStat]) -> SweepPoint {
+    SweepPoint {
+        offered_load,
+        throughput: mean(runs.iter().map(|r| r.output_throughput)).unwrap_or(0.0),
+        latencies: stats
+            .iter()
+            .filter_map(|&s| mean(runs.iter().filter_map(|r| latency(r, s))).map(|v| (s, v)))
+            .collect(),
+    }
+}
+
+/// Whether the newest point is past saturation, and the sentence saying so.
+pub fn past_saturation(points: &[SweepPoint], stat: LatencyStat, kind: LoadKind) -> Option<String> {
+    let s = saturation(points, stat, SaturationRule::default())?;
+    Some(format!(
+        "{} is past saturation: output throughput {:+.0}% over {} while {stat} grew ×{:.1}",
+        kind.describe(points[s.index].offered_load),
+        s.throughput_gain * 100.0,
+        kind.describe(points[s.reference].offered_load),
+        s.latency_ratio,
+    ))
+}
+
+/// The frontier table: every point with its load, throughput and percentiles, marked
+/// frontier / knee / saturated / best under the SLOs.
+pub fn render_table(
+    points: &[SweepPoint],
+    analysis: &SweepAnalysis,
+    slos: &[Slo],
+    kind: LoadKind,
+) -> String {
+    let mut stats = vec![analysis.stat];
+    for s in slos {
+        if !stats
+            .iter()
+            .any(|t| t.metric == s.stat.metric && (t.percentile - s.stat.percentile).abs() < 1e-9)
+        {
+            stats.push(s.stat);
+        }
+    }
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut header = vec!["#".to_owned(), "load".to_owned(), "out tok/s".to_owned()];
+    header.extend(stats.iter().map(|s| format!("{s} ms")));
+    header.push(String::new());
+    rows.push(header);
+    for (i, p) in points.iter().enumerate() {
+        let mut r = vec![
+            i.to_string(),
+            kind.describe(p.offered_load),
+            format!("{:.1}", p.throughput),
+        ];
+        r.extend(stats.iter().map(|&s| {
+            p.latency(s)
+                .map(|v| format!("{v:.1}"))
+                .unwrap_or_else(|| "-".into())
+        }));
+        let mut marks = Vec::new();
+        if analysis.frontier.contains(&i) {
+            marks.push("frontier");
+        }
+        if analysis.knee.map(|k| k.index) == Some(i) {
+            marks.push("KNEE");
+        }
+        if analysis.saturation.map(|s| s.index) == Some(i) {
+            marks.push("saturated");
+        }
+        if analysis.slo.as_ref().and_then(|o| o.best) == Some(i) {
+            marks.push("best under SLO");
+        }
+        r.push(marks.join(", "));
+        rows.push(r);
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in &rows {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, s)| {
+                let pad = " ".repeat(widths[c].saturating_sub(s.chars().count()));
+                if c == 1 || c + 1 == r.len() {
+                    format!("{s}{pad}")
+                } else {
+                    format!("{pad}{s}")
+                }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use servebench_analysis::frontier::LatencyMetric;
+
+    #[test]
+    fn parses_latency_metrics() {
+        let s = parse_stat("ttft:p99").unwrap();
+        assert_eq!((s.metric, s.percentile), (LatencyMetric::Ttft, 99.0));
+        assert_eq!(parse_stat("e2el:median").unwrap().percentile, 50.0);
+        assert!(parse_stat("ttft").is_err());
+        assert!(parse_stat("bogus:p99").is_err());
+    }
+
+    #[test]
+    fn asks_only_for_percentiles_summaries_lack() {
+        let p = |m, q| LatencyStat::new(m, q);
+        assert_eq!(
+            extra_percentiles(&[p(LatencyMetric::Ttft, 99.0), p(LatencyMetric::Tpot, 95.0)]),
+            None
+        );
+        assert_eq!(
+            extra_percentiles(&[p(LatencyMetric::Ttft, 99.9)]).as_deref(),
+            Some("99,99.9")
+        );
+    }
+
+    #[test]
+    fn stops_at_the_first_point_past_saturation() {
+        let stat = LatencyStat::new(LatencyMetric::Ttft, 99.0);
+        let pt = |load: f64, tput: f64, lat: f64| SweepPoint {
+            offered_load: load,
+            throughput: tput,
+            latencies: vec![(stat, lat)],
+        };
+        let mut pts = vec![pt(1.0, 100.0, 50.0), pt(2.0, 200.0, 55.0)];
+        assert!(past_saturation(&pts, stat, LoadKind::RequestRate).is_none());
+        pts.push(pt(4.0, 205.0, 400.0));
+        let why = past_saturation(&pts, stat, LoadKind::RequestRate).unwrap();
+        assert!(why.starts_with("rate 4 req/s is past saturation"), "{why}");
+    }
+}
