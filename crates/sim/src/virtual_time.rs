@@ -49,11 +49,11 @@ pub struct RequestTrace {
 }
 
 impl RequestTrace {
-    /// Intended send → first token.
+    /// Intended send → first token (what a user waits, client-side queueing included).
     pub fn ttft_ns(&self) -> Option<u64> {
         self.token_times_ns
             .first()
-            .map(|t| t - self.intended_ns.min(*t))
+            .map(|t| t.saturating_sub(self.intended_ns))
     }
 
     /// Mean gap between successive tokens: `(last − first) / (n − 1)`.
@@ -88,40 +88,19 @@ pub fn run_virtual(
     workload: VirtualWorkload,
 ) -> Result<VirtualRun, SimError> {
     let mut driver = VirtualDriver::new(config, workload.max_concurrency)?;
-    let mut arrivals = workload.arrivals;
-    // Stable: arrivals with the same intended time keep their given order.
-    let mut order: Vec<usize> = (0..arrivals.len()).collect();
-    order.sort_by_key(|&i| arrivals[i].intended_ns);
-    let mut trace_of = vec![0usize; arrivals.len()];
-    // Traces stay in the given order, requests enter in intended order.
-    for (i, a) in arrivals.iter().enumerate() {
-        trace_of[i] = driver.new_trace(a);
-    }
-    for &i in &order {
-        let a = std::mem::replace(
-            &mut arrivals[i],
-            VirtualArrival {
-                intended_ns: 0,
-                request: empty_request(),
-            },
-        );
-        driver.enqueue(a, trace_of[i]);
+    // Traces stay in the given order; requests enter in intended order (a stable sort keeps
+    // the given order among equal times).
+    let mut indexed: Vec<(usize, VirtualArrival)> = workload
+        .arrivals
+        .into_iter()
+        .map(|a| (driver.new_trace(&a), a))
+        .collect();
+    indexed.sort_by_key(|(_, a)| a.intended_ns);
+    for (trace, a) in indexed {
+        driver.enqueue(a, trace);
     }
     driver.run_until_idle()?;
     Ok(driver.finish())
-}
-
-fn empty_request() -> NewRequest {
-    NewRequest {
-        id: 0,
-        prompt: Vec::new(),
-        max_tokens: 0,
-        min_tokens: 0,
-        ignore_eos: false,
-        seed: None,
-        cache_salt: None,
-        arrival_ns: 0,
-    }
 }
 
 /// A pending client arrival and the trace it fills.

@@ -36,6 +36,7 @@ fn ttft_grows_about_linearly_with_prompt_length() {
     let mut got = Vec::new();
     for (prompt, want) in table {
         let (ttft, steps) = idle_ttft(&setup, prompt);
+        eprintln!("TTFT at {prompt} tokens: {:.2} ms", ttft * 1e3);
         assert_eq!(steps, 1, "a prompt within the budget is one step");
         assert!(ttft > prev, "TTFT must grow with the prompt");
         assert_near(&format!("TTFT at {prompt} tokens"), ttft, want, 0.2);
@@ -54,6 +55,7 @@ fn ttft_grows_about_linearly_with_prompt_length() {
 #[test]
 fn prompts_beyond_the_budget_take_several_chunks() {
     let (ttft, steps) = idle_ttft(&Setup::default(), 16_384);
+    eprintln!("TTFT at 16k tokens: {:.1} ms", ttft * 1e3);
     assert_eq!(steps, 2, "16k tokens with an 8192 budget are two chunks");
     assert_near("TTFT at 16k tokens", ttft, 0.508, 0.2);
 
@@ -63,6 +65,7 @@ fn prompts_beyond_the_budget_take_several_chunks() {
         ..Setup::default()
     };
     let (ttft_small, steps) = idle_ttft(&small, 8192);
+    eprintln!("TTFT at 8k tokens, budget 2048: {:.1} ms", ttft_small * 1e3);
     assert_eq!(steps, 4, "8k tokens with a 2048 budget are four chunks");
     assert_near("TTFT at 8k tokens, budget 2048", ttft_small, 0.232, 0.2);
     // Overheads and weights are paid four times instead of once.
