@@ -12,6 +12,7 @@ use crate::clock::RunClock;
 use crate::collector::{collect, JsonlSink, Progress};
 use crate::health::{process_cpu_times, CpuTimes};
 use crate::stop::StopSignal;
+use crate::telemetry::{Scraper, ServerTelemetry};
 use crate::LoadgenError;
 
 /// How to drive one measured run.
@@ -23,6 +24,8 @@ pub struct LoadSpec {
     pub max_concurrency: Option<usize>,
     /// Live progress on stderr, if wanted.
     pub progress: Option<Progress>,
+    /// Scrape the server's `/metrics` this often during the run.
+    pub scrape_every: Option<Duration>,
 }
 
 /// What a measured run produced.
@@ -40,6 +43,8 @@ pub struct LoadOutcome {
     pub not_dispatched: usize,
     /// The first error writing the JSONL file, if any.
     pub write_error: Option<LoadgenError>,
+    /// What the server's `/metrics` said during the run (when scraped).
+    pub telemetry: Option<ServerTelemetry>,
 }
 
 /// Run `requests` on `client` following `spec`. Records stream into `sink` as they finish.
@@ -67,6 +72,9 @@ pub async fn run_load(
     let started_at = SystemTime::now();
     let clock = RunClock::start_now();
     let total = requests.len();
+    let scraper = spec
+        .scrape_every
+        .map(|every| Scraper::start(client.target().clone(), clock, every));
 
     for (prepared, intended) in requests.into_iter().zip(spec.schedule.iter().copied()) {
         if stop.dispatch_stopped() {
@@ -122,7 +130,12 @@ pub async fn run_load(
         .max()
         .unwrap_or(0);
     let cpu = process_cpu_times().since(&cpu_before);
+    let telemetry = match scraper {
+        Some(s) => Some(s.finish().await),
+        None => None,
+    };
     Ok(LoadOutcome {
+        telemetry,
         not_dispatched: total.saturating_sub(records.len()),
         records,
         started_at,

@@ -12,6 +12,7 @@ pub mod scripted;
 pub mod stop;
 pub mod stream;
 pub mod target;
+pub mod telemetry;
 
 pub use client::{BackendClient, ClientOptions, Prepared};
 pub use clock::RunClock;

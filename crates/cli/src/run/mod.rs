@@ -86,7 +86,12 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
 }
 
 /// `--repeat N`: the same measurement N times, then mean ± std of every headline figure.
-async fn repeat(args: &RunArgs, target: &RunTarget, command_line: Vec<String>, stop: &StopSignal) -> Result<ExitCode> {
+async fn repeat(
+    args: &RunArgs,
+    target: &RunTarget,
+    command_line: Vec<String>,
+    stop: &StopSignal,
+) -> Result<ExitCode> {
     let mut summaries = Vec::new();
     let mut exit = ExitCode::SUCCESS;
     for k in 1..=args.repeat {
@@ -218,7 +223,7 @@ pub async fn execute(
 
     let (base_url, sim_info) = match target {
         RunTarget::Virtual { sim, spec } => {
-            let (records, duration_ns) = virtual_run::simulate(
+            let (records, duration_ns, telemetry) = virtual_run::simulate(
                 sim,
                 &requests,
                 &schedule,
@@ -258,7 +263,15 @@ pub async fn execute(
             let meta = serde_json::json!({
                 "kind": "simulator", "clock": "virtual", "sim_spec": spec, "sim_config": sim.config_json,
             });
-            return output::write_results(&finish, &records, duration_ns, None, meta, true);
+            return output::write_results(
+                &finish,
+                &records,
+                duration_ns,
+                None,
+                Some(&telemetry),
+                meta,
+                true,
+            );
         }
         RunTarget::Http { base_url, sim } => (base_url.clone(), sim.clone()),
     };
@@ -357,6 +370,7 @@ pub async fn execute(
             total: Some(prepared.len()),
             label: "run".into(),
         }),
+        scrape_every: Some(Duration::from_secs(1)),
     };
     let outcome = run_load(
         Arc::clone(&client),
@@ -391,6 +405,7 @@ pub async fn execute(
         &outcome.records,
         outcome.duration_ns,
         Some(&outcome),
+        outcome.telemetry.as_ref(),
         meta,
         simulated,
     )

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
+use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_loadgen::{BackendClient, LoadOutcome, Prepared, RunClock, StopSignal, Target};
 use servebench_metrics::summary::{summarize, Slo, SloMetric, SummaryOptions};
 use servebench_metrics::{RequestRecord, RunSummary};
@@ -172,6 +173,7 @@ pub fn write_results(
     records: &[RequestRecord],
     duration_ns: u64,
     load: Option<&LoadOutcome>,
+    telemetry: Option<&ServerTelemetry>,
     target_meta: Value,
     simulated: bool,
 ) -> Result<super::RunOutcome> {
@@ -291,6 +293,7 @@ pub fn write_results(
         },
         "summary": summary,
         "client_health": health,
+        "server_telemetry": telemetry,
         "records_path": f.jsonl_path.file_name().map(|n| n.to_string_lossy().into_owned()),
     });
     let text = serde_json::to_vec_pretty(&native).context("serializing the servebench result")?;

@@ -4,6 +4,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_metrics::{CountSource, RequestRecord, TokenEvent};
 use servebench_sim::engine::{FinishReason, NewRequest};
 use servebench_sim::virtual_time::{run_virtual, RequestTrace, VirtualArrival, VirtualWorkload};
@@ -47,7 +48,7 @@ pub fn simulate(
     max_concurrency: Option<usize>,
     ignore_eos: bool,
     seed: u64,
-) -> anyhow::Result<(Vec<RequestRecord>, u64)> {
+) -> anyhow::Result<(Vec<RequestRecord>, u64, ServerTelemetry)> {
     let ids = prompt_ids(sim, requests, seed);
     let arrivals = requests
         .iter()
@@ -89,7 +90,25 @@ pub fn simulate(
         .filter_map(|r| r.end.or(r.done))
         .max()
         .unwrap_or(run.end_ns);
-    Ok((records, duration))
+    let m = &run.metrics;
+    let counters = [
+        ("vllm:num_preemptions_total", m.num_preemptions_total),
+        (
+            "vllm:prefix_cache_queries_total",
+            m.prefix_cache_queries_total,
+        ),
+        ("vllm:prefix_cache_hits_total", m.prefix_cache_hits_total),
+        ("vllm:prompt_tokens_total", m.prompt_tokens_total),
+        ("vllm:generation_tokens_total", m.generation_tokens_total),
+    ];
+    let telemetry = ServerTelemetry {
+        counter_increase: counters
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), *v as f64))
+            .collect(),
+        ..ServerTelemetry::default()
+    };
+    Ok((records, duration, telemetry))
 }
 
 fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {

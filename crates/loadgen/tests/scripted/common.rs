@@ -54,6 +54,7 @@ pub async fn run(
         schedule,
         max_concurrency,
         progress: None,
+        scrape_every: None,
     };
     tokio::time::timeout(
         Duration::from_secs(60),
