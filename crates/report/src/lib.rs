@@ -3,6 +3,7 @@
 
 pub mod model;
 pub mod pyjson;
+pub mod render;
 pub mod terminal;
 pub mod vllm;
 

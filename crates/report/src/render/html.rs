@@ -1,0 +1,264 @@
+//! The HTML rendering: one self-contained file (inline CSS, SVG and a few lines of script;
+//! a Content-Security-Policy forbids every network fetch) with the frontier, latency CDFs,
+//! throughput and latency over time, and every table.
+
+use std::fmt::Write as _;
+
+use super::charts::{
+    cdf_chart, frontier_charts, groups, in_flight_over_time, latency_over_time,
+    throughput_over_time,
+};
+use super::figures::{frontier_axes, stat_label};
+use super::format::{html_escape as esc, slug};
+use super::mdhtml::markdown_to_html;
+use super::tables::{rows_table, run_facts, run_metrics_table, sweep_point_label, sweep_table};
+use crate::model::{ExperimentReport, RunData};
+
+const STYLE: &str = r#"
+:root { --fg: #1d2330; --muted: #5b6474; --line: #d8dce3; --bg: #ffffff; --accent: #4e79a7; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--fg);
+       background: var(--bg); margin: 0 auto; padding: 24px 32px 64px; max-width: 1280px; }
+h1 { font-size: 24px; margin: 0 0 4px; }
+h2 { font-size: 19px; margin: 36px 0 10px; padding-bottom: 4px; border-bottom: 2px solid var(--line); }
+h3 { font-size: 16px; margin: 22px 0 8px; }
+.sub { color: var(--muted); margin: 0 0 14px; }
+.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; background: #eef1f6;
+         color: var(--muted); font-size: 12px; margin-right: 6px; }
+.quick { background: #fff4d6; border: 1px solid #f0c36d; padding: 8px 12px; border-radius: 6px; margin: 10px 0; }
+.headline { font-size: 17px; background: #edf4fb; border-left: 4px solid var(--accent);
+            padding: 10px 14px; margin: 12px 0; }
+ul.notes { margin: 8px 0; padding-left: 20px; color: var(--muted); }
+table { border-collapse: collapse; margin: 8px 0 16px; font-variant-numeric: tabular-nums; }
+th, td { padding: 4px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+th { background: #f5f7fa; font-weight: 600; white-space: nowrap; }
+td.num, th.num { text-align: right; white-space: nowrap; }
+tbody tr:hover { background: #f8fafc; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 18px; }
+figure.chart { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; background: #fff; }
+figure.chart figcaption { font-weight: 600; margin-bottom: 4px; }
+figure.chart svg { width: 100%; height: auto; display: block; }
+svg .grid line { stroke: #eceef2; stroke-width: 1; }
+svg .grid text, svg .axes text { fill: var(--muted); font-size: 11px; }
+svg .grid text.tx { text-anchor: middle; }
+svg .grid text.ty { text-anchor: end; }
+svg .axes line { stroke: #9aa3b2; stroke-width: 1; }
+svg .axes text.xl, svg .axes text.yl { text-anchor: middle; font-size: 12px; fill: var(--fg); }
+svg .series path { fill: none; stroke: var(--c); stroke-width: 2; }
+svg .series circle { fill: var(--c); stroke: #fff; stroke-width: 0.5; }
+svg .series.scatter circle { fill-opacity: 0.65; stroke: none; }
+svg .series.off { display: none; }
+svg .ref line { stroke: #d62728; stroke-width: 1.5; stroke-dasharray: 6 4; }
+svg .ref text { fill: #d62728; font-size: 11px; text-anchor: end; }
+svg .mark circle { fill: none; stroke: #111; stroke-width: 2; }
+svg .mark text { font-size: 12px; font-weight: 600; fill: #111; }
+ul.legend { list-style: none; margin: 6px 0 0; padding: 0; display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12px; }
+ul.legend li { cursor: pointer; user-select: none; }
+ul.legend li.off { opacity: 0.4; text-decoration: line-through; }
+ul.legend .sw { display: inline-block; width: 12px; height: 12px; border-radius: 2px; margin-right: 5px; vertical-align: -1px; }
+p.note { color: var(--muted); font-size: 12px; margin: 4px 0 0; }
+details { margin: 8px 0; }
+summary { cursor: pointer; font-weight: 600; }
+dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 8px 0; }
+dl.facts dt { color: var(--muted); }
+dl.facts dd { margin: 0; overflow-wrap: anywhere; }
+code { background: #f3f4f7; padding: 0 4px; border-radius: 3px; }
+.extra table { font-size: 13px; }
+footer { margin-top: 40px; color: var(--muted); font-size: 12px; }
+"#;
+
+/// Legend clicks hide or show a series; the final attribute tells a headless check that the
+/// script ran to the end.
+const SCRIPT: &str = r#"
+(function () {
+  var items = document.querySelectorAll('ul.legend li[data-series]');
+  for (var i = 0; i < items.length; i++) {
+    items[i].addEventListener('click', function (ev) {
+      var li = ev.currentTarget;
+      var g = document.getElementById(li.getAttribute('data-series'));
+      if (!g) { return; }
+      var off = g.classList.toggle('off');
+      li.classList.toggle('off', off);
+    });
+  }
+  var charts = document.querySelectorAll('figure.chart svg').length;
+  document.documentElement.setAttribute('data-report-ready', String(charts));
+})();
+"#;
+
+fn section(out: &mut String, id: &str, title: &str) {
+    let _ = writeln!(out, "<section id=\"{}\">\n<h2>{}</h2>", esc(id), esc(title));
+}
+
+fn run_details(out: &mut String, label: &str, run: &RunData, id: &str) {
+    let _ = writeln!(
+        out,
+        "<details id=\"{}\"><summary>{} <span class=\"badge\">{}</span></summary>",
+        esc(id),
+        esc(label),
+        esc(&run.path)
+    );
+    out.push_str(&run_metrics_table(run).to_html(&format!("{id}-metrics")));
+    out.push_str("<p class=\"note\">* percentile backed by too few samples to be stable.</p>\n<dl class=\"facts\">");
+    for (k, v) in run_facts(run) {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(&k), esc(&v));
+    }
+    out.push_str("</dl>\n");
+    if !run.summary.warnings.is_empty() {
+        out.push_str("<ul class=\"notes\">");
+        for w in &run.summary.warnings {
+            let _ = write!(out, "<li>{}</li>", esc(w));
+        }
+        out.push_str("</ul>\n");
+    }
+    out.push_str("</details>\n");
+}
+
+/// The experiment as one self-contained HTML page.
+pub fn render_html(report: &ExperimentReport) -> String {
+    let mut out = String::with_capacity(64 * 1024);
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<header>\n<h1>{}</h1>\n<p class=\"sub\">",
+        esc(&report.title),
+        esc(&report.title)
+    );
+    let _ = write!(out, "<span class=\"badge\">{}</span>", report.kind.as_str());
+    let runs: usize = report.rows.iter().map(|r| r.runs.len()).sum::<usize>()
+        + report
+            .sweep
+            .as_ref()
+            .map_or(0, |s| s.points.iter().map(|p| p.runs.len()).sum());
+    let _ = write!(
+        out,
+        "<span class=\"badge\">{runs} run{}</span>",
+        if runs == 1 { "" } else { "s" }
+    );
+    out.push_str("</p>\n");
+    if report.quick {
+        out.push_str(
+            "<div class=\"quick\" id=\"quick-note\"><strong>Numbers from a quick run</strong> \
+             (shortened workload): indicative only, not for capacity decisions.</div>\n",
+        );
+    }
+    if let Some(h) = report.sweep.as_ref().and_then(|s| s.headline.as_ref()) {
+        let _ = writeln!(
+            out,
+            "<div class=\"headline\" id=\"headline\">{}</div>",
+            esc(h)
+        );
+    }
+    if !report.notes.is_empty() {
+        out.push_str("<ul class=\"notes\" id=\"notes\">");
+        for n in &report.notes {
+            let _ = write!(out, "<li>{}</li>", esc(n));
+        }
+        out.push_str("</ul>\n");
+    }
+    out.push_str("</header>\n");
+
+    let rows = rows_table(report, true);
+    if !rows.rows.is_empty() {
+        section(&mut out, "rows", "Rows");
+        out.push_str(&rows.to_html("rows-table"));
+        out.push_str("<p class=\"note\">Latencies in ms; with repeated runs each figure is the mean ± std across runs.</p>\n</section>\n");
+    }
+
+    if let Some(sweep) = &report.sweep {
+        section(
+            &mut out,
+            "sweep",
+            &format!("Sweep: {} over row {}", sweep.variable, sweep.row),
+        );
+        if !sweep.slos.is_empty() {
+            let _ = writeln!(
+                out,
+                "<p>SLOs: <code>{}</code></p>",
+                esc(&sweep.slos.join(", "))
+            );
+        }
+        out.push_str("<div class=\"charts\">\n");
+        for c in frontier_charts(sweep) {
+            out.push_str(&c.render());
+        }
+        out.push_str("</div>\n");
+        out.push_str(&sweep_table(sweep).to_html("sweep-table"));
+        let axis = &frontier_axes(&sweep.slos)[0];
+        let stat = stat_label(&axis.metric, axis.percentile);
+        match sweep.knee {
+            Some(k) => {
+                let _ = writeln!(
+                    out,
+                    "<p id=\"knee-text\">Knee of the output-throughput vs {} frontier: <strong>{}</strong>.</p>",
+                    esc(&stat),
+                    esc(&sweep_point_label(sweep, k))
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "<p id=\"knee-text\">No knee on the output-throughput vs {} frontier (the curve has not bent).</p>",
+                    esc(&stat)
+                );
+            }
+        }
+        if let Some(r) = &sweep.stop_reason {
+            let _ = writeln!(out, "<p>Stopped early: {}</p>", esc(r));
+        }
+        out.push_str("</section>\n");
+    }
+
+    let gs = groups(report);
+    if !gs.is_empty() {
+        section(&mut out, "latency", "Latency distributions");
+        out.push_str("<div class=\"charts\">\n");
+        for metric in ["ttft", "tpot", "itl"] {
+            out.push_str(&cdf_chart(&gs, metric).render());
+        }
+        out.push_str("</div>\n</section>\n");
+        section(&mut out, "over-time", "Over time");
+        out.push_str("<div class=\"charts\">\n");
+        out.push_str(&throughput_over_time(&gs).render());
+        out.push_str(&in_flight_over_time(&gs).render());
+        out.push_str(&latency_over_time(&gs, "ttft").render());
+        out.push_str(&latency_over_time(&gs, "tpot").render());
+        out.push_str("</div>\n</section>\n");
+
+        section(&mut out, "runs", "Every run");
+        for g in &gs {
+            let _ = writeln!(out, "<h3>{}</h3>", esc(&g.label));
+            if let Some(row) = report.rows.iter().find(|r| slug(&r.id) == g.key) {
+                if !row.hypothesis.is_empty() {
+                    let _ = writeln!(out, "<p class=\"sub\">{}</p>", esc(&row.hypothesis));
+                }
+            }
+            for (i, run) in g.runs.iter().enumerate() {
+                let label = if g.runs.len() > 1 {
+                    format!("run {} of {}", i + 1, g.runs.len())
+                } else {
+                    "run".to_owned()
+                };
+                run_details(&mut out, &label, run, &format!("run-{}-{i}", g.key));
+            }
+        }
+        out.push_str("</section>\n");
+    }
+
+    for (i, (heading, body)) in report.extra_sections.iter().enumerate() {
+        section(&mut out, &format!("extra-{i}"), heading);
+        let _ = writeln!(
+            out,
+            "<div class=\"extra\">{}</div>\n</section>",
+            markdown_to_html(body)
+        );
+    }
+    let _ = write!(
+        out,
+        "<footer>servebench report · self-contained file, no network access.</footer>\n\
+         <script>{SCRIPT}</script>\n</body>\n</html>\n"
+    );
+    out
+}

@@ -1,0 +1,70 @@
+//! The Markdown rendering, for pull requests: notes, the headline, each row's question beside
+//! its numbers, the sweep frontier, then any extra sections.
+
+use std::fmt::Write as _;
+
+use super::figures::{frontier_axes, stat_label};
+use super::tables::{rows_table, sweep_point_label, sweep_table};
+use crate::model::ExperimentReport;
+
+/// The experiment as GitHub-flavoured Markdown.
+pub fn render_markdown(report: &ExperimentReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# {}\n", report.title);
+    if report.quick {
+        out.push_str(
+            "> **Note:** numbers from a quick run (shortened workload): indicative only, \
+             not for capacity decisions.\n\n",
+        );
+    }
+    if let Some(h) = report.sweep.as_ref().and_then(|s| s.headline.as_ref()) {
+        let _ = writeln!(out, "**Headline:** {h}\n");
+    }
+    for n in &report.notes {
+        let _ = writeln!(out, "- {n}");
+    }
+    if !report.notes.is_empty() {
+        out.push('\n');
+    }
+    let rows = rows_table(report, true);
+    if !rows.rows.is_empty() {
+        out.push_str("## Rows\n\n");
+        out.push_str(&rows.to_markdown());
+        out.push_str(
+            "\nLatencies in ms; with repeated runs each figure is the mean ± std across runs.\n\n",
+        );
+    }
+    if let Some(sweep) = &report.sweep {
+        let _ = writeln!(out, "## Sweep: {} over row {}\n", sweep.variable, sweep.row);
+        if !sweep.slos.is_empty() {
+            let _ = writeln!(out, "SLOs: `{}`\n", sweep.slos.join("`, `"));
+        }
+        out.push_str(&sweep_table(sweep).to_markdown());
+        out.push('\n');
+        let axis = &frontier_axes(&sweep.slos)[0];
+        match sweep.knee {
+            Some(k) => {
+                let _ = writeln!(
+                    out,
+                    "Knee of the output-throughput vs {} frontier: **{}**.\n",
+                    stat_label(&axis.metric, axis.percentile),
+                    sweep_point_label(sweep, k)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "No knee on the output-throughput vs {} frontier (the curve has not bent).\n",
+                    stat_label(&axis.metric, axis.percentile)
+                );
+            }
+        }
+        if let Some(r) = &sweep.stop_reason {
+            let _ = writeln!(out, "Stopped early: {r}\n");
+        }
+    }
+    for (heading, body) in &report.extra_sections {
+        let _ = writeln!(out, "## {heading}\n\n{}\n", body.trim_end());
+    }
+    out
+}

@@ -1,0 +1,23 @@
+//! Experiment reports from an [`ExperimentReport`](crate::model::ExperimentReport): a compact
+//! terminal table, Markdown for pull requests, CSV for pandas, and one self-contained HTML
+//! page with SVG charts. Renderers format what the model holds; figures come from the saved
+//! summaries (repeats through `servebench_metrics::aggregate`) and per-request views from
+//! the records through `servebench_metrics`' derived metrics.
+
+pub mod charts;
+pub mod csv;
+pub mod figures;
+pub mod format;
+pub mod html;
+pub mod markdown;
+mod mdhtml;
+pub mod svg;
+pub mod tables;
+pub mod text;
+
+pub use csv::{csv_columns, render_csv};
+pub use figures::{frontier_axes, FrontierAxis, GroupFigures};
+pub use html::render_html;
+pub use markdown::render_markdown;
+pub use mdhtml::markdown_to_html;
+pub use text::render_terminal;

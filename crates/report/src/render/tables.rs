@@ -1,0 +1,393 @@
+//! The report's tables as plain cells, shared by the terminal, Markdown and HTML renderers.
+
+use std::fmt::Write as _;
+
+use super::charts::point_label;
+use super::figures::{frontier_axes, stat_label, GroupFigures};
+use super::format::{figure, html_escape, load, md_cell, ms, opt, rate};
+use crate::model::{ExperimentReport, RunData, SweepReport};
+
+/// A table of text cells.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Table {
+    /// Column headers.
+    pub headers: Vec<String>,
+    /// Which columns hold numbers (right-aligned).
+    pub numeric: Vec<bool>,
+    /// Body rows (each as long as `headers`).
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(columns: &[(&str, bool)]) -> Table {
+        Table {
+            headers: columns.iter().map(|(h, _)| (*h).to_owned()).collect(),
+            numeric: columns.iter().map(|(_, n)| *n).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Plain text with space-padded columns.
+    pub fn to_text(&self) -> String {
+        let width = |i: usize| {
+            self.rows
+                .iter()
+                .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                .chain(std::iter::once(self.headers[i].chars().count()))
+                .max()
+                .unwrap_or(0)
+        };
+        let widths: Vec<usize> = (0..self.headers.len()).map(width).collect();
+        let line = |cells: &[String]| {
+            let mut s = String::new();
+            for (i, w) in widths.iter().enumerate() {
+                let c = cells.get(i).map_or("", String::as_str);
+                let pad = w.saturating_sub(c.chars().count());
+                if i > 0 {
+                    s.push_str("  ");
+                }
+                if self.numeric[i] {
+                    s.push_str(&" ".repeat(pad));
+                    s.push_str(c);
+                } else {
+                    s.push_str(c);
+                    s.push_str(&" ".repeat(pad));
+                }
+            }
+            s.trim_end().to_owned() + "\n"
+        };
+        let mut out = line(&self.headers);
+        for r in &self.rows {
+            out.push_str(&line(r));
+        }
+        out
+    }
+
+    /// A GitHub-flavoured Markdown table.
+    pub fn to_markdown(&self) -> String {
+        let mut out = String::new();
+        let cells = |c: &[String]| c.iter().map(|s| md_cell(s)).collect::<Vec<_>>().join(" | ");
+        let _ = writeln!(out, "| {} |", cells(&self.headers));
+        let rule: Vec<&str> = self
+            .numeric
+            .iter()
+            .map(|&n| if n { "---:" } else { "---" })
+            .collect();
+        let _ = writeln!(out, "| {} |", rule.join(" | "));
+        for r in &self.rows {
+            let _ = writeln!(out, "| {} |", cells(r));
+        }
+        out
+    }
+
+    /// An HTML `<table>` with the given id.
+    pub fn to_html(&self, id: &str) -> String {
+        let mut out = format!("<table id=\"{}\">\n<thead><tr>", html_escape(id));
+        for (h, &n) in self.headers.iter().zip(&self.numeric) {
+            let _ = write!(
+                out,
+                "<th{}>{}</th>",
+                if n { " class=\"num\"" } else { "" },
+                html_escape(h)
+            );
+        }
+        out.push_str("</tr></thead>\n<tbody>\n");
+        for r in &self.rows {
+            out.push_str("<tr>");
+            for (c, &n) in r.iter().zip(&self.numeric) {
+                let _ = write!(
+                    out,
+                    "<td{}>{}</td>",
+                    if n { " class=\"num\"" } else { "" },
+                    html_escape(c)
+                );
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</tbody></table>\n");
+        out
+    }
+}
+
+fn latency_cells(f: &GroupFigures) -> Vec<String> {
+    vec![
+        figure(f.latency("ttft", 50.0), ms),
+        figure(f.latency("ttft", 99.0), ms),
+        figure(f.latency("tpot", 50.0), ms),
+        figure(f.latency("tpot", 99.0), ms),
+        figure(f.latency("itl", 99.0), ms),
+    ]
+}
+
+fn failures_cell(f: &GroupFigures) -> String {
+    if f.failed == 0 {
+        "0".into()
+    } else {
+        let total = f.failed + f.completed;
+        format!(
+            "{} ({:.1} %)",
+            f.failed,
+            100.0 * f.failed as f64 / total.max(1) as f64
+        )
+    }
+}
+
+/// One line per row that has runs: id, name (and the row's question when `questions`),
+/// throughputs, p50/p99 TTFT and TPOT, p99 ITL, failures. Repeats show mean ± std.
+pub fn rows_table(report: &ExperimentReport, questions: bool) -> Table {
+    let mut cols = vec![("row", false), ("name", false)];
+    if questions {
+        cols.push(("question", false));
+    }
+    cols.extend([
+        ("runs", true),
+        ("req/s", true),
+        ("output tok/s", true),
+        ("TTFT p50 ms", true),
+        ("TTFT p99 ms", true),
+        ("TPOT p50 ms", true),
+        ("TPOT p99 ms", true),
+        ("ITL p99 ms", true),
+        ("failed", true),
+    ]);
+    let mut t = Table::new(&cols);
+    for row in report.rows.iter().filter(|r| !r.runs.is_empty()) {
+        let f = GroupFigures::of(&row.runs);
+        let mut cells = vec![row.id.clone(), row.name.clone()];
+        if questions {
+            cells.push(row.hypothesis.clone());
+        }
+        cells.push(f.runs.to_string());
+        cells.push(figure(f.request_throughput, rate));
+        cells.push(figure(f.output_throughput, rate));
+        cells.extend(latency_cells(&f));
+        cells.push(failures_cell(&f));
+        t.rows.push(cells);
+    }
+    t
+}
+
+/// One line per sweep point: the load, throughputs, the frontier percentiles, p50/p99 TTFT
+/// and TPOT, failures, and the knee marked.
+pub fn sweep_table(sweep: &SweepReport) -> Table {
+    let axes = frontier_axes(&sweep.slos);
+    let extra: Vec<(String, f64, String)> = axes
+        .iter()
+        .filter(|a| {
+            !matches!(
+                (a.metric.as_str(), a.percentile as u32),
+                ("ttft", 50 | 99) | ("tpot", 50 | 99) | ("itl", 99)
+            ) || (a.percentile.fract() != 0.0)
+        })
+        .map(|a| {
+            (
+                a.metric.clone(),
+                a.percentile,
+                format!("{} ms", stat_label(&a.metric, a.percentile)),
+            )
+        })
+        .collect();
+    let mut headers: Vec<(String, bool)> = vec![
+        (sweep.variable.clone(), true),
+        ("runs".into(), true),
+        ("req/s".into(), true),
+        ("output tok/s".into(), true),
+    ];
+    headers.extend(extra.iter().map(|(_, _, h)| (h.clone(), true)));
+    for h in [
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "TPOT p99 ms",
+        "ITL p99 ms",
+        "failed",
+    ] {
+        headers.push((h.into(), true));
+    }
+    headers.push(("".into(), false));
+    let cols: Vec<(&str, bool)> = headers.iter().map(|(h, n)| (h.as_str(), *n)).collect();
+    let mut t = Table::new(&cols);
+    for (i, p) in sweep.points.iter().enumerate() {
+        let f = GroupFigures::of(&p.runs);
+        let mut cells = vec![load(p.value), f.runs.to_string()];
+        cells.push(figure(f.request_throughput, rate));
+        cells.push(figure(f.output_throughput, rate));
+        for (m, q, _) in &extra {
+            cells.push(figure(f.latency(m, *q), ms));
+        }
+        cells.extend(latency_cells(&f));
+        cells.push(failures_cell(&f));
+        cells.push(if sweep.knee == Some(i) {
+            "◀ knee".into()
+        } else {
+            String::new()
+        });
+        t.rows.push(cells);
+    }
+    t
+}
+
+/// Every latency statistic of one run: n, mean, p50/p90/p95/p99 with the p99's 95 % CI, max.
+pub fn run_metrics_table(run: &RunData) -> Table {
+    let mut t = Table::new(&[
+        ("metric", false),
+        ("n", true),
+        ("mean", true),
+        ("p50", true),
+        ("p90", true),
+        ("p95", true),
+        ("p99", true),
+        ("p99 95% CI", true),
+        ("max", true),
+    ]);
+    let names = [
+        ("ttft", "TTFT"),
+        ("tpot", "TPOT"),
+        ("itl", "ITL"),
+        ("e2el", "E2EL"),
+        ("queue", "client queue"),
+        ("user_ttft", "user TTFT (+queue)"),
+        ("user_e2el", "user E2EL (+queue)"),
+        ("dispatch_lag", "dispatch lag"),
+    ];
+    for (key, label) in names {
+        let Some(m) = run.summary.metric(key) else {
+            continue;
+        };
+        let pct = |p: f64| {
+            m.percentile(p).map_or("–".to_owned(), |s| {
+                if s.unstable {
+                    format!("{}*", ms(s.value))
+                } else {
+                    ms(s.value)
+                }
+            })
+        };
+        let ci = m.percentile(99.0).map_or("–".to_owned(), |s| {
+            format!("[{}, {}]", opt(s.ci_low, ms), opt(s.ci_high, ms))
+        });
+        t.rows.push(vec![
+            format!("{label} (ms)"),
+            m.n.to_string(),
+            opt(m.mean, ms),
+            pct(50.0),
+            pct(90.0),
+            pct(95.0),
+            pct(99.0),
+            ci,
+            opt(m.max, ms),
+        ]);
+    }
+    t
+}
+
+/// The run-level facts of one run, as `(name, value)` lines.
+pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
+    let s = &run.summary;
+    let mut out = vec![
+        (
+            "completed / failed".to_owned(),
+            format!("{} / {}", s.completed, s.failed),
+        ),
+        ("duration".to_owned(), format!("{:.2} s", s.duration_s)),
+        (
+            "request throughput".to_owned(),
+            format!("{} req/s", rate(s.request_throughput)),
+        ),
+        (
+            "output throughput".to_owned(),
+            format!("{} tok/s", rate(s.output_throughput)),
+        ),
+        (
+            "prompt throughput".to_owned(),
+            format!("{} tok/s", rate(s.prompt_throughput)),
+        ),
+        (
+            "total token throughput".to_owned(),
+            format!("{} tok/s", rate(s.total_token_throughput)),
+        ),
+        (
+            "peak output tok/s (1 s window)".to_owned(),
+            rate(s.peak_output_tokens_per_s),
+        ),
+        (
+            "peak concurrency".to_owned(),
+            s.peak_concurrency.to_string(),
+        ),
+        (
+            "tokens in / out".to_owned(),
+            format!("{} / {}", s.total_input_tokens, s.total_output_tokens),
+        ),
+    ];
+    if let Some(c) = s.total_cached_tokens {
+        out.push(("cached prompt tokens".into(), c.to_string()));
+    }
+    if let Some(g) = &s.goodput {
+        let slos: Vec<String> = g
+            .slos
+            .iter()
+            .map(|x| format!("{} ≤ {} ms", x.metric.as_str(), load(x.threshold_ms)))
+            .collect();
+        out.push((
+            "goodput".into(),
+            format!(
+                "{} req/s, {} tok/s, attainment {} ({})",
+                rate(g.requests_per_s),
+                rate(g.output_tokens_per_s),
+                g.attainment_pct.map_or("–".into(), |a| format!("{a:.1} %")),
+                slos.join(", ")
+            ),
+        ));
+    }
+    if !s.failures_by_kind.is_empty() {
+        let kinds: Vec<String> = s
+            .failures_by_kind
+            .iter()
+            .map(|(k, n)| format!("{k}: {n}"))
+            .collect();
+        out.push(("failures by kind".into(), kinds.join(", ")));
+    }
+    out.push((
+        "stalls".into(),
+        format!(
+            "{} in {} requests; longest gap {} ms",
+            s.total_stalls,
+            s.requests_with_stalls,
+            opt(s.longest_stall_ms, ms)
+        ),
+    ));
+    let md = &run.metadata;
+    let text = |v: Option<&serde_json::Value>| v.and_then(|x| x.as_str()).map(str::to_owned);
+    if let Some(m) = text(md.get("model_id")) {
+        out.push(("model".into(), m));
+    }
+    let target = md.get("target");
+    if let Some(kind) = text(target.and_then(|t| t.get("kind"))) {
+        let clock = text(target.and_then(|t| t.get("clock"))).unwrap_or_default();
+        let spec = text(target.and_then(|t| t.get("sim_spec"))).unwrap_or_default();
+        let mut v = kind;
+        if !spec.is_empty() {
+            let _ = write!(v, " ({spec})");
+        }
+        if !clock.is_empty() {
+            let _ = write!(v, ", {clock} clock");
+        }
+        out.push(("target".into(), v));
+    }
+    if let Some(d) = text(md.get("date")) {
+        out.push(("date".into(), d));
+    }
+    if let Some(cmd) = md.get("command_line").and_then(|c| c.as_array()) {
+        let words: Vec<&str> = cmd.iter().filter_map(|w| w.as_str()).collect();
+        out.push(("command line".into(), words.join(" ")));
+    }
+    out
+}
+
+/// Label for a sweep point in prose.
+pub fn sweep_point_label(sweep: &SweepReport, i: usize) -> String {
+    sweep
+        .points
+        .get(i)
+        .map_or_else(String::new, |p| point_label(sweep, p.value))
+}
