@@ -1,10 +1,16 @@
 //! Interpretation of measurements and models: what the GPU and model should deliver
 //! ([`predict`]), how many GPUs a daily load needs and what it costs ([`capacity`]), where a
-//! sweep's throughput–latency frontier bends and saturates ([`frontier`]), and whether two
-//! runs differ ([`compare`]). Pure functions over plain data; callers do the I/O.
+//! sweep's throughput–latency frontier bends and saturates ([`frontier`]), whether two
+//! runs differ ([`compare`]), whether measured TPOT sits at the bandwidth limit
+//! ([`bandwidth`]), which regime a matrix or sweep shows ([`diagnose`]), and which
+//! configuration meets a latency contract at the lowest cost ([`decision`]). Pure functions
+//! over plain data; callers do the I/O.
 
+pub mod bandwidth;
 pub mod capacity;
 pub mod compare;
+pub mod decision;
+pub mod diagnose;
 mod error;
 mod explained;
 pub mod frontier;

@@ -1,0 +1,734 @@
+//! The decision record: which configuration meets the latency contract with the most output,
+//! which were rejected and on which figures, what it costs, and why the search stopped.
+//!
+//! Each input directory is one configuration. A sweep's configuration is judged at its best
+//! load: the highest output throughput among the loads that meet every objective (the load
+//! is part of the accepted configuration). A matrix's configuration must meet the contract on
+//! every row, because a deployment serves all of its workloads; it is ranked by its mean
+//! output throughput over the rows. Objectives compare a percentile with a threshold
+//! strictly (`p99 TTFT < 500 ms`), as the sweep's headline does.
+
+mod cost;
+mod markdown;
+
+pub use cost::{
+    accepted_tokens_per_s, cost_section_markdown, format_usd, run_cost, CostParams, RunCost,
+};
+pub use markdown::decision_markdown;
+
+use serde::Serialize;
+use serde_json::Value;
+use servebench_metrics::{stats, RequestRecord};
+
+use crate::diagnose::{ExperimentView, GroupView, RowFigures, Stat};
+use crate::format_quantity;
+use crate::frontier::{LatencyMetric, LoadKind, Slo};
+use crate::AnalysisError;
+
+/// One configuration to judge: an experiment directory, loaded.
+#[derive(Debug, Clone)]
+pub struct CandidateInput<'a> {
+    /// The directory as the user named it.
+    pub dir: String,
+    /// Its results.
+    pub view: ExperimentView<'a>,
+    /// Its `environment.json`, when present.
+    pub environment: Option<&'a Value>,
+}
+
+/// What to decide against.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DecideOptions {
+    /// The latency contract.
+    pub contract: Vec<Slo>,
+    /// Where the contract came from (`--slo`, or a sweep's `experiment.json`).
+    pub contract_source: String,
+    /// Price basis for cost figures.
+    pub cost: Option<CostParams>,
+    /// The version of servebench making the decision.
+    pub tool_version: String,
+}
+
+/// One objective at one point.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SloCheck {
+    /// The objective.
+    pub slo: Slo,
+    /// The measured percentile, ms (mean over repeats); `None` when unmeasured.
+    pub measured_ms: Option<f64>,
+    /// `measured < threshold`.
+    pub met: bool,
+}
+
+impl SloCheck {
+    /// `p99 TTFT 612 ms ≥ 500 ms` or `p99 TTFT 120 ms < 500 ms`.
+    pub fn describe(&self) -> String {
+        let threshold = format_quantity(self.slo.threshold_ms / 1e3, "s");
+        match self.measured_ms {
+            Some(v) => format!(
+                "{} {} {} {threshold}",
+                self.slo.stat,
+                format_quantity(v / 1e3, "s"),
+                if self.met { "<" } else { "≥" }
+            ),
+            None => format!("{} unmeasured (needs < {threshold})", self.slo.stat),
+        }
+    }
+}
+
+/// One operating point (a sweep load or a matrix row) judged against the contract.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PointEval {
+    /// Group id.
+    pub id: String,
+    /// Group label.
+    pub label: String,
+    /// The swept variable's value, for a sweep point.
+    pub load: Option<f64>,
+    /// Each objective.
+    pub checks: Vec<SloCheck>,
+    /// Every objective met.
+    pub meets: bool,
+    /// Output tokens per second.
+    pub output_throughput: f64,
+    /// Requests per second.
+    pub request_throughput: f64,
+    /// Output tokens per second of requests within every threshold (goodput), when records
+    /// were kept.
+    pub accepted_tokens_per_s: Option<f64>,
+    /// Completed and failed requests.
+    pub completed: u64,
+    /// Failed requests.
+    pub failed: u64,
+    /// Measured latency statistics: TTFT, TPOT, ITL, E2EL.
+    pub latencies: Vec<(String, Stat)>,
+    /// Cost, when priced.
+    pub cost: Option<RunCost>,
+    /// The first run's command line.
+    pub command_line: Option<String>,
+    /// Result files of the point's runs.
+    pub runs: Vec<String>,
+}
+
+impl PointEval {
+    /// The objectives it missed, described.
+    pub fn failures(&self) -> Vec<String> {
+        self.checks
+            .iter()
+            .filter(|c| !c.met)
+            .map(SloCheck::describe)
+            .collect()
+    }
+}
+
+/// Why a configuration stands where it does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Chosen.
+    Accepted,
+    /// No operating point meets the contract.
+    FailsContract,
+    /// Meets the contract, with less output than the accepted one.
+    LessThroughput,
+}
+
+/// One configuration, judged.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CandidateEval {
+    /// The directory.
+    pub dir: String,
+    /// The experiment's title.
+    pub title: String,
+    /// `matrix`, `sweep` or `single`.
+    pub kind: String,
+    /// Short name: the settings that set it apart from the other candidates, else its title.
+    pub label: String,
+    /// Server settings that differ between candidates (`max_num_seqs = 8`).
+    pub distinguishing: Vec<(String, String)>,
+    /// How the server was started (the simulator's arguments), or what it reported.
+    pub server: String,
+    /// Versions: servebench that measured, the server or engine.
+    pub versions: Vec<(String, String)>,
+    /// The workload, in words.
+    pub workload: String,
+    /// The swept variable, for a sweep.
+    pub sweep_variable: Option<String>,
+    /// Every point.
+    pub points: Vec<PointEval>,
+    /// The configuration meets the contract.
+    pub meets: bool,
+    /// For a sweep: the index of the best point that meets the contract.
+    pub operating: Option<usize>,
+    /// What it is ranked by: output tok/s at the operating point (sweep) or averaged over
+    /// rows (matrix); `None` when it fails the contract.
+    pub score: Option<f64>,
+    /// Why the experiment stopped.
+    pub stop_reason: String,
+    /// Where it stands.
+    pub verdict: Verdict,
+    /// The verdict with its figures.
+    pub reason: String,
+}
+
+impl CandidateEval {
+    /// The points that stand for the configuration: the operating point of a sweep, every
+    /// row of a matrix.
+    pub fn operating_points(&self) -> Vec<&PointEval> {
+        match self.operating {
+            Some(i) => self.points.get(i).into_iter().collect(),
+            None if self.sweep_variable.is_none() => self.points.iter().collect(),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// The decision.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    /// What it was decided against.
+    pub options: DecideOptions,
+    /// Every configuration, in input order.
+    pub candidates: Vec<CandidateEval>,
+    /// Index of the accepted configuration, if any meets the contract.
+    pub accepted: Option<usize>,
+    /// The decision in one sentence.
+    pub headline: String,
+}
+
+/// Judges every configuration against the contract and picks the one with the most output.
+pub fn decide(
+    inputs: &[CandidateInput<'_>],
+    options: &DecideOptions,
+) -> Result<Decision, AnalysisError> {
+    if inputs.is_empty() {
+        return Err(AnalysisError::Invalid(
+            "no configuration to decide between".into(),
+        ));
+    }
+    if options.contract.is_empty() {
+        return Err(AnalysisError::Invalid(
+            "no latency contract: give SLOs such as ttft:p99:500 tpot:p95:40".into(),
+        ));
+    }
+    let settings: Vec<Vec<(String, String)>> = inputs.iter().map(server_settings).collect();
+    let distinguishing = distinguishing_settings(&settings);
+    let mut candidates = Vec::with_capacity(inputs.len());
+    for (i, input) in inputs.iter().enumerate() {
+        candidates.push(evaluate(input, options, distinguishing[i].clone())?);
+    }
+    let accepted = candidates
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.score.map(|s| (i, s)))
+        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|(i, _)| i);
+    let conditions = options
+        .contract
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" and ");
+    let best_score = accepted.and_then(|i| candidates[i].score);
+    for (i, c) in candidates.iter_mut().enumerate() {
+        if Some(i) == accepted {
+            c.verdict = Verdict::Accepted;
+            c.reason = format!("accepted: {}", meets_description(c));
+        } else if c.meets {
+            c.verdict = Verdict::LessThroughput;
+            c.reason = format!(
+                "rejected: meets the contract ({}), but with {} against the accepted {}",
+                meets_description(c),
+                format_quantity(c.score.unwrap_or(0.0), "tok/s"),
+                format_quantity(best_score.unwrap_or(0.0), "tok/s"),
+            );
+        } else {
+            c.verdict = Verdict::FailsContract;
+            c.reason = format!("rejected: {}", failure_description(c));
+        }
+    }
+    let headline = match accepted {
+        Some(i) => {
+            let c = &candidates[i];
+            format!(
+                "Accept {} ({}): {} with {conditions}",
+                c.label,
+                c.dir,
+                meets_description(c)
+            )
+        }
+        None => format!("No configuration meets {conditions}"),
+    };
+    Ok(Decision {
+        options: options.clone(),
+        candidates,
+        accepted,
+        headline,
+    })
+}
+
+fn meets_description(c: &CandidateEval) -> String {
+    match (c.operating, &c.sweep_variable) {
+        (Some(i), Some(var)) => {
+            let p = &c.points[i];
+            format!(
+                "{} output tok/s at {} ({})",
+                format_quantity(p.output_throughput.round(), ""),
+                describe_load(var, p.load),
+                p.checks
+                    .iter()
+                    .map(SloCheck::describe)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+        _ => format!(
+            "every row meets the contract, {} output tok/s on average",
+            format_quantity(c.score.unwrap_or(0.0).round(), "")
+        ),
+    }
+}
+
+fn failure_description(c: &CandidateEval) -> String {
+    if c.sweep_variable.is_some() {
+        let lightest = c.points.iter().min_by(|a, b| {
+            a.load
+                .unwrap_or(f64::INFINITY)
+                .total_cmp(&b.load.unwrap_or(f64::INFINITY))
+        });
+        match lightest {
+            Some(p) => format!(
+                "no load meets the contract; even the lightest ({}) has {}",
+                p.label,
+                p.failures().join(", ")
+            ),
+            None => "no load was measured".into(),
+        }
+    } else {
+        let failing: Vec<String> = c
+            .points
+            .iter()
+            .filter(|p| !p.meets)
+            .map(|p| format!("{}: {}", p.label, p.failures().join(", ")))
+            .collect();
+        if failing.is_empty() {
+            "no row was measured".into()
+        } else {
+            format!("fails the contract on {}", failing.join("; "))
+        }
+    }
+}
+
+fn describe_load(variable: &str, load: Option<f64>) -> String {
+    let Some(v) = load else {
+        return "its load".into();
+    };
+    if variable == "max_concurrency" {
+        LoadKind::Concurrency.describe(v)
+    } else {
+        LoadKind::RequestRate.describe(v)
+    }
+}
+
+fn evaluate(
+    input: &CandidateInput<'_>,
+    options: &DecideOptions,
+    distinguishing: Vec<(String, String)>,
+) -> Result<CandidateEval, AnalysisError> {
+    let view = &input.view;
+    let (groups, sweep_variable): (Vec<&GroupView<'_>>, Option<String>) = match &view.sweep {
+        Some(s) => (s.points.iter().collect(), Some(s.variable.clone())),
+        None => (view.groups(), None),
+    };
+    let points: Vec<PointEval> = groups
+        .iter()
+        .filter_map(|g| evaluate_point(g, options))
+        .collect();
+    if points.is_empty() {
+        return Err(AnalysisError::Result(format!(
+            "{}: no row or sweep point completed a request",
+            input.dir
+        )));
+    }
+    let (meets, operating, score) = if sweep_variable.is_some() {
+        let best = points
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.meets)
+            .max_by(|a, b| {
+                a.1.output_throughput
+                    .total_cmp(&b.1.output_throughput)
+                    .then(b.0.cmp(&a.0))
+            })
+            .map(|(i, _)| i);
+        (
+            best.is_some(),
+            best,
+            best.map(|i| points[i].output_throughput),
+        )
+    } else {
+        let all = points.iter().all(|p| p.meets);
+        let mean = points.iter().map(|p| p.output_throughput).sum::<f64>() / points.len() as f64;
+        (all, None, all.then_some(mean))
+    };
+    let metadata = groups
+        .iter()
+        .flat_map(|g| g.runs.iter())
+        .map(|r| r.metadata)
+        .next();
+    let label = if distinguishing.is_empty() {
+        view.title.clone()
+    } else {
+        distinguishing
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Ok(CandidateEval {
+        dir: input.dir.clone(),
+        title: view.title.clone(),
+        kind: view.kind.clone(),
+        label,
+        distinguishing,
+        server: metadata.map(server_description).unwrap_or_default(),
+        versions: versions(input.environment, metadata),
+        workload: workload_description(&groups, view),
+        sweep_variable,
+        meets,
+        operating,
+        score,
+        stop_reason: stop_reason(view, &points),
+        verdict: Verdict::FailsContract,
+        reason: String::new(),
+        points,
+    })
+}
+
+fn evaluate_point(g: &GroupView<'_>, options: &DecideOptions) -> Option<PointEval> {
+    let f = RowFigures::from_group(g)?;
+    let checks: Vec<SloCheck> = options
+        .contract
+        .iter()
+        .map(|slo| {
+            let measured_ms = measured_percentile(g, slo);
+            SloCheck {
+                slo: *slo,
+                measured_ms,
+                met: measured_ms.is_some_and(|v| v < slo.threshold_ms),
+            }
+        })
+        .collect();
+    let accepted: Vec<f64> = g
+        .runs
+        .iter()
+        .filter_map(|r| accepted_tokens_per_s(r.records, &options.contract, r.summary.duration_s))
+        .collect();
+    let accepted_tokens_per_s = (accepted.len() == g.runs.len() && !accepted.is_empty())
+        .then(|| accepted.iter().sum::<f64>() / accepted.len() as f64);
+    Some(PointEval {
+        id: g.id.clone(),
+        label: g.label.clone(),
+        load: g.load,
+        meets: checks.iter().all(|c| c.met),
+        checks,
+        output_throughput: f.output_throughput,
+        request_throughput: f.request_throughput,
+        accepted_tokens_per_s,
+        completed: f.completed,
+        failed: f.failed,
+        latencies: vec![
+            ("TTFT".into(), f.ttft),
+            ("TPOT".into(), f.tpot),
+            ("ITL".into(), f.itl),
+            ("E2EL".into(), f.e2el),
+        ],
+        cost: options
+            .cost
+            .map(|p| run_cost(f.output_throughput, accepted_tokens_per_s, p)),
+        command_line: g.runs.first().and_then(|r| {
+            r.metadata["command_line"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+        }),
+        runs: g.runs.iter().map(|r| r.path.to_owned()).collect(),
+    })
+}
+
+/// The percentile an objective names, averaged over the group's runs: from the saved summary
+/// when it holds that percentile, else from the records.
+fn measured_percentile(g: &GroupView<'_>, slo: &Slo) -> Option<f64> {
+    let p = slo.stat.percentile;
+    let values: Vec<f64> = g
+        .runs
+        .iter()
+        .filter_map(|r| {
+            let m = r.summary.metric(slo.stat.metric.as_str())?;
+            let saved = if (p - 50.0).abs() < 1e-9 {
+                m.median
+            } else {
+                m.percentiles
+                    .iter()
+                    .find(|s| (s.p - p).abs() < 1e-9)
+                    .map(|s| s.value)
+            };
+            saved.or_else(|| percentile_from_records(r.records, slo.stat.metric, p))
+        })
+        .collect();
+    (values.len() == g.runs.len() && !values.is_empty())
+        .then(|| values.iter().sum::<f64>() / values.len() as f64)
+}
+
+fn percentile_from_records(
+    records: &[RequestRecord],
+    metric: LatencyMetric,
+    p: f64,
+) -> Option<f64> {
+    let ok = records.iter().filter(|r| r.is_success());
+    let ns: Vec<f64> = match metric {
+        LatencyMetric::Ttft => ok.filter_map(|r| r.ttft_ns()).map(|v| v as f64).collect(),
+        LatencyMetric::E2el => ok.filter_map(|r| r.e2el_ns()).map(|v| v as f64).collect(),
+        LatencyMetric::Tpot => ok.filter_map(|r| r.tpot_ns()).collect(),
+        LatencyMetric::Itl => ok.flat_map(|r| r.itls_ns()).map(|v| v as f64).collect(),
+    };
+    stats::percentile(&ns, p).map(|v| v / 1e6)
+}
+
+/// The simulator's settings (flattened `sim_config`, derived figures left out), or the
+/// server's version: what may tell candidates apart.
+fn server_settings(input: &CandidateInput<'_>) -> Vec<(String, String)> {
+    let Some(meta) = input.view.first_metadata() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    flatten("", &meta["target"]["sim_config"], &mut out);
+    out
+}
+
+/// Derived or bookkeeping keys of `sim_config` that differ as a consequence of other settings.
+const DERIVED_KEYS: [&str; 5] = [
+    "derived",
+    "kv_capacity",
+    "roofline",
+    "num_gpu_blocks",
+    "version",
+];
+
+fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(map) => {
+            for (k, child) in map {
+                if prefix.is_empty() && DERIVED_KEYS.contains(&k.as_str()) {
+                    continue;
+                }
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&key, child, out);
+            }
+        }
+        Value::Null if prefix.is_empty() => {}
+        Value::String(s) => out.push((prefix.to_owned(), s.clone())),
+        other => out.push((prefix.to_owned(), other.to_string())),
+    }
+}
+
+/// For each candidate, the settings whose value is not the same for all candidates.
+fn distinguishing_settings(all: &[Vec<(String, String)>]) -> Vec<Vec<(String, String)>> {
+    if all.len() < 2 {
+        return vec![Vec::new(); all.len()];
+    }
+    let value = |set: &[(String, String)], key: &str| {
+        set.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    };
+    let mut keys: Vec<&String> = all.iter().flat_map(|s| s.iter().map(|(k, _)| k)).collect();
+    keys.sort();
+    keys.dedup();
+    let differing: Vec<&String> = keys
+        .into_iter()
+        .filter(|k| {
+            let first = value(&all[0], k);
+            all.iter().any(|s| value(s, k) != first)
+        })
+        .collect();
+    all.iter()
+        .map(|s| {
+            differing
+                .iter()
+                .map(|k| ((*k).clone(), value(s, k).unwrap_or_else(|| "unset".into())))
+                .collect()
+        })
+        .collect()
+}
+
+fn server_description(meta: &Value) -> String {
+    let t = &meta["target"];
+    match t["kind"].as_str() {
+        Some("simulator") => format!(
+            "servebench sim {} ({} clock)",
+            t["sim_spec"].as_str().unwrap_or(""),
+            t["clock"].as_str().unwrap_or("real")
+        )
+        .replace("  ", " "),
+        _ => {
+            let url = t["base_url"]
+                .as_str()
+                .unwrap_or("an OpenAI-compatible server");
+            let model = t["server_models"]["data"][0]["id"]
+                .as_str()
+                .or_else(|| meta["model_id"].as_str());
+            match model {
+                Some(m) => format!("{url} serving {m}"),
+                None => url.to_owned(),
+            }
+        }
+    }
+}
+
+fn versions(environment: Option<&Value>, meta: Option<&Value>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(env) = environment {
+        let v = env["servebench_version"]
+            .as_str()
+            .or_else(|| env["servebench"]["version"].as_str())
+            .or_else(|| env["version"].as_str());
+        if let Some(v) = v {
+            out.push(("servebench (measured)".into(), v.to_owned()));
+        }
+    }
+    if let Some(meta) = meta {
+        let t = &meta["target"];
+        let server = t["server_version"]["version"]
+            .as_str()
+            .or_else(|| t["server_version"].as_str())
+            .or_else(|| t["sim_config"]["version"].as_str());
+        if let Some(v) = server {
+            let engine = t["sim_config"]["engine"].as_str().unwrap_or("server");
+            out.push((engine.to_owned(), v.to_owned()));
+        }
+        if let Some(tok) = meta["tokenizer"].as_str() {
+            out.push(("tokenizer".into(), tok.to_owned()));
+        }
+    }
+    out
+}
+
+fn workload_description(groups: &[&GroupView<'_>], view: &ExperimentView<'_>) -> String {
+    let figures: Vec<RowFigures> = groups
+        .iter()
+        .filter_map(|g| RowFigures::from_group(g))
+        .collect();
+    let Some(f) = figures.first() else {
+        return "no completed requests".into();
+    };
+    let mut text = format!(
+        "{} prompt and {} output tokens per request (measured means)",
+        format_quantity(f.mean_input_tokens.round(), ""),
+        format_quantity(f.mean_output_tokens.round(), "")
+    );
+    if f.planned.shared_prefix_tokens > 0 {
+        text.push_str(&format!(
+            ", a shared {}-token prefix",
+            f.planned.shared_prefix_tokens
+        ));
+    }
+    match &view.sweep {
+        Some(s) => {
+            let loads: Vec<String> = s
+                .points
+                .iter()
+                .map(|p| describe_load(&s.variable, p.load))
+                .collect();
+            text.push_str(&format!(
+                "; row {} swept over {}: {}",
+                s.row,
+                s.variable,
+                loads.join(", ")
+            ));
+        }
+        None if figures.len() > 1 => {
+            text = format!(
+                "{} workload rows: {}",
+                figures.len(),
+                figures
+                    .iter()
+                    .map(|f| format!(
+                        "{} ({}/{} tokens)",
+                        f.label,
+                        format_quantity(f.mean_input_tokens.round(), ""),
+                        format_quantity(f.mean_output_tokens.round(), "")
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        None => {}
+    }
+    text
+}
+
+fn stop_reason(view: &ExperimentView<'_>, points: &[PointEval]) -> String {
+    match &view.sweep {
+        Some(s) => match (&s.stop_reason, s.stopped_early) {
+            (Some(r), _) if !r.trim().is_empty() => r.clone(),
+            (_, true) => "the sweep stopped early (no reason recorded)".into(),
+            (_, false) => format!("the sweep ran all {} planned loads", s.points.len()),
+        },
+        None => format!(
+            "a {} runs every row ({} measured); nothing stops it early",
+            view.kind,
+            points.len()
+        ),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_settings_that_differ_tell_candidates_apart() {
+        let mut a = Vec::new();
+        flatten(
+            "",
+            &json!({"gpu": "h100", "max_num_seqs": 8, "derived": {"x": 1}, "efficiency": {"mbu": 0.78}}),
+            &mut a,
+        );
+        let mut b = Vec::new();
+        flatten(
+            "",
+            &json!({"gpu": "h100", "max_num_seqs": 256, "derived": {"x": 2}, "efficiency": {"mbu": 0.78}}),
+            &mut b,
+        );
+        assert!(a.contains(&("efficiency.mbu".into(), "0.78".into())));
+        assert!(!a.iter().any(|(k, _)| k.starts_with("derived")));
+        let d = distinguishing_settings(&[a, b]);
+        assert_eq!(d[0], vec![("max_num_seqs".to_string(), "8".to_string())]);
+        assert_eq!(d[1], vec![("max_num_seqs".to_string(), "256".to_string())]);
+        assert_eq!(distinguishing_settings(&[Vec::new()]), vec![Vec::new()]);
+    }
+
+    #[test]
+    fn objectives_describe_themselves_with_figures() {
+        let slo = crate::frontier::parse_slos("ttft:p99:500").unwrap()[0];
+        let miss = SloCheck {
+            slo,
+            measured_ms: Some(612.0),
+            met: false,
+        };
+        assert_eq!(miss.describe(), "p99 TTFT 612 ms ≥ 500 ms");
+        let none = SloCheck {
+            slo,
+            measured_ms: None,
+            met: false,
+        };
+        assert_eq!(none.describe(), "p99 TTFT unmeasured (needs < 500 ms)");
+    }
+}
