@@ -275,11 +275,11 @@ impl Sweep {
         if let Some(p) = extra_percentiles(&self.stats()) {
             f.extend(["--metric-percentiles".to_owned(), p]);
         }
-        let warmups = if row.prefix == PrefixReuse::Warm {
-            args.num_warmups.max(1)
-        } else {
-            args.num_warmups
-        };
+        let mut warmups = args.scale.warmups(args.num_warmups);
+        // A warm row's warm-up doubles as priming: its requests carry the shared prefix.
+        if row.prefix == PrefixReuse::Warm {
+            warmups = warmups.max(1);
+        }
         f.extend([
             "--seed".to_owned(),
             run_seed(args.seed, index, repeat).to_string(),

@@ -84,6 +84,10 @@ pub fn effective_plan(args: &MatrixArgs) -> Result<MatrixPlan> {
         plan.title = t.clone();
     }
     merge_target(&mut plan.target, &args.target);
+    // Name the simulator explicitly so plan.toml still means the same one if the default changes.
+    if plan.target.base_url.is_none() && plan.target.sim.is_none() {
+        plan.target.sim = Some(crate::run::target::DEFAULT_SIM_SPEC.to_owned());
+    }
     let d = &mut plan.defaults;
     if let Some(s) = args.scale {
         d.scale = s;
@@ -194,7 +198,7 @@ fn row_flags(
         }
         None => flags.extend(row.workload_flags(n)),
     }
-    let mut warmups = d.num_warmups;
+    let mut warmups = d.scale.warmups(d.num_warmups);
     // A warm row's warm-up doubles as priming: its requests carry the shared prefix.
     if row.prefix == plan::PrefixReuse::Warm {
         warmups = warmups.max(1);

@@ -137,6 +137,15 @@ impl Scale {
         }
     }
 
+    /// Warm-up requests per run at this scale: a quick run keeps one (a warm-up of a long
+    /// single-stream row costs as much as a measured request).
+    pub fn warmups(self, num_warmups: usize) -> usize {
+        match self {
+            Scale::Full => num_warmups,
+            Scale::Quick => num_warmups.min(1),
+        }
+    }
+
     /// `full` / `quick`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -521,6 +530,14 @@ request_rate = 2
         assert_eq!(Scale::Quick.prompts(20, None), 4);
         assert_eq!(Scale::Quick.prompts(2, None), 2);
         assert_eq!(Scale::Full.prompts(100, Some(16)), 100);
+        assert_eq!(
+            (
+                Scale::Quick.warmups(2),
+                Scale::Quick.warmups(0),
+                Scale::Full.warmups(2)
+            ),
+            (1, 0, 2)
+        );
     }
 
     #[test]

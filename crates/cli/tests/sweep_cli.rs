@@ -1,0 +1,312 @@
+//! `servebench sweep` end to end in virtual time: the knee between light and heavy loads,
+//! the SLO headline, early stop past saturation, `auto` rates and repeats.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("servebench-sweep-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+fn sweep(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_servebench"))
+        .arg("sweep")
+        .arg("--virtual-time")
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .expect("spawn servebench")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn experiment(o: &Output) -> (PathBuf, Value) {
+    assert!(o.status.success(), "{}", text(o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let dir = PathBuf::from(
+        out.lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("experiment: "))
+            .unwrap_or_else(|| panic!("{}", text(o))),
+    );
+    let exp = read_json(&dir.join("experiment.json"));
+    assert_eq!(exp["schema"], "servebench.experiment/v1");
+    assert_eq!(exp["kind"], "sweep");
+    (dir, exp)
+}
+
+fn read_json(p: &Path) -> Value {
+    let s = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// p99 TTFT (ms) of each point's first run, from its result file.
+fn p99_ttft(dir: &Path, exp: &Value) -> Vec<f64> {
+    exp["sweep"]["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .map(|p| {
+            let r = read_json(&dir.join(p["runs"][0].as_str().expect("run")));
+            let pcts = r["summary"]["ttft"]["percentiles"]
+                .as_array()
+                .expect("percentiles");
+            pcts.iter()
+                .find(|q| q["p"] == 99.0)
+                .and_then(|q| q["value"].as_f64())
+                .expect("p99")
+        })
+        .collect()
+}
+
+const ROW: [&str; 6] = [
+    "--input-len",
+    "1024",
+    "--output-len",
+    "128",
+    "--num-prompts",
+    "200",
+];
+const RATES: &str = "2,4,8,16,32,64,128";
+
+#[test]
+fn knee_lies_between_light_and_heavy_loads_and_the_slo_headline_names_the_last_point_meeting_it() {
+    let root = tempdir("knee");
+    let mut args: Vec<&str> = ROW.to_vec();
+    args.extend([
+        "--request-rate",
+        RATES,
+        "--results-dir",
+        root.to_str().unwrap(),
+    ]);
+    let (dir, exp) = experiment(&sweep(&args));
+    let s = &exp["sweep"];
+    assert_eq!(s["variable"], "request_rate");
+    assert_eq!(s["latency_metric"], "ttft:p99");
+    let values: Vec<f64> = s["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_f64().unwrap())
+        .collect();
+    assert_eq!(values, [2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0]);
+    for p in s["points"].as_array().unwrap() {
+        assert!(p["runs"][0].as_str().unwrap().starts_with("points/"), "{p}");
+    }
+    let knee = s["knee"].as_u64().expect("a knee") as usize;
+    let last = values.len() - 1;
+    assert!(
+        knee > 0 && knee < last,
+        "knee at point {knee} of 0..={last}"
+    );
+    let lat = p99_ttft(&dir, &exp);
+    // Under-loaded before the knee, overloaded after it.
+    assert!(lat[last] > 3.0 * lat[knee], "{lat:?}");
+    assert!(lat[0] < lat[knee], "{lat:?}");
+
+    // An SLO between two neighbouring points, with every heavier point above it: the
+    // headline must name the lighter one.
+    let j = (0..last)
+        .rev()
+        .find(|&j| lat[j] < lat[j + 1] && lat[j + 1..].iter().all(|&l| l > lat[j]))
+        .expect("a rising tail");
+    let j = j.min(knee);
+    let threshold = ((lat[j] + lat[j + 1]) / 2.0).round();
+    assert!(
+        lat[j] < threshold && lat[j + 1] > threshold,
+        "{lat:?} {threshold}"
+    );
+    let slo = format!("ttft:p99:{threshold}");
+    let mut args: Vec<&str> = ROW.to_vec();
+    args.extend([
+        "--request-rate",
+        RATES,
+        "--no-early-stop",
+        "--slo",
+        &slo,
+        "--results-dir",
+        root.to_str().unwrap(),
+    ]);
+    let o = sweep(&args);
+    let (dir2, exp2) = experiment(&o);
+    let s2 = &exp2["sweep"];
+    assert_eq!(s2["slos"], serde_json::json!([slo]));
+    let lat2 = p99_ttft(&dir2, &exp2);
+    assert_eq!(lat2, lat, "virtual time is deterministic");
+    assert_eq!(s2["best_under_slo"].as_u64(), Some(j as u64), "{s2}");
+    let headline = s2["headline"].as_str().expect("headline");
+    let rate = values[j];
+    assert!(
+        headline.contains(&format!("(rate {rate} req/s)")),
+        "{headline}"
+    );
+    assert!(
+        headline.contains(&format!("p99 TTFT < {threshold} ms")),
+        "{headline}"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(headline),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn the_sweep_stops_once_a_point_is_past_saturation() {
+    let root = tempdir("early");
+    let mut args: Vec<&str> = ROW.to_vec();
+    args.extend([
+        "--max-concurrency",
+        "8",
+        "--request-rate",
+        "4,16,64,256,1024,4096",
+        "--results-dir",
+        root.to_str().unwrap(),
+    ]);
+    let (_, exp) = experiment(&sweep(&args));
+    let s = &exp["sweep"];
+    assert_eq!(s["stopped_early"], true, "{s}");
+    let reason = s["stop_reason"].as_str().unwrap();
+    assert!(reason.contains("past saturation"), "{reason}");
+    let measured = s["points"].as_array().unwrap().len();
+    assert!(measured < 6, "{measured} points measured");
+    assert_eq!(s["saturation"].as_u64(), Some(measured as u64 - 1));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn auto_rates_come_from_a_closed_loop_probe() {
+    let root = tempdir("auto");
+    let args = [
+        "--row",
+        "A",
+        "--num-prompts",
+        "60",
+        "--request-rate",
+        "auto",
+        "--max-concurrency",
+        "none",
+        "--probe-concurrency",
+        "16",
+        "--points",
+        "3",
+        "--no-early-stop",
+        "--results-dir",
+        root.to_str().unwrap(),
+    ];
+    let (dir, exp) = experiment(&sweep(&args));
+    let s = &exp["sweep"];
+    let probe = &s["probe"];
+    assert_eq!(probe["max_concurrency"], 16);
+    let rate = probe["request_throughput"].as_f64().unwrap();
+    assert!(dir.join(probe["run"].as_str().unwrap()).is_file());
+    let probe_result = read_json(&dir.join(probe["run"].as_str().unwrap()));
+    assert_eq!(probe_result["plan"]["max_concurrency"], 16);
+    assert_eq!(probe_result["plan"]["request_rate"], "inf");
+    let values: Vec<f64> = s["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["value"].as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        values.len(),
+        5,
+        "3 up to the probe's rate, 2 past it: {values:?}"
+    );
+    assert!((values[2] - rate).abs() < 0.01, "{values:?} vs {rate}");
+    assert!(values.windows(2).all(|w| w[0] < w[1]));
+    assert_eq!(exp["rows"][0]["id"], "A");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn repeated_concurrency_sweep_keeps_every_run() {
+    let root = tempdir("repeat");
+    let args = [
+        "--input-len",
+        "512",
+        "--output-len",
+        "32",
+        "--num-prompts",
+        "40",
+        "--max-concurrency",
+        "1,4",
+        "--repeat",
+        "2",
+        "--results-dir",
+        root.to_str().unwrap(),
+    ];
+    let o = sweep(&args);
+    let (dir, exp) = experiment(&o);
+    let s = &exp["sweep"];
+    assert_eq!(s["variable"], "max_concurrency");
+    for (i, p) in s["points"].as_array().unwrap().iter().enumerate() {
+        let runs: Vec<&str> = p["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(runs.len(), 2);
+        assert!(
+            runs[1].starts_with(&format!("points/{i}/repeat-2/")),
+            "{runs:?}"
+        );
+        let rep = read_json(&dir.join(p["repeat_summary"].as_str().unwrap()));
+        let f = rep["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "output_throughput")
+            .unwrap();
+        assert_eq!(f["values"].as_array().unwrap().len(), 2);
+        assert!(f["std"].as_f64().is_some());
+    }
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(" ± "),
+        "{}",
+        text(&o)
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn sweeping_needs_exactly_one_list() {
+    let root = tempdir("flags");
+    let o = sweep(&[
+        "--request-rate",
+        "4",
+        "--results-dir",
+        root.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("nothing to sweep"),
+        "{}",
+        text(&o)
+    );
+    let o = sweep(&[
+        "--request-rate",
+        "1,2",
+        "--latency-metric",
+        "ttft",
+        "--results-dir",
+        root.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let _ = std::fs::remove_dir_all(&root);
+}
