@@ -1,9 +1,12 @@
 //! The `servebench` binary: clap definitions, validation into plans, wiring of the library
 //! crates, progress and exit codes. No measurement logic lives here.
 
+pub mod compare_cmd;
+pub mod experiment;
 pub mod matrix;
 pub mod plan_cmd;
 pub mod predict_cmd;
+pub mod report_cmd;
 pub mod run;
 pub mod sim_cmd;
 pub mod sweep_cmd;
@@ -38,6 +41,12 @@ pub enum Command {
     /// Sweep one row over request rates or concurrencies: the throughput–latency frontier,
     /// its knee, and the highest point meeting the SLOs.
     Sweep(Box<sweep_cmd::SweepArgs>),
+    /// Re-render report.html, report.md and summary.csv from an experiment directory, or a
+    /// one-row report from a single *.servebench.json.
+    Report(Box<report_cmd::ReportArgs>),
+    /// Compare two results (run files or experiment directories, row by row) on every axis,
+    /// with significance tests and --fail-if gates (exit 1 when one trips).
+    Compare(Box<compare_cmd::CompareArgs>),
 }
 
 /// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
@@ -69,6 +78,8 @@ pub fn main() -> ExitCode {
             Command::Plan(args) => plan_cmd::plan(*args),
             Command::Matrix(args) => matrix::matrix(*args, redact_argv(&argv)).await,
             Command::Sweep(args) => sweep_cmd::sweep(*args, redact_argv(&argv)).await,
+            Command::Report(args) => report_cmd::report(*args),
+            Command::Compare(args) => compare_cmd::run(*args),
         }
     });
     match result {

@@ -1,0 +1,428 @@
+//! Loading saved results into the report model: an experiment directory (`experiment.json`
+//! with its rows, sweep points and run files) or a single run's `*.servebench.json` (a
+//! one-row report). The sweep's knee and headline are computed here with
+//! `servebench_analysis::frontier`, so the renderers only format.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use servebench_analysis::frontier::{
+    best_under_slos, knee, parse_slos, LatencyMetric, LatencyStat, LoadKind, SweepPoint,
+};
+use servebench_metrics::{read_jsonl, RunSummary};
+use servebench_report::render::{frontier_axes, GroupFigures};
+use servebench_report::{
+    ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,
+};
+
+/// The schema name of `experiment.json`.
+pub const EXPERIMENT_SCHEMA: &str = "servebench.experiment/v1";
+/// The schema name of a run's `*.servebench.json`.
+pub const RESULT_SCHEMA: &str = "servebench.result/v1";
+/// Extra Markdown files of an experiment directory shown as report sections, with headings.
+const EXTRA_FILES: [(&str, &str); 2] = [
+    ("interpretation.md", "Interpretation"),
+    ("decision.md", "Decision"),
+];
+
+/// `experiment.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ExperimentFile {
+    /// `servebench.experiment/v1`.
+    #[serde(default)]
+    pub schema: String,
+    /// `matrix` or `sweep`.
+    pub kind: String,
+    /// Numbers from a shortened run.
+    #[serde(default)]
+    pub quick: bool,
+    /// Report title.
+    #[serde(default)]
+    pub title: String,
+    /// Workload rows.
+    #[serde(default)]
+    pub rows: Vec<RowEntry>,
+    /// The sweep, for a sweep.
+    #[serde(default)]
+    pub sweep: Option<SweepEntry>,
+}
+
+/// A row of `experiment.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct RowEntry {
+    /// Row id.
+    pub id: String,
+    /// Short name.
+    #[serde(default)]
+    pub name: String,
+    /// The question the row answers.
+    #[serde(default)]
+    pub hypothesis: String,
+    /// Run files, relative to the experiment directory.
+    #[serde(default)]
+    pub runs: Vec<String>,
+}
+
+/// The sweep of `experiment.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SweepEntry {
+    /// The swept row's id.
+    #[serde(default)]
+    pub row: String,
+    /// `request_rate` or `max_concurrency`.
+    pub variable: String,
+    /// SLO strings (`ttft:p99:500`).
+    #[serde(default)]
+    pub slos: Vec<String>,
+    /// The points in sweep order.
+    #[serde(default)]
+    pub points: Vec<PointEntry>,
+    /// Did the sweep stop before its last point?
+    #[serde(default)]
+    pub stopped_early: bool,
+    /// Why it stopped.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+}
+
+/// One sweep point of `experiment.json`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PointEntry {
+    /// The swept value (`"inf"` or `null` for an unlimited request rate).
+    #[serde(deserialize_with = "load_value")]
+    pub value: f64,
+    /// Run files, relative to the experiment directory.
+    #[serde(default)]
+    pub runs: Vec<String>,
+}
+
+fn load_value<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    match Value::deserialize(d)? {
+        Value::Null => Ok(f64::INFINITY),
+        Value::Number(n) => n
+            .as_f64()
+            .ok_or_else(|| serde::de::Error::custom("sweep value out of range")),
+        Value::String(s) if matches!(s.trim(), "inf" | "Infinity" | "unlimited") => {
+            Ok(f64::INFINITY)
+        }
+        Value::String(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| serde::de::Error::custom(format!("sweep value '{s}' is not a number"))),
+        other => Err(serde::de::Error::custom(format!(
+            "sweep value {other} is not a number"
+        ))),
+    }
+}
+
+/// Reads one run's `*.servebench.json` and its per-request records (when the JSONL is
+/// there; a missing JSONL leaves the records empty, a corrupt one is an error). `label` is
+/// the path shown in reports.
+pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the result file {}", path.display()))?;
+    let doc: Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    if let Some(schema) = doc.get("schema").and_then(Value::as_str) {
+        if schema != RESULT_SCHEMA {
+            bail!(
+                "{} has schema '{schema}', expected '{RESULT_SCHEMA}'",
+                path.display()
+            );
+        }
+    }
+    let summary_value = doc.get("summary").cloned().with_context(|| {
+        format!(
+            "{} has no 'summary': is it a servebench result (*.servebench.json)? \
+             vLLM's result JSON holds no per-request records to report from",
+            path.display()
+        )
+    })?;
+    let summary: RunSummary = serde_json::from_value(summary_value)
+        .with_context(|| format!("reading the summary of {}", path.display()))?;
+    let records = match doc.get("records_path").and_then(Value::as_str) {
+        Some(rel) => {
+            let jsonl = path.parent().unwrap_or(Path::new(".")).join(rel);
+            if jsonl.exists() {
+                read_jsonl(&jsonl)
+                    .with_context(|| format!("reading the records {}", jsonl.display()))?
+            } else {
+                tracing::warn!("records file {} not found", jsonl.display());
+                Vec::new()
+            }
+        }
+        None => Vec::new(),
+    };
+    Ok(RunData {
+        path: label.to_owned(),
+        summary,
+        records,
+        metadata: doc.get("metadata").cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// Loads an experiment directory, or a single `*.servebench.json` as a one-row report.
+/// A directory without `experiment.json` that holds exactly one result file is read as that
+/// result.
+pub fn load_experiment(path: &Path) -> Result<ExperimentReport> {
+    if path.is_file() {
+        return load_single(path);
+    }
+    if !path.is_dir() {
+        bail!("{} does not exist", path.display());
+    }
+    let manifest = path.join("experiment.json");
+    if !manifest.exists() {
+        let results = result_files_in(path)?;
+        return match results.as_slice() {
+            [one] => load_single(one),
+            [] => bail!(
+                "{} holds neither experiment.json nor a *.servebench.json result",
+                path.display()
+            ),
+            many => bail!(
+                "{} holds no experiment.json and {} result files; name one of them",
+                path.display(),
+                many.len()
+            ),
+        };
+    }
+    let text = std::fs::read_to_string(&manifest)
+        .with_context(|| format!("reading {}", manifest.display()))?;
+    let file: ExperimentFile = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a valid experiment file", manifest.display()))?;
+    from_experiment_file(path, file)
+}
+
+fn result_files_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let p = entry?.path();
+        if p.is_file()
+            && p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".servebench.json"))
+        {
+            out.push(p);
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn load_single(path: &Path) -> Result<ExperimentReport> {
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let run = load_run(path, &name)?;
+    let stem = name.trim_end_matches(".servebench.json").to_owned();
+    let mut report =
+        ExperimentReport::new(format!("servebench run {stem}"), ExperimentKind::Single);
+    report.notes = run_notes(std::slice::from_ref(&run));
+    report.rows.push(RowReport {
+        id: "run".into(),
+        name: stem,
+        hypothesis: String::new(),
+        runs: vec![run],
+    });
+    Ok(report)
+}
+
+/// Notes every report of these runs should carry (simulated target, failures).
+fn run_notes(runs: &[RunData]) -> Vec<String> {
+    let mut notes = Vec::new();
+    let simulated = runs.iter().any(|r| {
+        r.metadata
+            .pointer("/target/kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.starts_with("sim"))
+    });
+    if simulated {
+        notes.push(
+            "Target: servebench's simulated engine; figures are the cost model's, not a GPU's."
+                .to_owned(),
+        );
+    }
+    let virtual_clock = runs
+        .iter()
+        .any(|r| r.metadata.pointer("/target/clock").and_then(Value::as_str) == Some("virtual"));
+    if virtual_clock {
+        notes.push("Run in virtual time (no real network or waiting).".to_owned());
+    }
+    let failed: u64 = runs.iter().map(|r| r.summary.failed).sum();
+    if failed > 0 {
+        notes.push(format!(
+            "{failed} request(s) failed; see each run's failures by kind."
+        ));
+    }
+    notes
+}
+
+fn load_runs(dir: &Path, paths: &[String]) -> Result<Vec<RunData>> {
+    paths
+        .iter()
+        .map(|rel| load_run(&dir.join(rel), rel))
+        .collect()
+}
+
+/// Builds the report from a parsed `experiment.json` whose paths are relative to `dir`.
+pub fn from_experiment_file(dir: &Path, file: ExperimentFile) -> Result<ExperimentReport> {
+    if !file.schema.is_empty() && file.schema != EXPERIMENT_SCHEMA {
+        bail!(
+            "experiment.json has schema '{}', expected '{EXPERIMENT_SCHEMA}'",
+            file.schema
+        );
+    }
+    let kind = match file.kind.as_str() {
+        "matrix" => ExperimentKind::Matrix,
+        "sweep" => ExperimentKind::Sweep,
+        "single" => ExperimentKind::Single,
+        other => bail!("experiment.json: unknown kind '{other}' (matrix or sweep)"),
+    };
+    let title = if file.title.is_empty() {
+        format!("servebench {}", kind.as_str())
+    } else {
+        file.title.clone()
+    };
+    let mut report = ExperimentReport::new(title, kind);
+    report.quick = file.quick;
+    for row in &file.rows {
+        let runs = load_runs(dir, &row.runs).with_context(|| format!("loading row {}", row.id))?;
+        report.rows.push(RowReport {
+            id: row.id.clone(),
+            name: row.name.clone(),
+            hypothesis: row.hypothesis.clone(),
+            runs,
+        });
+    }
+    if let Some(s) = &file.sweep {
+        let mut points = Vec::new();
+        for (i, p) in s.points.iter().enumerate() {
+            let runs =
+                load_runs(dir, &p.runs).with_context(|| format!("loading sweep point {i}"))?;
+            points.push(SweepPointReport {
+                value: p.value,
+                runs,
+            });
+        }
+        let mut sweep = SweepReport {
+            row: s.row.clone(),
+            variable: s.variable.clone(),
+            slos: s.slos.clone(),
+            points,
+            knee: None,
+            headline: None,
+            stop_reason: s
+                .stop_reason
+                .clone()
+                .filter(|r| !r.is_empty())
+                .or_else(|| s.stopped_early.then(|| "stopped early".to_owned())),
+        };
+        analyze(&mut sweep)?;
+        report.sweep = Some(sweep);
+    }
+    let all_runs: Vec<RunData> = report
+        .rows
+        .iter()
+        .flat_map(|r| r.runs.iter())
+        .chain(
+            report
+                .sweep
+                .iter()
+                .flat_map(|s| s.points.iter().flat_map(|p| p.runs.iter())),
+        )
+        .cloned()
+        .collect();
+    report.notes = run_notes(&all_runs);
+    for (file_name, heading) in EXTRA_FILES {
+        let p = dir.join(file_name);
+        if p.exists() {
+            let body =
+                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+            report.extra_sections.push((heading.to_owned(), body));
+        }
+    }
+    Ok(report)
+}
+
+/// The sweep's points as the analysis sees them: mean output throughput and mean latency
+/// percentiles (over repeats) per point.
+pub fn sweep_points(sweep: &SweepReport) -> Vec<SweepPoint> {
+    const METRICS: [(&str, LatencyMetric); 4] = [
+        ("ttft", LatencyMetric::Ttft),
+        ("tpot", LatencyMetric::Tpot),
+        ("itl", LatencyMetric::Itl),
+        ("e2el", LatencyMetric::E2el),
+    ];
+    sweep
+        .points
+        .iter()
+        .map(|p| {
+            let f = GroupFigures::of(&p.runs);
+            let mut latencies = Vec::new();
+            let mut percentiles: Vec<f64> = vec![50.0, 90.0, 99.0];
+            for axis in frontier_axes(&sweep.slos) {
+                if !percentiles.contains(&axis.percentile) {
+                    percentiles.push(axis.percentile);
+                }
+            }
+            for (name, metric) in METRICS {
+                for &q in &percentiles {
+                    // Repeats give the mean of the percentile; a single run its own value
+                    // (any percentile the summary holds).
+                    let v = f.latency(name, q).value.or_else(|| {
+                        (p.runs.len() == 1)
+                            .then(|| {
+                                p.runs[0]
+                                    .summary
+                                    .metric(name)?
+                                    .percentile(q)
+                                    .map(|s| s.value)
+                            })
+                            .flatten()
+                    });
+                    if let Some(v) = v {
+                        latencies.push((LatencyStat::new(metric, q), v));
+                    }
+                }
+            }
+            SweepPoint {
+                offered_load: p.value,
+                throughput: f.output_throughput.value.unwrap_or(f64::NAN),
+                latencies,
+            }
+        })
+        .collect()
+}
+
+/// Fills in the knee (on the first frontier axis) and, with SLOs, the headline.
+pub fn analyze(sweep: &mut SweepReport) -> Result<()> {
+    let points = sweep_points(sweep);
+    if points.is_empty() {
+        return Ok(());
+    }
+    let axis = &frontier_axes(&sweep.slos)[0];
+    let metric: LatencyMetric = axis
+        .metric
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!(e))?;
+    let stat = LatencyStat::new(metric, axis.percentile);
+    sweep.knee = knee(&points, stat).map(|k| k.index);
+    let kind = if sweep.variable == "max_concurrency" {
+        LoadKind::Concurrency
+    } else {
+        LoadKind::RequestRate
+    };
+    if !sweep.slos.is_empty() {
+        let slos = parse_slos(&sweep.slos.join(" "))
+            .with_context(|| format!("the sweep's SLOs {:?}", sweep.slos))?;
+        match best_under_slos(&points, &slos, kind) {
+            Ok(outcome) => sweep.headline = Some(outcome.headline),
+            Err(e) => tracing::warn!("no sweep headline: {e}"),
+        }
+    }
+    Ok(())
+}
