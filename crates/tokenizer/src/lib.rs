@@ -48,6 +48,7 @@ struct Inner {
     ordinary_ids: Vec<u32>,
     filler: OnceLock<Vec<(String, u32)>>,
     sampling: OnceLock<Vec<u32>>,
+    words: OnceLock<Vec<u32>>,
 }
 
 enum Backend {
@@ -80,6 +81,7 @@ impl Tokenizer {
                     ordinary_ids: (0..O200K_ORDINARY).collect(),
                     filler: OnceLock::new(),
                     sampling: OnceLock::new(),
+                    words: OnceLock::new(),
                 })
             })
             .clone()
@@ -174,6 +176,7 @@ impl Tokenizer {
             ordinary_ids,
             filler: OnceLock::new(),
             sampling: OnceLock::new(),
+            words: OnceLock::new(),
         }))
     }
 
@@ -320,6 +323,45 @@ impl Tokenizer {
             } else {
                 usable
             }
+        })
+    }
+
+    /// Ids of whole-word tokens: a space followed by letters only (any script), that
+    /// the tokenizer gives back as exactly that one token when the word follows other
+    /// text. Text built by concatenating such tokens usually encodes straight back to
+    /// the same ids, which makes exact-length prompt synthesis cheap; they are also a
+    /// closer stand-in for natural text than arbitrary byte fragments. Empty when the
+    /// vocabulary has no such tokens. Computed once per tokenizer.
+    pub fn word_ids(&self) -> &[u32] {
+        self.inner.words.get_or_init(|| {
+            // Some decoders drop a leading space at the start of a text (SentencePiece),
+            // so each candidate is looked at after an anchor word.
+            const ANCHOR: &str = "the";
+            let anchor_ids = self.encode(ANCHOR);
+            let anchor_text = self.decode(&anchor_ids);
+            let mut ids = anchor_ids.clone();
+            self.sampling_ids()
+                .iter()
+                .copied()
+                .filter(|&id| {
+                    ids.truncate(anchor_ids.len());
+                    ids.push(id);
+                    let Some(word) = self
+                        .decode(&ids)
+                        .strip_prefix(&anchor_text)
+                        .map(str::to_owned)
+                    else {
+                        return false;
+                    };
+                    let Some(letters) = word.strip_prefix(' ') else {
+                        return false;
+                    };
+                    if letters.is_empty() || !letters.chars().all(char::is_alphabetic) {
+                        return false;
+                    }
+                    self.encode(&format!("{ANCHOR}{word}")) == ids
+                })
+                .collect()
         })
     }
 

@@ -107,6 +107,35 @@ fn builtin_sampling_ids_exclude_control_characters() {
 }
 
 #[test]
+fn builtin_word_ids_concatenate_exactly() {
+    let tok = Tokenizer::builtin();
+    let words = tok.word_ids();
+    assert!(words.len() > 50_000, "{}", words.len());
+    // Every 97th word, concatenated: the text encodes back to exactly those ids.
+    let picked: Vec<u32> = words.iter().copied().step_by(97).collect();
+    let text = tok.decode(&picked);
+    assert_eq!(tok.encode(&text), picked);
+    for id in picked.iter().take(200) {
+        let w = tok.decode(&[*id]);
+        assert!(
+            w.starts_with(' ') && w[1..].chars().all(char::is_alphabetic),
+            "{w:?}"
+        );
+    }
+}
+
+#[test]
+fn word_level_word_ids() {
+    let dir = TempDir::new("words");
+    let file = dir.path().join("tokenizer.json");
+    write(&file, &word_level_json("file"));
+    let tok = Tokenizer::from_file(&file).unwrap();
+    // Without a decoder the word-level model joins tokens with spaces, so every
+    // ordinary word qualifies.
+    assert_eq!(tok.word_ids(), &[2, 3, 4, 5, 6, 7]);
+}
+
+#[test]
 fn builtin_filler_words_are_single_tokens() {
     let tok = Tokenizer::builtin();
     let words = tok.filler_words();

@@ -8,6 +8,14 @@
 //! until the count is right. When a prefix is given, the result is also checked to
 //! start with the prefix's own token ids, so every request sharing that prefix text
 //! also shares its tokens (what a prefix cache keys on).
+//!
+//! Ids are drawn from the tokenizer's whole-word tokens ([`Tokenizer::word_ids`]: a
+//! space and letters, in any script) when it has enough of them. Concatenated, those
+//! re-encode to themselves, so a prompt is usually exact after one encode instead of
+//! several, and encoding is fast because every piece is a vocabulary entry: random
+//! byte fragments glue into long letter runs whose BPE merge cost grows with the
+//! square of their length. Otherwise, or if that fails to converge, any non-special
+//! id is used, and filler words are the last resort.
 
 use rand::Rng;
 use servebench_tokenizer::Tokenizer;
@@ -16,8 +24,11 @@ use crate::error::WorkloadError;
 
 /// Repair rounds per attempt; a round is one decode and one encode of the prompt.
 const MAX_ROUNDS: usize = 48;
-/// Fresh starts with random ids before switching to filler words.
-const RANDOM_ATTEMPTS: usize = 4;
+/// Fresh starts with whole-word ids, then with any sampling id.
+const WORD_ATTEMPTS: usize = 3;
+const RANDOM_ATTEMPTS: usize = 3;
+/// Whole-word vocabularies smaller than this are not varied enough to use.
+const MIN_WORD_IDS: usize = 256;
 /// Fresh starts with filler words, the last resort.
 const FILLER_ATTEMPTS: usize = 4;
 
@@ -43,7 +54,7 @@ impl TokenText {
 }
 
 /// Random text of exactly `len` tokens under `tok`, built from
-/// [`Tokenizer::sampling_ids`] (never special tokens).
+/// [`Tokenizer::word_ids`] or [`Tokenizer::sampling_ids`] (never special tokens).
 pub fn exact_text<R: Rng>(
     tok: &Tokenizer,
     rng: &mut R,
@@ -65,9 +76,15 @@ pub fn extend_exact<R: Rng>(
     if extra == 0 {
         return Ok(prefix.clone());
     }
-    let sampling = tok.sampling_ids();
+    let words = tok.word_ids();
+    let words = if words.len() >= MIN_WORD_IDS {
+        words
+    } else {
+        &[]
+    };
     let filler: Vec<u32> = tok.filler_words().into_iter().map(|(_, id)| id).collect();
-    let sources = std::iter::repeat_n(sampling, RANDOM_ATTEMPTS)
+    let sources = std::iter::repeat_n(words, WORD_ATTEMPTS)
+        .chain(std::iter::repeat_n(tok.sampling_ids(), RANDOM_ATTEMPTS))
         .chain(std::iter::repeat_n(filler.as_slice(), FILLER_ATTEMPTS))
         .filter(|s| !s.is_empty());
     for source in sources {
@@ -80,7 +97,7 @@ pub fn extend_exact<R: Rng>(
         tokenizer: tok.name().to_owned(),
         reason: format!(
             "no text converged after {} attempts of {MAX_ROUNDS} repair rounds",
-            RANDOM_ATTEMPTS + FILLER_ATTEMPTS
+            WORD_ATTEMPTS + RANDOM_ATTEMPTS + FILLER_ATTEMPTS
         ),
     })
 }
