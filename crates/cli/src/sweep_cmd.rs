@@ -605,7 +605,7 @@ async fn run_probe(
         .await
         .context("the saturation probe")?;
     let rate = outcome.summary.request_throughput;
-    if !(rate > 0.0) {
+    if rate.is_nan() || rate <= 0.0 {
         bail!("the saturation probe completed no request; check the target");
     }
     eprintln!("Probe: {rate:.3} req/s sustained at concurrency {cap}");

@@ -2,6 +2,8 @@
 //! once in real time), checking the experiment directory contract, re-runs from plan.toml,
 //! repeats and secrets.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};

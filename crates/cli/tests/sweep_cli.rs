@@ -1,6 +1,8 @@
 //! `servebench sweep` end to end in virtual time: the knee between light and heavy loads,
 //! the SLO headline, early stop past saturation, `auto` rates and repeats.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -211,7 +211,7 @@ impl<'de> Deserialize<'de> for Rate {
                 })?,
             },
         };
-        if !(v > 0.0) {
+        if v.is_nan() || v <= 0.0 {
             return Err(serde::de::Error::custom(format!(
                 "request_rate must be positive or \"inf\", got {v}"
             )));
@@ -231,7 +231,7 @@ impl std::str::FromStr for Rate {
             t.parse::<f64>()
                 .map_err(|_| format!("{s:?} is not a request rate (a number or inf)"))?
         };
-        if !(v > 0.0) {
+        if v.is_nan() || v <= 0.0 {
             return Err(format!("request rate must be positive or inf, got {s}"));
         }
         Ok(Rate(v))
