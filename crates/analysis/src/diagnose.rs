@@ -20,7 +20,9 @@ mod markdown;
 mod rules;
 mod view;
 
-pub use figures::{PlannedWorkload, RowFigures, Stat, TargetFacts, SINGLE_STREAM_CONCURRENCY};
+pub use figures::{
+    PlannedWorkload, RowFigures, ServerCounters, Stat, TargetFacts, SINGLE_STREAM_CONCURRENCY,
+};
 pub use markdown::interpretation_markdown;
 pub use rules::thresholds;
 pub use view::{ExperimentView, GroupView, RunView, SweepView};

@@ -65,25 +65,16 @@ pub struct TargetFacts {
     pub prefix_caching: Option<bool>,
     /// `gpu_memory_utilization`.
     pub gpu_memory_utilization: Option<f64>,
-    /// Preemptions during the run, from scraped server counters.
-    pub preemptions: Option<f64>,
     /// The server's version string.
     pub server_version: Option<String>,
 }
 
 impl TargetFacts {
-    /// Reads `metadata.target` (and scraped counters under `metadata.server_metrics` or
-    /// `metadata.target.server_metrics`, keyed by Prometheus series name).
+    /// Reads `metadata.target`.
     pub fn from_metadata(metadata: &Value) -> TargetFacts {
         let target = &metadata["target"];
         let cfg = &target["sim_config"];
         let u = |v: &Value| v.as_u64();
-        let metrics = [&metadata["server_metrics"], &target["server_metrics"]];
-        let preemptions = metrics.iter().find_map(|m| {
-            m.get("vllm:num_preemptions_total")
-                .or_else(|| m.get("vllm:num_preemptions"))
-                .and_then(Value::as_f64)
-        });
         let server_version = target["server_version"]
             .get("version")
             .and_then(Value::as_str)
@@ -101,9 +92,59 @@ impl TargetFacts {
             block_size: u(&cfg["block_size"]),
             prefix_caching: cfg["enable_prefix_caching"].as_bool(),
             gpu_memory_utilization: cfg["gpu_memory_utilization"].as_f64(),
-            preemptions,
             server_version,
         }
+    }
+}
+
+/// What the server's own counters and gauges said during a group's runs (a result's
+/// `server_telemetry`: counter increases summed over runs, gauge maxima over runs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ServerCounters {
+    /// `vllm:num_preemptions_total` increase.
+    pub preemptions: Option<f64>,
+    /// `vllm:prefix_cache_hits_total` increase, tokens.
+    pub prefix_cache_hits: Option<f64>,
+    /// `vllm:prefix_cache_queries_total` increase, tokens.
+    pub prefix_cache_queries: Option<f64>,
+    /// Largest KV-cache use seen, 0–1.
+    pub max_kv_usage: Option<f64>,
+    /// Largest waiting queue seen.
+    pub max_waiting: Option<f64>,
+}
+
+impl ServerCounters {
+    /// Sums and maxima over the runs' telemetry objects.
+    pub fn from_telemetry<'a>(telemetry: impl Iterator<Item = Option<&'a Value>>) -> Self {
+        let mut out = ServerCounters::default();
+        let add = |slot: &mut Option<f64>, v: Option<f64>| {
+            if let Some(v) = v.filter(|v| v.is_finite()) {
+                *slot = Some(slot.unwrap_or(0.0) + v);
+            }
+        };
+        let max = |slot: &mut Option<f64>, v: Option<f64>| {
+            if let Some(v) = v.filter(|v| v.is_finite()) {
+                *slot = Some(slot.map_or(v, |s| s.max(v)));
+            }
+        };
+        for t in telemetry.flatten() {
+            let c = &t["counter_increase"];
+            add(
+                &mut out.preemptions,
+                c["vllm:num_preemptions_total"].as_f64(),
+            );
+            add(
+                &mut out.prefix_cache_hits,
+                c["vllm:prefix_cache_hits_total"].as_f64(),
+            );
+            add(
+                &mut out.prefix_cache_queries,
+                c["vllm:prefix_cache_queries_total"].as_f64(),
+            );
+            max(&mut out.max_kv_usage, t["max_kv_usage"].as_f64());
+            max(&mut out.max_waiting, t["max_waiting"].as_f64());
+        }
+        out
     }
 }
 
@@ -203,6 +244,8 @@ pub struct RowFigures {
     pub planned: PlannedWorkload,
     /// The target's facts (first run).
     pub target: TargetFacts,
+    /// The server's counters over the runs.
+    pub server: ServerCounters,
 }
 
 impl RowFigures {
@@ -225,6 +268,7 @@ impl RowFigures {
             records: &[],
             metadata: &metadata,
             plan: None,
+            telemetry: None,
         };
         let mut f = RowFigures::from_runs(&[run])?;
         f.id = id.to_owned();
@@ -278,6 +322,7 @@ impl RowFigures {
             total_stalls: sums.iter().map(|s| s.total_stalls).sum(),
             planned: PlannedWorkload::from_plan(first.plan, first.metadata),
             target: TargetFacts::from_metadata(first.metadata),
+            server: ServerCounters::from_telemetry(runs.iter().map(|r| r.telemetry)),
         })
     }
 
@@ -339,13 +384,12 @@ mod tests {
     }
 
     #[test]
-    fn target_facts_come_from_the_simulator_config_and_scraped_counters() {
+    fn target_facts_come_from_the_simulator_config() {
         let meta = json!({
             "target": {"kind": "simulator", "sim_config": {
                 "gpu": "h100", "model": "llama-3.1-8b", "max_num_seqs": 8,
                 "max_num_batched_tokens": 8192, "kv_capacity": {"tokens": 90000},
-                "enable_prefix_caching": false, "version": "0.1.0-sim"}},
-            "server_metrics": {"vllm:num_preemptions_total": 12.0}
+                "enable_prefix_caching": false, "version": "0.1.0-sim"}}
         });
         let t = TargetFacts::from_metadata(&meta);
         assert!(t.simulated);
@@ -353,11 +397,24 @@ mod tests {
         assert_eq!(t.max_num_seqs, Some(8));
         assert_eq!(t.kv_cache_tokens, Some(90_000));
         assert_eq!(t.prefix_caching, Some(false));
-        assert_eq!(t.preemptions, Some(12.0));
         assert_eq!(t.server_version.as_deref(), Some("0.1.0-sim"));
         assert_eq!(
             TargetFacts::from_metadata(&Value::Null),
             TargetFacts::default()
         );
+    }
+
+    #[test]
+    fn server_counters_sum_increases_and_keep_gauge_maxima() {
+        let a = json!({"counter_increase": {"vllm:num_preemptions_total": 3.0,
+                       "vllm:prefix_cache_hits_total": 100.0}, "max_kv_usage": 0.5});
+        let b = json!({"counter_increase": {"vllm:num_preemptions_total": 2.0},
+                       "max_kv_usage": 0.97, "max_waiting": 4.0});
+        let c = ServerCounters::from_telemetry([Some(&a), None, Some(&b)].into_iter());
+        assert_eq!(c.preemptions, Some(5.0));
+        assert_eq!(c.prefix_cache_hits, Some(100.0));
+        assert_eq!(c.prefix_cache_queries, None);
+        assert_eq!(c.max_kv_usage, Some(0.97));
+        assert_eq!(c.max_waiting, Some(4.0));
     }
 }

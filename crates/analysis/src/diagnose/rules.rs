@@ -143,12 +143,20 @@ fn kv_exhaustion(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>, BTreeSet<usize>) {
     for (i, row) in ctx.rows.iter().enumerate() {
         c.examined.push(row.id.clone());
         let mut evidence = Vec::new();
-        let preemptions = row.target.preemptions.filter(|p| *p > 0.0);
+        let preemptions = row.server.preemptions.filter(|p| *p > 0.0);
         if let Some(p) = preemptions {
             evidence.push(format!(
-                "the server counted {} preemptions (vllm:num_preemptions_total)",
-                format_quantity(p, "")
+                "the server counted {} preemptions (vllm:num_preemptions_total){}",
+                format_quantity(p, ""),
+                if row.runs > 1 {
+                    " over the repeats"
+                } else {
+                    ""
+                }
             ));
+        }
+        if let Some(kv) = row.server.max_kv_usage.filter(|k| *k >= 0.9) {
+            evidence.push(format!("KV-cache use peaked at {:.0} %", kv * 100.0));
         }
         let caching_on = row.target.prefix_caching != Some(false);
         let shared = if caching_on {
@@ -507,6 +515,17 @@ fn prefix_cache_miss(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>) {
         )];
         let (confidence, reason) = match row.mean_cached_tokens {
             Some(cached) if cached < PREFIX_HIT_FRACTION * expected => {
+                if let (Some(h), Some(q)) = (
+                    row.server.prefix_cache_hits,
+                    row.server.prefix_cache_queries,
+                ) {
+                    evidence.push(format!(
+                        "the server's prefix cache hit {} of {} queried tokens ({:.1} %)",
+                        format_quantity(h, ""),
+                        format_quantity(q, ""),
+                        if q > 0.0 { h / q * 100.0 } else { 0.0 }
+                    ));
+                }
                 evidence.push(format!(
                     "the server reported {} cached per request on average, against ≈{} expected ({:.0} % of it)",
                     tokens(cached),
@@ -627,6 +646,12 @@ fn tail_latency(ctx: &Ctx<'_>, kv_rows: &BTreeSet<usize>) -> (RuleCheck, Vec<Fin
                     ms(i50)
                 ));
             }
+        }
+        if let Some(w) = row.server.max_waiting.filter(|w| *w >= 1.0) {
+            evidence.push(format!(
+                "the server's waiting queue reached {} requests",
+                format_quantity(w, "")
+            ));
         }
         if let Some(q99) = row.queue.p99.filter(|q| *q >= 1.0) {
             evidence.push(format!(

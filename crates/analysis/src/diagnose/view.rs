@@ -19,6 +19,9 @@ pub struct RunView<'a> {
     pub metadata: &'a Value,
     /// The result file's `plan` object (dataset lengths, rate, concurrency, prefix), when known.
     pub plan: Option<&'a Value>,
+    /// The result file's `server_telemetry` object (scraped gauges, counter increases), when
+    /// the server exposed metrics.
+    pub telemetry: Option<&'a Value>,
 }
 
 /// A workload row of a matrix, or one load level of a sweep: runs of one configuration under
