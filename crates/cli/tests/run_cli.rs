@@ -16,12 +16,22 @@ fn tempdir(name: &str) -> PathBuf {
 }
 
 fn run_in(dir: &Path, args: &[&str]) -> Output {
-    bin().current_dir(dir).arg("run").args(args).env_remove("OPENAI_API_KEY").output().expect("spawn servebench")
+    bin()
+        .current_dir(dir)
+        .arg("run")
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .expect("spawn servebench")
 }
 
 fn files_with_suffix(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.to_string_lossy().ends_with(suffix)).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.to_string_lossy().ends_with(suffix))
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -75,13 +85,57 @@ fn key_order(text: &str) -> Vec<String> {
 }
 
 const VLLM_KEYS_DETAILED: &[&str] = &[
-    "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts", "request_rate", "burstiness",
-    "max_concurrency", "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
-    "request_goodput", "output_throughput", "total_token_throughput", "input_lens", "output_lens", "ttfts", "itls",
-    "latencies", "start_times", "queue_times", "generated_texts", "errors", "max_output_tokens_per_s",
-    "max_concurrent_requests", "rtfx", "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms", "p99_ttft_ms",
-    "mean_tpot_ms", "median_tpot_ms", "std_tpot_ms", "p50_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "median_itl_ms",
-    "std_itl_ms", "p50_itl_ms", "p99_itl_ms", "mean_e2el_ms", "median_e2el_ms", "std_e2el_ms", "p50_e2el_ms", "p99_e2el_ms",
+    "date",
+    "endpoint_type",
+    "backend",
+    "label",
+    "model_id",
+    "tokenizer_id",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "duration",
+    "completed",
+    "failed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "total_token_throughput",
+    "input_lens",
+    "output_lens",
+    "ttfts",
+    "itls",
+    "latencies",
+    "start_times",
+    "queue_times",
+    "generated_texts",
+    "errors",
+    "max_output_tokens_per_s",
+    "max_concurrent_requests",
+    "rtfx",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "std_ttft_ms",
+    "p50_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "std_tpot_ms",
+    "p50_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "std_itl_ms",
+    "p50_itl_ms",
+    "p99_itl_ms",
+    "mean_e2el_ms",
+    "median_e2el_ms",
+    "std_e2el_ms",
+    "p50_e2el_ms",
+    "p99_e2el_ms",
 ];
 
 #[test]
@@ -90,12 +144,30 @@ fn vllm_result_json_has_vllms_keys_in_vllms_order_regression_issue_2() {
     let out = run_in(
         &dir,
         &[
-            "--num-prompts", "40", "--random-input-len", "64", "--random-output-len", "16", "--max-concurrency", "64",
-            "--save-result", "--save-detailed", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-            "--result-filename", "r.json", "--disable-tqdm",
+            "--num-prompts",
+            "40",
+            "--random-input-len",
+            "64",
+            "--random-output-len",
+            "16",
+            "--max-concurrency",
+            "64",
+            "--save-result",
+            "--save-detailed",
+            "--percentile-metrics",
+            "ttft,tpot,itl,e2el",
+            "--metric-percentiles",
+            "50,99",
+            "--result-filename",
+            "r.json",
+            "--disable-tqdm",
         ],
     );
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(dir.join("r.json")).expect("vllm result written");
     assert_eq!(key_order(&text), VLLM_KEYS_DETAILED);
     let v: serde_json::Value = serde_json::from_str(&text).expect("json");
@@ -105,35 +177,81 @@ fn vllm_result_json_has_vllms_keys_in_vllms_order_regression_issue_2() {
     assert_eq!(v["total_input_tokens"], 40 * 64);
     assert_eq!(v["total_output_tokens"], 40 * 16);
     assert_eq!(v["ttfts"].as_array().map(Vec::len), Some(40));
-    assert!(v["itls"][0].as_array().map(Vec::len) == Some(15), "one gap per token after the first");
+    assert!(
+        v["itls"][0].as_array().map(Vec::len) == Some(15),
+        "one gap per token after the first"
+    );
     // Python's json.dump layout.
     assert!(text.starts_with("{\"date\": \""), "{}", &text[..40]);
     // The terminal summary follows vLLM's layout.
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("============ Serving Benchmark Result ============"), "{stdout}");
-    assert!(stdout.contains("Successful requests:                     40"), "{stdout}");
+    assert!(
+        stdout.contains("============ Serving Benchmark Result ============"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Successful requests:                     40"),
+        "{stdout}"
+    );
 }
 
 #[test]
-fn vllm_result_without_detail_keeps_latencies_and_queue_times_and_adds_metadata_after_num_prompts() {
+fn vllm_result_without_detail_keeps_latencies_and_queue_times_and_adds_metadata_after_num_prompts()
+{
     let dir = tempdir("vllm-meta");
     let out = run_in(
         &dir,
         &[
-            "--virtual-time", "--num-prompts", "30", "--random-input-len", "32", "--random-output-len", "8",
-            "--request-rate", "20", "--save-result", "--result-filename", "m.json", "--metadata", "tp=1", "gpu=h100",
-            "--label", "mylabel", "--goodput", "ttft:1000", "--disable-tqdm",
+            "--virtual-time",
+            "--num-prompts",
+            "30",
+            "--random-input-len",
+            "32",
+            "--random-output-len",
+            "8",
+            "--request-rate",
+            "20",
+            "--save-result",
+            "--result-filename",
+            "m.json",
+            "--metadata",
+            "tp=1",
+            "gpu=h100",
+            "--label",
+            "mylabel",
+            "--goodput",
+            "ttft:1000",
+            "--disable-tqdm",
         ],
     );
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = std::fs::read_to_string(dir.join("m.json")).expect("written");
     let keys = key_order(&text);
-    let pos = |k: &str| keys.iter().position(|x| x == k).unwrap_or_else(|| panic!("{k} missing in {keys:?}"));
+    let pos = |k: &str| {
+        keys.iter()
+            .position(|x| x == k)
+            .unwrap_or_else(|| panic!("{k} missing in {keys:?}"))
+    };
     assert_eq!(pos("tp"), pos("num_prompts") + 1);
     assert_eq!(pos("gpu"), pos("num_prompts") + 2);
     assert!(keys.contains(&"latencies".to_string()) && keys.contains(&"queue_times".to_string()));
-    for k in ["ttfts", "itls", "input_lens", "output_lens", "start_times", "generated_texts", "errors"] {
-        assert!(!keys.contains(&k.to_string()), "{k} only with --save-detailed");
+    for k in [
+        "ttfts",
+        "itls",
+        "input_lens",
+        "output_lens",
+        "start_times",
+        "generated_texts",
+        "errors",
+    ] {
+        assert!(
+            !keys.contains(&k.to_string()),
+            "{k} only with --save-detailed"
+        );
     }
     let v: serde_json::Value = serde_json::from_str(&text).expect("json");
     assert_eq!(v["label"], "mylabel");
@@ -156,9 +274,25 @@ fn append_result_appends_a_second_json_document() {
     for _ in 0..2 {
         let out = run_in(
             &dir,
-            &["--virtual-time", "--num-prompts", "5", "--random-input-len", "16", "--random-output-len", "4", "--append-result", "--result-filename", "a.json", "--disable-tqdm"],
+            &[
+                "--virtual-time",
+                "--num-prompts",
+                "5",
+                "--random-input-len",
+                "16",
+                "--random-output-len",
+                "4",
+                "--append-result",
+                "--result-filename",
+                "a.json",
+                "--disable-tqdm",
+            ],
         );
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let text = std::fs::read_to_string(dir.join("a.json")).expect("written");
     let docs: Vec<&str> = text.split('\n').filter(|l| !l.trim().is_empty()).collect();
@@ -175,8 +309,14 @@ fn unsupported_vllm_flags_are_refused_with_a_reason() {
     let out = run_in(&dir, &["--profile"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--profile") && err.contains("not support"), "{err}");
-    let out = run_in(&dir, &["--percentile-metrics", "ttft,nonsense", "--virtual-time"]);
+    assert!(
+        err.contains("--profile") && err.contains("not support"),
+        "{err}"
+    );
+    let out = run_in(
+        &dir,
+        &["--percentile-metrics", "ttft,nonsense", "--virtual-time"],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("allowed"));
 }
@@ -190,11 +330,31 @@ fn a_run_where_every_request_fails_exits_non_zero_with_the_reason_and_keeps_reco
     let dir = tempdir("all-fail");
     let out = run_in(
         &dir,
-        &["--base-url", &format!("http://127.0.0.1:{port}"), "--model", "m", "--num-prompts", "5", "--random-input-len", "8", "--random-output-len", "4", "--disable-tqdm"],
+        &[
+            "--base-url",
+            &format!("http://127.0.0.1:{port}"),
+            "--model",
+            "m",
+            "--num-prompts",
+            "5",
+            "--random-input-len",
+            "8",
+            "--random-output-len",
+            "4",
+            "--disable-tqdm",
+        ],
     );
-    assert_eq!(out.status.code(), Some(2), "stdout: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("every request failed") && err.contains("connect"), "{err}");
+    assert!(
+        err.contains("every request failed") && err.contains("connect"),
+        "{err}"
+    );
     let jsonl = files_with_suffix(&dir.join("results/runs"), ".requests.jsonl");
     assert_eq!(jsonl.len(), 1);
     let lines = std::fs::read_to_string(&jsonl[0]).expect("read");
@@ -207,15 +367,43 @@ fn the_api_key_never_reaches_a_result_file_or_the_output() {
     let dir = tempdir("secret");
     let out = bin()
         .current_dir(&dir)
-        .args(["run", "--num-prompts", "6", "--random-input-len", "16", "--random-output-len", "4", "--save-result", "--save-detailed", "--result-filename", "s.json", "--disable-tqdm", "--header", "Authorization=Bearer sk-header-secret", "--api-key", "sk-flag-secret"])
+        .args([
+            "run",
+            "--num-prompts",
+            "6",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            "4",
+            "--save-result",
+            "--save-detailed",
+            "--result-filename",
+            "s.json",
+            "--disable-tqdm",
+            "--header",
+            "Authorization=Bearer sk-header-secret",
+            "--api-key",
+            "sk-flag-secret",
+        ])
         .output()
         .expect("spawn");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let mut all = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    for p in files_with_suffix(&dir.join("results/runs"), "").into_iter().chain([dir.join("s.json")]) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut all =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    for p in files_with_suffix(&dir.join("results/runs"), "")
+        .into_iter()
+        .chain([dir.join("s.json")])
+    {
         all.push_str(&std::fs::read_to_string(p).unwrap_or_default());
     }
-    assert!(!all.contains("sk-flag-secret") && !all.contains("sk-header-secret"), "a secret leaked");
+    assert!(
+        !all.contains("sk-flag-secret") && !all.contains("sk-header-secret"),
+        "a secret leaked"
+    );
 }
 
 #[test]
@@ -223,17 +411,38 @@ fn duration_runs_by_time_and_queue_time_appears_when_the_cap_binds() {
     let dir = tempdir("duration");
     let out = run_in(
         &dir,
-        &["--virtual-time", "--duration", "20", "--request-rate", "8", "--max-concurrency", "2", "--random-input-len", "512", "--random-output-len", "256", "--disable-tqdm"],
+        &[
+            "--virtual-time",
+            "--duration",
+            "20",
+            "--request-rate",
+            "8",
+            "--max-concurrency",
+            "2",
+            "--random-input-len",
+            "512",
+            "--random-output-len",
+            "256",
+            "--disable-tqdm",
+        ],
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let native = read_json(&files_with_suffix(&dir.join("results/runs"), ".servebench.json")[0]);
     let completed = native["summary"]["completed"].as_u64().expect("completed");
     // About 8 req/s for 20 s were scheduled.
     assert!((120..=200).contains(&completed), "completed {completed}");
     // Two slots of ~1.8 s requests cannot keep up with 8 req/s: requests queue on the client.
-    let queue_p50 = native["summary"]["queue"]["median"].as_f64().expect("queue median");
+    let queue_p50 = native["summary"]["queue"]["median"]
+        .as_f64()
+        .expect("queue median");
     assert!(queue_p50 > 1000.0, "queue p50 {queue_p50} ms");
-    let user_ttft = native["summary"]["user_ttft"]["median"].as_f64().expect("user ttft");
+    let user_ttft = native["summary"]["user_ttft"]["median"]
+        .as_f64()
+        .expect("user ttft");
     let ttft = native["summary"]["ttft"]["median"].as_f64().expect("ttft");
     assert!(user_ttft > ttft + 1000.0, "user TTFT includes the queue");
 }

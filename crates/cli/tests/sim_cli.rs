@@ -10,7 +10,10 @@ fn bin() -> Command {
 }
 
 fn signal(child: &Child, sig: &str) {
-    let status = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("kill");
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill");
     assert!(status.success());
 }
 
@@ -32,7 +35,16 @@ fn wait_with_timeout(child: &mut Child, limit: Duration) -> std::process::ExitSt
 #[test]
 fn sim_serves_run_measures_it_and_sigterm_stops_it() {
     let mut sim = bin()
-        .args(["sim", "llama-3.1-8b", "--gpu", "h100", "--port", "0", "--max-num-seqs", "32"])
+        .args([
+            "sim",
+            "llama-3.1-8b",
+            "--gpu",
+            "h100",
+            "--port",
+            "0",
+            "--max-num-seqs",
+            "32",
+        ])
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -41,7 +53,10 @@ fn sim_serves_run_measures_it_and_sigterm_stops_it() {
     let mut lines = BufReader::new(stderr).lines();
     let mut banner = String::new();
     let url = loop {
-        let line = lines.next().expect("sim printed its address").expect("utf-8");
+        let line = lines
+            .next()
+            .expect("sim printed its address")
+            .expect("utf-8");
         banner.push_str(&line);
         banner.push('\n');
         if let Some(rest) = line.split("Serving on ").nth(1) {
@@ -49,17 +64,42 @@ fn sim_serves_run_measures_it_and_sigterm_stops_it() {
         }
     };
     // The start-up banner states the effective configuration.
-    assert!(banner.contains("KV cache") || banner.contains("kv"), "{banner}");
+    assert!(
+        banner.contains("KV cache") || banner.contains("kv"),
+        "{banner}"
+    );
     let dir = std::env::temp_dir().join(format!("servebench-sim-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("dir");
     let out = bin()
         .current_dir(&dir)
-        .args(["run", "--base-url", &url, "--num-prompts", "20", "--random-input-len", "128", "--random-output-len", "32", "--max-concurrency", "4", "--disable-tqdm", "--save-result", "--result-filename", "r.json"])
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--num-prompts",
+            "20",
+            "--random-input-len",
+            "128",
+            "--random-output-len",
+            "32",
+            "--max-concurrency",
+            "4",
+            "--disable-tqdm",
+            "--save-result",
+            "--result-filename",
+            "r.json",
+        ])
         .output()
         .expect("run");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).expect("r.json")).expect("json");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).expect("r.json"))
+            .expect("json");
     assert_eq!(v["completed"], 20);
     assert_eq!(v["model_id"], "llama-3.1-8b");
     // Single-stream-ish decode on an H100 model: TPOT of a few ms, never below the 4.48 ms floor.
@@ -77,7 +117,23 @@ fn ctrl_c_stops_dispatch_and_still_writes_every_output() {
     std::fs::create_dir_all(&dir).expect("dir");
     let mut run = bin()
         .current_dir(&dir)
-        .args(["run", "--num-prompts", "50", "--duration", "600", "--request-rate", "20", "--random-input-len", "64", "--random-output-len", "64", "--disable-tqdm", "--save-result", "--result-filename", "r.json"])
+        .args([
+            "run",
+            "--num-prompts",
+            "50",
+            "--duration",
+            "600",
+            "--request-rate",
+            "20",
+            "--random-input-len",
+            "64",
+            "--random-output-len",
+            "64",
+            "--disable-tqdm",
+            "--save-result",
+            "--result-filename",
+            "r.json",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -87,13 +143,23 @@ fn ctrl_c_stops_dispatch_and_still_writes_every_output() {
     let jsonl = loop {
         let found = std::fs::read_dir(dir.join("results/runs"))
             .ok()
-            .and_then(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).find(|p| p.to_string_lossy().ends_with(".requests.jsonl")));
+            .and_then(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .find(|p| p.to_string_lossy().ends_with(".requests.jsonl"))
+            });
         if let Some(p) = found {
-            if std::fs::read_to_string(&p).map(|s| s.lines().count() >= 10).unwrap_or(false) {
+            if std::fs::read_to_string(&p)
+                .map(|s| s.lines().count() >= 10)
+                .unwrap_or(false)
+            {
                 break p;
             }
         }
-        assert!(start.elapsed() < Duration::from_secs(240), "run never started measuring");
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "run never started measuring"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     signal(&run, "-INT");
@@ -102,6 +168,12 @@ fn ctrl_c_stops_dispatch_and_still_writes_every_output() {
     let records = std::fs::read_to_string(&jsonl).expect("records");
     let n = records.lines().count();
     assert!((10..12_000).contains(&n), "records {n}");
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).expect("vLLM result still written")).expect("json");
-    assert_eq!(v["completed"].as_u64().unwrap_or(0) + v["failed"].as_u64().unwrap_or(0), n as u64);
+    let v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("r.json")).expect("vLLM result still written"),
+    )
+    .expect("json");
+    assert_eq!(
+        v["completed"].as_u64().unwrap_or(0) + v["failed"].as_u64().unwrap_or(0),
+        n as u64
+    );
 }
