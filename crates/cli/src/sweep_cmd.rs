@@ -14,9 +14,7 @@ use servebench_loadgen::StopSignal;
 
 use crate::matrix::bench::{Bench, TargetArgs};
 use crate::matrix::frontier::{extra_percentiles, past_saturation, render_table, sweep_point};
-use crate::matrix::layout::{
-    self, json_value, ExperimentFile, PointEntry, ProbeEntry, RowEntry, SweepEntry,
-};
+use crate::matrix::layout::{self, ExperimentFile, PointEntry, ProbeEntry, RowEntry, SweepEntry};
 use crate::matrix::plan::{run_seed, MatrixPlan, PrefixReuse, Rate, RowSpec, Scale};
 use crate::matrix::repeat::run_repeated;
 use crate::matrix::{defaults, merge_target, render, target_args};
@@ -437,7 +435,7 @@ async fn run_sweep(
         }
         points.push(sweep_point(value, &rep.summaries, &sweep.stats()));
         entries.push(PointEntry {
-            value: json_value(value),
+            value,
             runs: rep.runs.clone(),
             repeat_summary: rep.repeat_summary.clone(),
         });
@@ -550,9 +548,7 @@ async fn run_sweep(
     for n in &notes {
         println!("\nNote: {n}");
     }
-    for path in render::render_reports(&dir)? {
-        eprintln!("report: {}", path.display());
-    }
+    render::render_or_warn(&dir);
     Ok((dir, exit))
 }
 

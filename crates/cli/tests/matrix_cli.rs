@@ -158,6 +158,14 @@ fn quick_virtual_matrix_writes_the_experiment_directory_and_plan_toml_reruns() {
     assert_eq!(rel.len(), 3);
 
     let exp = check_experiment(&dir, "matrix", true, &["A", "B", "C", "D", "E"]);
+    for report in ["report.html", "report.md", "summary.csv"] {
+        assert!(dir.join(report).is_file(), "{report} missing");
+    }
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(
+        md.contains("TTFT is one short prefill"),
+        "hypotheses in the report: {md}"
+    );
     assert!(exp["notes"]
         .as_array()
         .expect("notes")
@@ -393,5 +401,49 @@ fn quick_real_time_matrix_against_the_in_process_simulator() {
         env["target"]
     );
     assert_no_secret(&dir, SECRET);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_trace_adds_row_f_at_the_trace_mean_rate() {
+    let root = tempdir("trace");
+    let trace = root.join("mooncake.jsonl");
+    // 12 requests, one every 250 ms (4 req/s), sharing their first 512-token block.
+    let lines: String = (0..12)
+        .map(|i| {
+            format!(
+                "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": {}, \"hash_ids\": [7, {}]}}\n",
+                i * 250,
+                700 + 10 * i,
+                20 + i,
+                100 + i
+            )
+        })
+        .collect();
+    std::fs::write(&trace, lines).unwrap();
+    let o = matrix(&[
+        "--virtual-time",
+        "--scale",
+        "quick",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--rows",
+        "F",
+        "--results-dir",
+        root.join("r").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let dir = experiment_dir(&o);
+    let exp = check_experiment(&dir, "matrix", true, &["F"]);
+    let f = read_json(&dir.join(exp["rows"][0]["runs"][0].as_str().unwrap()));
+    assert_eq!(f["plan"]["num_prompts"], 12);
+    assert_eq!(f["plan"]["dataset_name"], "custom");
+    let rate: f64 = f["plan"]["request_rate"].as_str().unwrap().parse().unwrap();
+    assert!((rate - 4.0).abs() < 1e-6, "{rate}");
+    assert!(dir.join("rows/F/trace-dataset.jsonl").is_file());
+    let notes = exp["notes"].to_string();
+    assert!(notes.contains("12 requests of trace"), "{notes}");
+    let plan = std::fs::read_to_string(dir.join("plan.toml")).unwrap();
+    assert!(plan.contains("mooncake.jsonl"), "{plan}");
     let _ = std::fs::remove_dir_all(&root);
 }

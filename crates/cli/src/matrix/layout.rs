@@ -93,7 +93,8 @@ pub struct SweepEntry {
 /// One sweep point of `experiment.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PointEntry {
-    /// The swept variable's value (JSON has no infinity: an unlimited rate is `f64::MAX`).
+    /// The swept variable's value; an unlimited rate is `null` (JSON has no infinity).
+    #[serde(serialize_with = "inf_as_null", deserialize_with = "null_as_inf")]
     pub value: f64,
     /// Runs at this point, relative paths.
     pub runs: Vec<String>,
@@ -113,13 +114,16 @@ pub struct ProbeEntry {
     pub run: String,
 }
 
-/// JSON has no infinity: an unlimited rate is stored as `f64::MAX`.
-pub fn json_value(v: f64) -> f64 {
-    if v.is_infinite() {
-        f64::MAX
+fn inf_as_null<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_finite() {
+        s.serialize_f64(*v)
     } else {
-        v
+        s.serialize_none()
     }
+}
+
+fn null_as_inf<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
 }
 
 /// Creates `<root>/<model>/<hardware>/<timestamp>/` (a suffix keeps two experiments started

@@ -384,8 +384,6 @@ pub async fn run_matrix(
     for n in &notes {
         println!("\nNote: {n}");
     }
-    for path in render::render_reports(&dir)? {
-        eprintln!("report: {}", path.display());
-    }
+    render::render_or_warn(&dir);
     Ok((dir, exit))
 }
