@@ -12,9 +12,13 @@ use rand_chacha::ChaCha8Rng;
 /// The kinds of injected fault, as `sim:faults_injected_total{kind}` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FaultKind {
+    /// A request rejected at once with `--fault-error-status`.
     Error,
+    /// A streamed chunk held for `--fault-stall-ms`.
     Stall,
+    /// A stream cut after a random token, without `[DONE]`.
     Disconnect,
+    /// A chunk sent as truncated JSON.
     Malformed,
 }
 
@@ -45,11 +49,17 @@ impl FaultKind {
 /// Fault probabilities and parameters (`--fault-*`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultConfig {
+    /// Per request: probability of an immediate error response.
     pub error_rate: f64,
+    /// HTTP status of injected errors.
     pub error_status: u16,
+    /// Per streamed chunk: probability of a stall.
     pub stall_prob: f64,
+    /// Length of a stall.
     pub stall: Duration,
+    /// Per streaming request: probability of a cut connection.
     pub disconnect_prob: f64,
+    /// Per streaming request: probability of one truncated chunk.
     pub malformed_prob: f64,
 }
 

@@ -11,10 +11,15 @@ use crate::faults::FaultKind;
 /// Static labels of `vllm:cache_config_info`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheConfigInfo {
+    /// Tokens per KV block.
     pub block_size: u32,
+    /// `--gpu-memory-utilization`.
     pub gpu_memory_utilization: f64,
+    /// KV blocks, the null block included.
     pub num_gpu_blocks: u32,
+    /// Whether prefix caching is on (`True`/`False`, as Python prints it).
     pub enable_prefix_caching: bool,
+    /// KV-cache dtype (`auto`, `fp8`).
     pub cache_dtype: String,
 }
 
@@ -48,9 +53,13 @@ impl Default for DriverMetrics {
 /// Everything one `/metrics` response shows.
 #[derive(Debug, Clone, Copy)]
 pub struct MetricsView<'a> {
+    /// The served model name (`model_name` label).
     pub model_name: &'a str,
+    /// The engine core's metrics.
     pub engine: &'a EngineMetrics,
+    /// The real-time driver's metrics.
     pub driver: &'a DriverMetrics,
+    /// Labels of `vllm:cache_config_info`.
     pub cache: &'a CacheConfigInfo,
     /// Injected faults per kind, in [`FaultKind::ALL`] order.
     pub faults: [u64; 4],

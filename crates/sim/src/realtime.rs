@@ -62,7 +62,9 @@ pub struct TokenEvent {
 /// Metrics published after every step.
 #[derive(Debug, Clone)]
 pub struct MetricsSnapshot {
+    /// The engine core's counters, gauges and histograms.
     pub engine: EngineMetrics,
+    /// Lag, lateness and re-anchors of the driver.
     pub driver: DriverMetrics,
 }
 

@@ -7,8 +7,11 @@ use axum::response::{IntoResponse, Response};
 /// An error response.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiError {
+    /// HTTP status (also the body's `code`).
     pub status: StatusCode,
+    /// Human-readable message.
     pub message: String,
+    /// The offending request field, if one.
     pub param: Option<&'static str>,
 }
 

@@ -16,7 +16,9 @@ const END_OF_TURN: u32 = 4;
 /// Which endpoint a request came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
+    /// `/v1/completions`.
     Completions,
+    /// `/v1/chat/completions`.
     Chat,
 }
 
@@ -24,9 +26,13 @@ pub enum Endpoint {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum PromptInput {
+    /// A string.
     Text(String),
+    /// Token ids.
     Tokens(Vec<i64>),
+    /// A list of strings (one is supported).
     Texts(Vec<String>),
+    /// A list of token-id lists (one is supported).
     TokenLists(Vec<Vec<i64>>),
 }
 
@@ -34,13 +40,16 @@ pub enum PromptInput {
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum Content {
+    /// Plain text.
     Text(String),
+    /// Typed parts.
     Parts(Vec<ContentPart>),
 }
 
 /// One part of a multi-part message.
 #[derive(Debug, Deserialize)]
 pub struct ContentPart {
+    /// The text of a `text` part.
     #[serde(default)]
     pub text: Option<String>,
 }
@@ -121,6 +130,7 @@ pub struct ValidRequest {
 /// What validation needs to know about the server.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// Prompt plus output must fit this.
     pub max_model_len: u32,
     /// Prompt token ids must be below this.
     pub vocab_size: u32,

@@ -170,11 +170,17 @@ impl ChunkTemplate {
 
 /// Everything a streaming response needs after validation.
 pub struct StreamState {
+    /// Server state (output words, fault counters).
     pub app: AppState,
+    /// The request's pre-serialized chunk pieces.
     pub template: Arc<ChunkTemplate>,
+    /// Token events from the engine.
     pub events: mpsc::UnboundedReceiver<TokenEvent>,
+    /// Aborts the request if the stream is dropped early.
     pub guard: AbortOnDrop,
+    /// The request's injected faults.
     pub faults: RequestFaults,
+    /// Send a usage chunk before `[DONE]`.
     pub include_usage: bool,
     /// Tokens written so far.
     pub sent: u32,
@@ -286,10 +292,15 @@ impl StreamState {
 /// Identity of one response.
 #[derive(Debug, Clone, Copy)]
 pub struct ResponseMeta<'a> {
+    /// Completions or chat.
     pub endpoint: Endpoint,
+    /// Engine request id (the response id derives from it).
     pub id: u64,
+    /// Unix seconds.
     pub created: u64,
+    /// Served model name.
     pub model: &'a str,
+    /// Prompt length as counted by the server.
     pub prompt_tokens: u32,
     /// Include `prompt_tokens_details`.
     pub details: bool,
