@@ -3,7 +3,6 @@
 
 pub mod args;
 pub mod engine;
-pub mod virtual_time;
 pub mod faults;
 pub mod prometheus;
 pub mod realtime;
