@@ -120,16 +120,7 @@ pub fn sample_random(
 ) -> Result<Vec<RequestSpec>, WorkloadError> {
     cfg.validate()?;
     let n = cfg.num_prompts;
-    let input = cfg.input_range();
-    let output = cfg.output_range();
-    // Like vLLM: all input lengths, then all output lengths, from one stream.
-    let mut len_rng = stream(cfg.seed, Purpose::Lengths, 0);
-    let input_lens: Vec<u64> = (0..n)
-        .map(|_| len_rng.random_range(input.low..=input.high))
-        .collect();
-    let output_lens: Vec<u64> = (0..n)
-        .map(|_| len_rng.random_range(output.low..=output.high))
-        .collect();
+    let (input_lens, output_lens) = sample_lengths(cfg);
 
     let prefix_len = to_usize(cfg.prefix_len)?;
     let shared_prefix = match cfg.prefix_mode {
@@ -160,6 +151,40 @@ pub fn sample_random(
         })
     };
     build_parallel(n, build)
+}
+
+/// The random dataset's requests with their exact lengths but no prompt text: what a
+/// simulation in virtual time needs (it synthesises token ids itself). Lengths, output
+/// lengths and prefix come out exactly as [`sample_random`] would produce them.
+pub fn sample_random_lengths(cfg: &RandomConfig) -> Result<Vec<RequestSpec>, WorkloadError> {
+    cfg.validate()?;
+    let (input_lens, output_lens) = sample_lengths(cfg);
+    let shared = matches!(cfg.prefix_mode, PrefixMode::Shared);
+    Ok((0..cfg.num_prompts)
+        .map(|i| RequestSpec {
+            id: i as u64,
+            prompt: String::new(),
+            prompt_tokens: cfg.prefix_len + input_lens[i],
+            max_tokens: Some(output_lens[i]),
+            prefix_tokens: if shared { cfg.prefix_len } else { 0 },
+        })
+        .collect())
+}
+
+/// Unique input lengths and output lengths of every request. Like vLLM: all input
+/// lengths, then all output lengths, from one stream.
+fn sample_lengths(cfg: &RandomConfig) -> (Vec<u64>, Vec<u64>) {
+    let n = cfg.num_prompts;
+    let input = cfg.input_range();
+    let output = cfg.output_range();
+    let mut len_rng = stream(cfg.seed, Purpose::Lengths, 0);
+    let input_lens = (0..n)
+        .map(|_| len_rng.random_range(input.low..=input.high))
+        .collect();
+    let output_lens = (0..n)
+        .map(|_| len_rng.random_range(output.low..=output.high))
+        .collect();
+    (input_lens, output_lens)
 }
 
 fn to_usize(v: u64) -> Result<usize, WorkloadError> {
@@ -259,6 +284,28 @@ mod tests {
     }
 
     #[test]
+    fn lengths_only_matches_full_sampling() {
+        let tok = Tokenizer::builtin();
+        let cfg = RandomConfig {
+            num_prompts: 12,
+            input_len: 30,
+            range_ratio: 0.5,
+            prefix_len: 7,
+            seed: 3,
+            ..RandomConfig::default()
+        };
+        let full = sample_random(&cfg, &tok).unwrap();
+        let lengths = sample_random_lengths(&cfg).unwrap();
+        for (f, l) in full.iter().zip(&lengths) {
+            assert_eq!(
+                (f.id, f.prompt_tokens, f.max_tokens, f.prefix_tokens),
+                (l.id, l.prompt_tokens, l.max_tokens, l.prefix_tokens)
+            );
+            assert!(l.prompt.is_empty());
+        }
+    }
+
+    #[test]
     fn parallel_build_keeps_order_and_errors() {
         let out = build_parallel(100, |i| Ok(i * 2)).unwrap();
         assert_eq!(out, (0..100).map(|i| i * 2).collect::<Vec<_>>());
@@ -271,31 +318,4 @@ mod tests {
         });
         assert!(err.is_err());
     }
-}
-
-/// The random dataset's requests with their exact lengths but no prompt text: what a
-/// simulation in virtual time needs (it synthesises token ids itself). Lengths, output
-/// lengths and prefix come out exactly as [`sample_random`] would produce them.
-pub fn sample_random_lengths(cfg: &RandomConfig) -> Result<Vec<RequestSpec>, WorkloadError> {
-    cfg.validate()?;
-    let n = cfg.num_prompts;
-    let input = cfg.input_range();
-    let output = cfg.output_range();
-    let mut len_rng = stream(cfg.seed, Purpose::Lengths, 0);
-    let input_lens: Vec<u64> = (0..n)
-        .map(|_| len_rng.random_range(input.low..=input.high))
-        .collect();
-    let output_lens: Vec<u64> = (0..n)
-        .map(|_| len_rng.random_range(output.low..=output.high))
-        .collect();
-    let shared = matches!(cfg.prefix_mode, PrefixMode::Shared);
-    Ok((0..n)
-        .map(|i| RequestSpec {
-            id: i as u64,
-            prompt: String::new(),
-            prompt_tokens: cfg.prefix_len + input_lens[i],
-            max_tokens: Some(output_lens[i]),
-            prefix_tokens: if shared { cfg.prefix_len } else { 0 },
-        })
-        .collect())
 }
