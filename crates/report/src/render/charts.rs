@@ -133,6 +133,7 @@ pub fn frontier_charts(sweep: &SweepReport) -> Vec<Chart> {
                 ref_lines,
                 marks,
                 x_from_zero: true,
+                x_log: false,
                 y_from_zero: true,
                 note: None,
             }
@@ -193,7 +194,7 @@ pub fn cdf_points(mut samples: Vec<f64>) -> Vec<(f64, f64)> {
 pub fn cdf_chart(groups: &[Group<'_>], metric: &str) -> Chart {
     let label = metric.to_ascii_uppercase();
     let mut missing = Vec::new();
-    let series = groups
+    let series: Vec<Series> = groups
         .iter()
         .enumerate()
         .filter_map(|(i, g)| {
@@ -222,13 +223,22 @@ pub fn cdf_chart(groups: &[Group<'_>], metric: &str) -> Chart {
             })
         })
         .collect();
+    // A long tail squeezes the body of a linear axis into one corner; past a 20× spread the
+    // x axis turns logarithmic.
+    let (lo, hi) = series
+        .iter()
+        .flat_map(|s: &Series| s.points.iter().map(|p| p.0))
+        .filter(|v| *v > 0.0)
+        .fold((f64::INFINITY, 0.0_f64), |(l, h), v| (l.min(v), h.max(v)));
+    let x_log = lo.is_finite() && hi / lo > 20.0;
     Chart {
         id: format!("cdf-{metric}"),
+        x_log,
         title: format!(
             "{label} distribution (CDF, per request{})",
             if metric == "itl" { " gap" } else { "" }
         ),
-        x_label: format!("{label} (ms)"),
+        x_label: format!("{label} (ms{})", if x_log { ", log scale" } else { "" }),
         y_label: "fraction of samples ≤ x".into(),
         series,
         x_from_zero: true,

@@ -33,6 +33,8 @@ table { border-collapse: collapse; margin: 8px 0 16px; font-variant-numeric: tab
 th, td { padding: 4px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
 th { background: #f5f7fa; font-weight: 600; white-space: nowrap; }
 td.num, th.num { text-align: right; white-space: nowrap; }
+td.col-question { min-width: 22em; max-width: 36em; font-size: 12.5px; color: var(--muted); }
+td.col-name { min-width: 9em; }
 tbody tr:hover { background: #f8fafc; }
 .charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 18px; }
 figure.chart { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; background: #fff; }
@@ -90,11 +92,12 @@ fn section(out: &mut String, id: &str, title: &str) {
     let _ = writeln!(out, "<section id=\"{}\">\n<h2>{}</h2>", esc(id), esc(title));
 }
 
-fn run_details(out: &mut String, label: &str, run: &RunData, id: &str) {
+fn run_details(out: &mut String, label: &str, run: &RunData, id: &str, open: bool) {
     let _ = writeln!(
         out,
-        "<details id=\"{}\"><summary>{} <span class=\"badge\">{}</span></summary>",
+        "<details id=\"{}\"{}><summary>{} <span class=\"badge\">{}</span></summary>",
         esc(id),
+        if open { " open" } else { "" },
         esc(label),
         esc(&run.path)
     );
@@ -241,7 +244,14 @@ pub fn render_html(report: &ExperimentReport) -> String {
                 } else {
                     "run".to_owned()
                 };
-                run_details(&mut out, &label, run, &format!("run-{}-{i}", g.key));
+                // A short report shows its runs' tables open; a long one keeps them folded.
+                run_details(
+                    &mut out,
+                    &label,
+                    run,
+                    &format!("run-{}-{i}", g.key),
+                    runs <= 2,
+                );
             }
         }
         out.push_str("</section>\n");

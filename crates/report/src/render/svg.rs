@@ -95,6 +95,8 @@ pub struct Chart {
     pub marks: Vec<Mark>,
     /// Start the x axis at 0.
     pub x_from_zero: bool,
+    /// Logarithmic x axis (non-positive x values are left out).
+    pub x_log: bool,
     /// Start the y axis at 0.
     pub y_from_zero: bool,
     /// A line under the chart (e.g. "every 3rd request shown").
@@ -140,12 +142,44 @@ struct Scale {
     hi: f64,
     a: f64,
     b: f64,
+    log: bool,
 }
 
 impl Scale {
+    /// Pixel position of `v`; NaN for a non-positive value on a log scale.
     fn map(&self, v: f64) -> f64 {
+        if self.log {
+            if v <= 0.0 {
+                return f64::NAN;
+            }
+            let (lo, hi) = (self.lo.log10(), self.hi.log10());
+            return self.a + (v.log10() - lo) / (hi - lo) * (self.b - self.a);
+        }
         self.a + (v - self.lo) / (self.hi - self.lo) * (self.b - self.a)
     }
+}
+
+/// Ticks of a log axis covering `[lo, hi]` (both > 0): 1-2-5 steps per decade over a few
+/// decades, decades only over more.
+pub fn log_ticks(lo: f64, hi: f64) -> (f64, f64, Vec<(f64, String)>) {
+    let d0 = lo.log10().floor() as i32;
+    let d1 = (hi.log10().ceil() as i32).max(d0 + 1);
+    let multipliers: &[f64] = if d1 - d0 <= 3 {
+        &[1.0, 2.0, 5.0]
+    } else {
+        &[1.0]
+    };
+    let mut ticks = Vec::new();
+    for d in d0..=d1 {
+        for &m in multipliers {
+            let v = m * 10f64.powi(d);
+            if v <= 10f64.powi(d1) * 1.000_001 {
+                let decimals = usize::try_from(-d).unwrap_or(0);
+                ticks.push((v, format!("{v:.decimals$}")));
+            }
+        }
+    }
+    (10f64.powi(d0), 10f64.powi(d1), ticks)
 }
 
 fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
@@ -192,7 +226,8 @@ impl Chart {
             .iter()
             .flat_map(|s| s.points.iter().filter(finite).map(|p| p.0))
             .chain(self.marks.iter().map(|m| m.x));
-        let (x_lo, x_hi) = range(xs, self.x_from_zero);
+        let xs: Vec<f64> = xs.filter(|&x| !self.x_log || x > 0.0).collect();
+        let (x_lo, x_hi) = range(xs.into_iter(), self.x_from_zero && !self.x_log);
         let ys = self
             .series
             .iter()
@@ -200,19 +235,32 @@ impl Chart {
             .chain(self.ref_lines.iter().map(|r| r.y))
             .chain(self.marks.iter().map(|m| m.y));
         let (y_lo, y_hi) = range(ys, self.y_from_zero);
-        let (x0, x1, xstep) = nice_ticks(x_lo, x_hi, 7);
+        let (x0, x1, xticks) = if self.x_log && x_lo > 0.0 {
+            log_ticks(x_lo, x_hi)
+        } else {
+            let (x0, x1, step) = nice_ticks(x_lo, x_hi, 7);
+            let mut ticks = Vec::new();
+            let mut v = x0;
+            while v <= x1 + step * 1e-6 {
+                ticks.push((v, tick_text(v, step)));
+                v += step;
+            }
+            (x0, x1, ticks)
+        };
         let (y0, y1, ystep) = nice_ticks(y_lo, y_hi, 5);
         let sx = Scale {
             lo: x0,
             hi: x1,
             a: LEFT,
             b: WIDTH - RIGHT,
+            log: self.x_log && x_lo > 0.0,
         };
         let sy = Scale {
             lo: y0,
             hi: y1,
             a: HEIGHT - BOTTOM,
             b: TOP,
+            log: false,
         };
 
         let mut o = String::new();
@@ -226,17 +274,15 @@ impl Chart {
         );
         // Grid and tick labels.
         o.push_str("<g class=\"grid\">");
-        let mut v = x0;
-        while v <= x1 + xstep * 1e-6 {
-            let x = sx.map(v);
+        for (v, text) in &xticks {
+            let x = sx.map(*v);
             let _ = write!(
                 o,
                 "<line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\"/><text class=\"tx\" x=\"{x:.1}\" y=\"{:.1}\">{}</text>",
                 HEIGHT - BOTTOM,
                 HEIGHT - BOTTOM + 16.0,
-                tick_text(v, xstep)
+                text
             );
-            v += xstep;
         }
         let mut v = y0;
         while v <= y1 + ystep * 1e-6 {
@@ -287,6 +333,7 @@ impl Chart {
                 .enumerate()
                 .filter(|(_, (x, y))| x.is_finite() && y.is_finite())
                 .map(|(i, &(x, y))| (i, sx.map(x), sy.map(y)))
+                .filter(|(_, x, y)| x.is_finite() && y.is_finite())
                 .collect();
             if s.kind != SeriesKind::Scatter && pts.len() > 1 {
                 o.push_str("<path d=\"");
@@ -333,6 +380,9 @@ impl Chart {
                 continue;
             }
             let (x, y) = (sx.map(m.x), sy.map(m.y));
+            if !(x.is_finite() && y.is_finite()) {
+                continue;
+            }
             let anchor = if x > WIDTH * 0.7 { "end" } else { "start" };
             let dx = if anchor == "end" { -10.0 } else { 10.0 };
             let _ = writeln!(
@@ -423,6 +473,40 @@ mod tests {
         assert!(svg.contains("SLO 2.5 ms"));
         assert!(svg.contains("id=\"knee\""));
         assert!(svg.contains("data-series=\"c1-a\""));
+        assert!(!svg.contains("NaN"));
+    }
+
+    #[test]
+    fn log_axes_tick_by_decade() {
+        let (lo, hi, ticks) = log_ticks(3.0, 250.0);
+        assert_eq!((lo, hi), (1.0, 1000.0));
+        let labels: Vec<&str> = ticks.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(
+            labels,
+            ["1", "2", "5", "10", "20", "50", "100", "200", "500", "1000"]
+        );
+        let (_, _, ticks) = log_ticks(0.05, 5000.0);
+        let labels: Vec<&str> = ticks.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(labels, ["0.01", "0.1", "1", "10", "100", "1000", "10000"]);
+        let chart = Chart {
+            id: "l".into(),
+            x_log: true,
+            series: vec![Series {
+                id: "l-a".into(),
+                label: "a".into(),
+                points: vec![(0.0, 0.1), (5.0, 0.5), (80.0, 1.0)],
+                tooltips: Vec::new(),
+                kind: SeriesKind::LineMarkers,
+                color: 0,
+            }],
+            ..Chart::default()
+        };
+        let svg = chart.render();
+        assert_eq!(
+            svg.matches("<circle").count(),
+            2,
+            "x = 0 has no place on a log axis"
+        );
         assert!(!svg.contains("NaN"));
     }
 

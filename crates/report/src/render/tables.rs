@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use super::charts::point_label;
 use super::figures::{frontier_axes, stat_label, GroupFigures};
-use super::format::{figure, html_escape, load, md_cell, ms, opt, rate};
+use super::format::{figure, html_escape, load, md_cell, ms, opt, rate, slug};
 use crate::model::{ExperimentReport, RunData, SweepReport};
 
 /// A table of text cells.
@@ -83,24 +83,27 @@ impl Table {
     /// An HTML `<table>` with the given id.
     pub fn to_html(&self, id: &str) -> String {
         let mut out = format!("<table id=\"{}\">\n<thead><tr>", html_escape(id));
-        for (h, &n) in self.headers.iter().zip(&self.numeric) {
-            let _ = write!(
-                out,
-                "<th{}>{}</th>",
-                if n { " class=\"num\"" } else { "" },
-                html_escape(h)
-            );
+        let classes: Vec<String> = self
+            .headers
+            .iter()
+            .zip(&self.numeric)
+            .map(|(h, &n)| {
+                let col = format!("col-{}", slug(h).to_ascii_lowercase());
+                if n {
+                    format!("num {col}")
+                } else {
+                    col
+                }
+            })
+            .collect();
+        for (h, class) in self.headers.iter().zip(&classes) {
+            let _ = write!(out, "<th class=\"{class}\">{}</th>", html_escape(h));
         }
         out.push_str("</tr></thead>\n<tbody>\n");
         for r in &self.rows {
             out.push_str("<tr>");
-            for (c, &n) in r.iter().zip(&self.numeric) {
-                let _ = write!(
-                    out,
-                    "<td{}>{}</td>",
-                    if n { " class=\"num\"" } else { "" },
-                    html_escape(c)
-                );
+            for (c, class) in r.iter().zip(&classes) {
+                let _ = write!(out, "<td class=\"{class}\">{}</td>", html_escape(c));
             }
             out.push_str("</tr>\n");
         }
