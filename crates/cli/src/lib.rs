@@ -2,6 +2,8 @@
 //! crates, progress and exit codes. No measurement logic lives here.
 
 pub mod compare_cmd;
+pub mod decide_cmd;
+pub mod diagnose_cmd;
 pub mod experiment;
 pub mod matrix;
 pub mod plan_cmd;
@@ -47,6 +49,13 @@ pub enum Command {
     /// Compare two results (run files or experiment directories, row by row) on every axis,
     /// with significance tests and --fail-if gates (exit 1 when one trips).
     Compare(Box<compare_cmd::CompareArgs>),
+    /// Diagnose a matrix or sweep: which regime each symptom points to (prefill cost,
+    /// bandwidth-bound decode, queueing, batching, prefix-cache misses, KV exhaustion), with
+    /// evidence, confidence and the next experiment; writes interpretation.md.
+    Diagnose(Box<diagnose_cmd::DiagnoseArgs>),
+    /// Decide between configurations (one or more sweep/matrix directories) against a latency
+    /// contract: accepted and rejected with their figures, cost, versions; writes decision.md.
+    Decide(Box<decide_cmd::DecideArgs>),
 }
 
 /// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
@@ -80,6 +89,8 @@ pub fn main() -> ExitCode {
             Command::Sweep(args) => sweep_cmd::sweep(*args, redact_argv(&argv)).await,
             Command::Report(args) => report_cmd::report(*args),
             Command::Compare(args) => compare_cmd::run(*args),
+            Command::Diagnose(args) => diagnose_cmd::diagnose(*args),
+            Command::Decide(args) => decide_cmd::decide(*args),
         }
     });
     match result {
