@@ -12,7 +12,7 @@ use servebench_analysis::frontier::{
     best_under_slos, knee, parse_slos, LatencyMetric, LatencyStat, LoadKind, SweepPoint,
 };
 use servebench_metrics::{read_jsonl, RunSummary};
-use servebench_report::render::{frontier_axes, GroupFigures};
+use servebench_report::render::{sweep_axes, GroupFigures};
 use servebench_report::{
     ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,
 };
@@ -47,6 +47,9 @@ pub struct ExperimentFile {
     /// The sweep, for a sweep.
     #[serde(default)]
     pub sweep: Option<SweepEntry>,
+    /// Notes the experiment recorded (quick run, virtual time, ...).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// A row of `experiment.json`.
@@ -85,6 +88,15 @@ pub struct SweepEntry {
     /// Why it stopped.
     #[serde(default)]
     pub stop_reason: Option<String>,
+    /// The frontier's latency percentile (`ttft:p99`).
+    #[serde(default)]
+    pub latency_metric: Option<String>,
+    /// The knee the sweep found (index into `points`); recomputed when absent.
+    #[serde(default)]
+    pub knee: Option<usize>,
+    /// The sweep's headline; recomputed from the SLOs when absent.
+    #[serde(default)]
+    pub headline: Option<String>,
 }
 
 /// One sweep point of `experiment.json`.
@@ -312,6 +324,7 @@ pub fn from_experiment_file(dir: &Path, file: ExperimentFile) -> Result<Experime
             row: s.row.clone(),
             variable: s.variable.clone(),
             slos: s.slos.clone(),
+            latency_metric: s.latency_metric.clone().filter(|m| !m.is_empty()),
             points,
             knee: None,
             headline: None,
@@ -322,6 +335,14 @@ pub fn from_experiment_file(dir: &Path, file: ExperimentFile) -> Result<Experime
                 .or_else(|| s.stopped_early.then(|| "stopped early".to_owned())),
         };
         analyze(&mut sweep)?;
+        // What the sweep itself decided wins over the recomputation (they agree unless the
+        // files were edited).
+        if let Some(k) = s.knee.filter(|&k| k < sweep.points.len()) {
+            sweep.knee = Some(k);
+        }
+        if let Some(h) = s.headline.clone().filter(|h| !h.is_empty()) {
+            sweep.headline = Some(h);
+        }
         report.sweep = Some(sweep);
     }
     let all_runs: Vec<RunData> = report
@@ -336,7 +357,12 @@ pub fn from_experiment_file(dir: &Path, file: ExperimentFile) -> Result<Experime
         )
         .cloned()
         .collect();
-    report.notes = run_notes(&all_runs);
+    report.notes = file.notes.clone();
+    for note in run_notes(&all_runs) {
+        if !report.notes.contains(&note) {
+            report.notes.push(note);
+        }
+    }
     for (file_name, heading) in EXTRA_FILES {
         let p = dir.join(file_name);
         if p.exists() {
@@ -364,7 +390,7 @@ pub fn sweep_points(sweep: &SweepReport) -> Vec<SweepPoint> {
             let f = GroupFigures::of(&p.runs);
             let mut latencies = Vec::new();
             let mut percentiles: Vec<f64> = vec![50.0, 90.0, 99.0];
-            for axis in frontier_axes(&sweep.slos) {
+            for axis in sweep_axes(sweep) {
                 if !percentiles.contains(&axis.percentile) {
                     percentiles.push(axis.percentile);
                 }
@@ -404,7 +430,7 @@ pub fn analyze(sweep: &mut SweepReport) -> Result<()> {
     if points.is_empty() {
         return Ok(());
     }
-    let axis = &frontier_axes(&sweep.slos)[0];
+    let axis = &sweep_axes(sweep)[0];
     let metric: LatencyMetric = axis
         .metric
         .parse()

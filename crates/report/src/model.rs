@@ -76,6 +76,10 @@ pub struct SweepReport {
     pub variable: String,
     /// SLOs of the contract, as given (`ttft:p99:500`, ...).
     pub slos: Vec<String>,
+    /// The latency percentile of the frontier and knee (`ttft:p99`); `None` means the first
+    /// SLO's percentile, or p99 TTFT without SLOs.
+    #[serde(default)]
+    pub latency_metric: Option<String>,
     /// The points, in sweep order.
     pub points: Vec<SweepPointReport>,
     /// Index into `points` of the frontier's knee, when one was found.

@@ -5,7 +5,7 @@
 use servebench_metrics::stats::percentile_sorted;
 use servebench_metrics::RequestRecord;
 
-use super::figures::{frontier_axes, stat_label, GroupFigures};
+use super::figures::{stat_label, sweep_axes, GroupFigures};
 use super::format::{load, ms, rate, slug};
 use super::svg::{Chart, Mark, RefLine, Series, SeriesKind};
 use crate::model::{ExperimentReport, RunData, SweepReport};
@@ -72,7 +72,7 @@ pub fn point_label(sweep: &SweepReport, value: f64) -> String {
 /// One frontier chart per latency percentile the sweep's SLOs constrain (p99 TTFT without
 /// SLOs), with the SLO thresholds as lines and the knee marked on the first.
 pub fn frontier_charts(sweep: &SweepReport) -> Vec<Chart> {
-    let axes = frontier_axes(&sweep.slos);
+    let axes = sweep_axes(sweep);
     let figures: Vec<GroupFigures> = sweep
         .points
         .iter()

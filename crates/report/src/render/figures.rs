@@ -5,7 +5,7 @@
 use servebench_metrics::{aggregate, RunSummary};
 
 use super::format::Figure;
-use crate::model::RunData;
+use crate::model::{RunData, SweepReport};
 
 /// Headline figures of one group of runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -179,6 +179,39 @@ pub fn frontier_axes(slos: &[String]) -> Vec<FrontierAxis> {
     axes
 }
 
+/// The frontier axes of a sweep: its `latency_metric` first (when it names a percentile,
+/// `ttft:p99`), then the SLOs' percentiles; see [`frontier_axes`]. The first axis is the one
+/// the knee refers to.
+pub fn sweep_axes(sweep: &SweepReport) -> Vec<FrontierAxis> {
+    let mut axes = frontier_axes(&sweep.slos);
+    let primary = sweep
+        .latency_metric
+        .as_deref()
+        .and_then(|m| parse_slo(&format!("{m}:1")))
+        .map(|(metric, p, _)| (metric, p));
+    if let Some((metric, p)) = primary {
+        let same = |a: &FrontierAxis| a.metric == metric && (a.percentile - p).abs() < 1e-9;
+        if sweep.slos.iter().all(|s| parse_slo(s).is_none()) {
+            axes.clear();
+        }
+        match axes.iter().position(same) {
+            Some(i) => {
+                let axis = axes.remove(i);
+                axes.insert(0, axis);
+            }
+            None => axes.insert(
+                0,
+                FrontierAxis {
+                    metric,
+                    percentile: p,
+                    slo_ms: Vec::new(),
+                },
+            ),
+        }
+    }
+    axes
+}
+
 /// `p99 TTFT`.
 pub fn stat_label(metric: &str, p: f64) -> String {
     format!(
@@ -213,6 +246,35 @@ mod tests {
         assert_eq!(
             parse_slo("e2el:median:2000"),
             Some(("e2el".into(), 50.0, 2000.0))
+        );
+    }
+
+    #[test]
+    fn the_sweep_latency_metric_comes_first() {
+        let mut sweep = SweepReport {
+            row: "D".into(),
+            variable: "request_rate".into(),
+            slos: vec!["ttft:p99:500".into(), "tpot:p90:40".into()],
+            latency_metric: Some("tpot:p90".into()),
+            points: Vec::new(),
+            knee: None,
+            headline: None,
+            stop_reason: None,
+        };
+        let axes = sweep_axes(&sweep);
+        assert_eq!(
+            (axes[0].metric.as_str(), axes[0].percentile),
+            ("tpot", 90.0)
+        );
+        assert_eq!(axes[0].slo_ms, vec![40.0]);
+        assert_eq!(axes.len(), 2);
+        sweep.slos.clear();
+        sweep.latency_metric = Some("e2el:p50".into());
+        let axes = sweep_axes(&sweep);
+        assert_eq!(axes.len(), 1);
+        assert_eq!(
+            (axes[0].metric.as_str(), axes[0].percentile),
+            ("e2el", 50.0)
         );
     }
 }

@@ -8,7 +8,7 @@ use super::charts::{
     cdf_chart, frontier_charts, groups, in_flight_over_time, latency_over_time,
     throughput_over_time,
 };
-use super::figures::{frontier_axes, stat_label};
+use super::figures::{stat_label, sweep_axes};
 use super::format::{html_escape as esc, slug};
 use super::mdhtml::markdown_to_html;
 use super::tables::{rows_table, run_facts, run_metrics_table, sweep_point_label, sweep_table};
@@ -189,7 +189,7 @@ pub fn render_html(report: &ExperimentReport) -> String {
         }
         out.push_str("</div>\n");
         out.push_str(&sweep_table(sweep).to_html("sweep-table"));
-        let axis = &frontier_axes(&sweep.slos)[0];
+        let axis = &sweep_axes(sweep)[0];
         let stat = stat_label(&axis.metric, axis.percentile);
         match sweep.knee {
             Some(k) => {

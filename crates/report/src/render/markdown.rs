@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::figures::{frontier_axes, stat_label};
+use super::figures::{stat_label, sweep_axes};
 use super::tables::{rows_table, sweep_point_label, sweep_table};
 use crate::model::ExperimentReport;
 
@@ -41,7 +41,7 @@ pub fn render_markdown(report: &ExperimentReport) -> String {
         }
         out.push_str(&sweep_table(sweep).to_markdown());
         out.push('\n');
-        let axis = &frontier_axes(&sweep.slos)[0];
+        let axis = &sweep_axes(sweep)[0];
         match sweep.knee {
             Some(k) => {
                 let _ = writeln!(

@@ -16,7 +16,7 @@ pub mod tables;
 pub mod text;
 
 pub use csv::{csv_columns, render_csv};
-pub use figures::{frontier_axes, FrontierAxis, GroupFigures};
+pub use figures::{frontier_axes, sweep_axes, FrontierAxis, GroupFigures};
 pub use html::render_html;
 pub use markdown::render_markdown;
 pub use mdhtml::markdown_to_html;

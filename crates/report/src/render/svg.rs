@@ -232,9 +232,16 @@ impl Chart {
             .series
             .iter()
             .flat_map(|s| s.points.iter().filter(finite).map(|p| p.1))
-            .chain(self.ref_lines.iter().map(|r| r.y))
             .chain(self.marks.iter().map(|m| m.y));
-        let (y_lo, y_hi) = range(ys, self.y_from_zero);
+        let (y_lo, data_hi) = range(ys, self.y_from_zero);
+        // A threshold far above the data would flatten the curve: such a line is named at
+        // the top edge instead of stretching the axis to it.
+        let y_hi = self
+            .ref_lines
+            .iter()
+            .map(|r| r.y)
+            .filter(|&y| y.is_finite() && y <= data_hi + 2.0 * (data_hi - y_lo))
+            .fold(data_hi, f64::max);
         let (x0, x1, xticks) = if self.x_log && x_lo > 0.0 {
             log_ticks(x_lo, x_hi)
         } else {
@@ -361,6 +368,17 @@ impl Chart {
 
         for r in &self.ref_lines {
             if !r.y.is_finite() {
+                continue;
+            }
+            if r.y > y1 {
+                let _ = writeln!(
+                    o,
+                    "<g class=\"ref {} above\"><text x=\"{:.1}\" y=\"{:.1}\">{} (above the chart) ↑</text></g>",
+                    esc(&r.class),
+                    WIDTH - RIGHT - 4.0,
+                    TOP + 10.0,
+                    esc(&r.label)
+                );
                 continue;
             }
             let y = sy.map(r.y);

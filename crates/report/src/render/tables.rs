@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::charts::point_label;
-use super::figures::{frontier_axes, stat_label, GroupFigures};
+use super::figures::{stat_label, sweep_axes, GroupFigures};
 use super::format::{figure, html_escape, load, md_cell, ms, opt, rate, slug};
 use crate::model::{ExperimentReport, RunData, SweepReport};
 
@@ -173,7 +173,7 @@ pub fn rows_table(report: &ExperimentReport, questions: bool) -> Table {
 /// One line per sweep point: the load, throughputs, the frontier percentiles, p50/p99 TTFT
 /// and TPOT, failures, and the knee marked.
 pub fn sweep_table(sweep: &SweepReport) -> Table {
-    let axes = frontier_axes(&sweep.slos);
+    let axes = sweep_axes(sweep);
     let extra: Vec<(String, f64, String)> = axes
         .iter()
         .filter(|a| {
