@@ -3,6 +3,7 @@
 //! per-request samples, and `--fail-if` gates that turn the comparison into an exit code.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -232,26 +233,35 @@ pub fn gate_figures(runs: &[RunData], gpus: Option<u32>) -> Map<String, Value> {
     doc
 }
 
+/// Per-request samples of a latency metric, ms. ITL gaps within one request are strongly
+/// correlated (one batch paces them all), so pooling every gap would make a test see
+/// "significant" differences between two repeats of one configuration; ITL is therefore
+/// tested on each request's median gap, like the other metrics on one value per request.
+pub fn test_samples(runs: &[RunData], metric: &str) -> Vec<f64> {
+    if metric != "itl" {
+        return runs
+            .iter()
+            .flat_map(|r| samples_ms(&r.records, metric))
+            .collect();
+    }
+    runs.iter()
+        .flat_map(|r| r.records.iter().filter(|x| x.is_success()))
+        .filter_map(|r| {
+            let gaps: Vec<f64> = r.itls_ns().map(|g| g as f64 / 1e6).collect();
+            servebench_metrics::stats::median(&gaps)
+        })
+        .collect()
+}
+
 fn latency_test(a: &[RunData], b: &[RunData], metric: &str, alpha: f64) -> MetricTest {
-    let sa: Vec<f64> = a
-        .iter()
-        .flat_map(|r| samples_ms(&r.records, metric))
-        .collect();
-    let sb: Vec<f64> = b
-        .iter()
-        .flat_map(|r| samples_ms(&r.records, metric))
-        .collect();
-    finish_test(
-        metric,
-        if metric == "itl" {
-            "token gap"
-        } else {
-            "request"
-        },
-        &sa,
-        &sb,
-        alpha,
-    )
+    let sa = test_samples(a, metric);
+    let sb = test_samples(b, metric);
+    let sample = if metric == "itl" {
+        "request (median gap)"
+    } else {
+        "request"
+    };
+    finish_test(metric, sample, &sa, &sb, alpha)
 }
 
 fn finish_test(metric: &str, sample: &str, a: &[f64], b: &[f64], alpha: f64) -> MetricTest {
@@ -550,7 +560,7 @@ pub fn render_text(c: &Comparison) -> String {
                 Some(r) => {
                     let _ = writeln!(
                         out,
-                        "  {:<20} per {:<9} n={}/{}  p={}  P(B>A)={:.3}  {}",
+                        "  {:<20} per {:<20} n={}/{}  p={}  P(B>A)={:.3}  {}",
                         t.metric,
                         t.sample,
                         r.n1,
@@ -596,12 +606,13 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
         load_experiment(&args.b).with_context(|| format!("loading B ({})", args.b.display()))?;
     let c = compare(&a, &b, &args)?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&c).context("serializing the comparison")?
-        );
+        let text = serde_json::to_string_pretty(&c).context("serializing the comparison")?;
+        writeln!(std::io::stdout().lock(), "{text}")?;
     } else {
-        print!("{}", render_text(&c));
+        // A closed pipe (`| head`) surfaces as an I/O error, which main treats as success.
+        std::io::stdout()
+            .lock()
+            .write_all(render_text(&c).as_bytes())?;
     }
     Ok(if c.gate_failed {
         ExitCode::from(1)

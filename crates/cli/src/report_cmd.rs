@@ -1,6 +1,7 @@
 //! `servebench report PATH`: re-render `report.html`, `report.md` and `summary.csv` from a
 //! saved experiment directory, or a one-row report from a single `*.servebench.json`.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -96,12 +97,14 @@ pub fn default_destination(path: &Path) -> (PathBuf, String) {
 pub fn report(args: ReportArgs) -> Result<ExitCode> {
     let report =
         load_experiment(&args.path).with_context(|| format!("loading {}", args.path.display()))?;
-    match args.print {
-        PrintFormat::Table => print!("{}", render_terminal(&report)),
-        PrintFormat::Markdown => print!("{}", render_markdown(&report)),
-        PrintFormat::Csv => print!("{}", render_csv(&report)),
-        PrintFormat::None => {}
-    }
+    let text = match args.print {
+        PrintFormat::Table => render_terminal(&report),
+        PrintFormat::Markdown => render_markdown(&report),
+        PrintFormat::Csv => render_csv(&report),
+        PrintFormat::None => String::new(),
+    };
+    // A closed pipe (`| head`) surfaces as an I/O error, which main treats as success.
+    std::io::stdout().lock().write_all(text.as_bytes())?;
     if !args.no_write {
         let (default_dir, prefix) = default_destination(&args.path);
         let dir = args.output_dir.unwrap_or(default_dir);
