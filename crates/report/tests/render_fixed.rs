@@ -1,0 +1,277 @@
+//! The renderers on fixed, hand-built records: a two-row matrix (one row repeated) and a
+//! four-point sweep. Each test asserts the content a reader relies on.
+
+use servebench_metrics::{summarize, CountSource, RequestRecord, SummaryOptions, TokenEvent};
+use servebench_report::render::{
+    csv_columns, render_csv, render_html, render_markdown, render_terminal,
+};
+use servebench_report::{
+    ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,
+};
+
+const MS: u64 = 1_000_000;
+
+/// A completed request sent at `sent_ms` with its first token after `ttft_ms` and `tokens`
+/// tokens `gap_ms` apart.
+fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> RequestRecord {
+    let first = (sent_ms + ttft_ms) * MS;
+    let events: Vec<TokenEvent> = (0..tokens)
+        .map(|k| TokenEvent {
+            t: first + k * gap_ms * MS,
+            chars: 4,
+        })
+        .collect();
+    let end = events.last().map(|e| e.t);
+    RequestRecord {
+        id,
+        intended: sent_ms * MS,
+        released: sent_ms * MS,
+        sent: sent_ms * MS,
+        first_token: Some(first),
+        end,
+        done: end,
+        waited_for_slot: false,
+        events,
+        input_tokens: 256,
+        input_source: CountSource::Usage,
+        output_tokens: tokens,
+        output_source: CountSource::Usage,
+        intended_input_tokens: 256,
+        max_tokens: Some(tokens),
+        cached_tokens: None,
+        finish_reason: Some("length".into()),
+        text: None,
+        failure: None,
+    }
+}
+
+/// `n` requests one every 100 ms with the given TTFT and gap.
+fn run(path: &str, n: u64, ttft_ms: u64, gap_ms: u64) -> RunData {
+    let records: Vec<RequestRecord> = (0..n)
+        .map(|i| record(i, i * 100, ttft_ms + i % 3, gap_ms, 16))
+        .collect();
+    RunData {
+        path: path.into(),
+        summary: summarize(&records, &SummaryOptions::default()),
+        records,
+        metadata: serde_json::json!({
+            "model_id": "llama-3.1-8b",
+            "date": "20260101-120000",
+            "command_line": ["servebench", "run", "--virtual-time"],
+            "target": {"kind": "simulator", "clock": "virtual", "sim_spec": "llama-3.1-8b --gpu h100"}
+        }),
+    }
+}
+
+fn matrix() -> ExperimentReport {
+    let mut r = ExperimentReport::new("Fixed matrix", ExperimentKind::Matrix);
+    r.quick = true;
+    r.notes.push("Target: simulated engine.".into());
+    r.rows.push(RowReport {
+        id: "A".into(),
+        name: "interactive baseline".into(),
+        hypothesis: "One user sees the best latency".into(),
+        runs: vec![run("rows/A/a.servebench.json", 20, 30, 7)],
+    });
+    r.rows.push(RowReport {
+        id: "B".into(),
+        name: "long prefill".into(),
+        hypothesis: "Long prompts raise TTFT | not TPOT".into(),
+        runs: vec![
+            run("rows/B/repeat-1/b.servebench.json", 20, 100, 7),
+            run("rows/B/repeat-2/b.servebench.json", 20, 120, 7),
+        ],
+    });
+    r.extra_sections.push((
+        "Interpretation".into(),
+        "Row B is **prefill-bound**.\n\n- TTFT ×4\n".into(),
+    ));
+    r
+}
+
+fn sweep() -> ExperimentReport {
+    let mut r = ExperimentReport::new("Fixed sweep", ExperimentKind::Sweep);
+    let points = [(1.0, 20, 7), (2.0, 25, 8), (4.0, 40, 9), (8.0, 400, 12)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(rate, ttft, gap))| SweepPointReport {
+            value: rate,
+            runs: vec![run(&format!("points/{i}/p.servebench.json"), 30, ttft, gap)],
+        })
+        .collect();
+    r.sweep = Some(SweepReport {
+        row: "D".into(),
+        variable: "request_rate".into(),
+        slos: vec!["ttft:p99:300".into()],
+        latency_metric: Some("ttft:p99".into()),
+        points,
+        knee: Some(2),
+        headline: Some("1,000 output tok/s at p99 TTFT < 300 ms (rate 4 req/s)".into()),
+        stop_reason: Some("latency past 5× the lightest load".into()),
+    });
+    r
+}
+
+#[test]
+fn terminal_table_has_one_compact_line_per_row() {
+    let text = render_terminal(&matrix());
+    assert!(text.starts_with("== Fixed matrix ==\n"), "{text}");
+    assert!(text.contains("quick run"));
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("row"))
+        .expect("header line");
+    for col in [
+        "req/s",
+        "output tok/s",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "TPOT p50 ms",
+        "TPOT p99 ms",
+        "ITL p99 ms",
+        "failed",
+    ] {
+        assert!(header.contains(col), "{col} missing from {header}");
+    }
+    let a = text.lines().find(|l| l.starts_with("A ")).expect("row A");
+    // 20 requests, TTFT 30/31/32 ms: p50 31 ms; TPOT is exactly the 7 ms gap.
+    assert!(a.contains("interactive baseline"), "{a}");
+    assert!(a.contains(" 31.0 "), "{a}");
+    assert!(a.contains(" 7.00 "), "{a}");
+    let b = text.lines().find(|l| l.starts_with("B ")).expect("row B");
+    // Two repeats: mean ± std of the p50 TTFT (101 and 121 ms).
+    assert!(b.contains("111.0 ± 10.0"), "{b}");
+    assert!(b.contains("  2  "), "two runs: {b}");
+}
+
+#[test]
+fn markdown_puts_each_question_beside_its_numbers() {
+    let md = render_markdown(&matrix());
+    assert!(md.starts_with("# Fixed matrix\n"));
+    assert!(md.contains("numbers from a quick run"));
+    assert!(md.contains("- Target: simulated engine."));
+    let row_a = md
+        .lines()
+        .find(|l| l.starts_with("| A |"))
+        .expect("row A line");
+    assert!(
+        row_a.contains("| One user sees the best latency |"),
+        "{row_a}"
+    );
+    assert!(row_a.contains("| 31.0 |"), "{row_a}");
+    let row_b = md.lines().find(|l| l.starts_with("| B |")).expect("row B");
+    assert!(
+        row_b.contains("raise TTFT \\| not TPOT"),
+        "pipes escaped: {row_b}"
+    );
+    assert!(md.contains("| --- | --- | --- | ---: |"));
+    assert!(md.contains("## Interpretation\n\nRow B is **prefill-bound**."));
+}
+
+#[test]
+fn markdown_of_a_sweep_names_frontier_knee_and_headline() {
+    let md = render_markdown(&sweep());
+    assert!(md.contains("**Headline:** 1,000 output tok/s at p99 TTFT < 300 ms (rate 4 req/s)"));
+    assert!(md.contains("## Sweep: request_rate over row D"));
+    assert!(md.contains("SLOs: `ttft:p99:300`"));
+    let knee_line = md.lines().find(|l| l.contains("◀ knee")).expect("knee row");
+    assert!(knee_line.starts_with("| 4 |"), "{knee_line}");
+    assert!(md.contains("Knee of the output-throughput vs p99 TTFT frontier: **rate 4 req/s**."));
+    assert!(md.contains("Stopped early: latency past 5× the lightest load"));
+}
+
+#[test]
+fn csv_has_one_line_per_run_with_stable_columns() {
+    let csv = render_csv(&matrix());
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 1 + 3, "header + 3 runs");
+    assert_eq!(lines[0], csv_columns().join(","));
+    let cols = csv_columns();
+    let col = |name: &str| cols.iter().position(|c| c == name).expect(name);
+    let cells: Vec<&str> = lines[2].split(',').collect();
+    assert_eq!(cells.len(), cols.len());
+    assert_eq!(cells[col("row_id")], "B");
+    assert_eq!(cells[col("run_index")], "0");
+    assert_eq!(cells[col("run_path")], "rows/B/repeat-1/b.servebench.json");
+    assert_eq!(cells[col("completed")], "20");
+    assert_eq!(cells[col("ttft_p50_ms")], "101");
+    assert_eq!(cells[col("tpot_p99_ms")], "7");
+    assert_eq!(cells[col("quick")], "true");
+    assert_eq!(cells[col("target")], "sim: llama-3.1-8b --gpu h100");
+    // The hypothesis is not a CSV column; a sweep's runs carry their swept value.
+    let sweep_csv = render_csv(&sweep());
+    let last = sweep_csv.lines().last().expect("a run line");
+    let cells: Vec<&str> = last.split(',').collect();
+    assert_eq!(cells[col("sweep_variable")], "request_rate");
+    assert_eq!(cells[col("sweep_value")], "8");
+    assert_eq!(cells[col("row_id")], "D");
+}
+
+#[test]
+fn html_is_self_contained_with_every_chart_and_table() {
+    let html = render_html(&sweep());
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(html.contains("Content-Security-Policy"));
+    for forbidden in ["http://", "https://", "src=", "<link", "@import"] {
+        let hits: Vec<&str> = html
+            .match_indices(forbidden)
+            .map(|(i, _)| &html[i.saturating_sub(30)..(i + 40).min(html.len())])
+            .filter(|ctx| !ctx.contains("http://www.w3.org/2000/svg"))
+            .collect();
+        assert!(hits.is_empty(), "{forbidden} found: {hits:?}");
+    }
+    for id in [
+        "id=\"frontier-ttft-p99\"",
+        "id=\"frontier-ttft-p99-points\"",
+        "id=\"knee\"",
+        "class=\"ref slo\"",
+        "SLO p99 TTFT &lt; 300 ms",
+        "id=\"cdf-ttft-point-0\"",
+        "id=\"cdf-tpot-point-3\"",
+        "id=\"cdf-itl-point-2\"",
+        "id=\"ts-output-point-1\"",
+        "id=\"ts-inflight-point-1\"",
+        "id=\"ts-ttft-point-3\"",
+        "id=\"ts-tpot-point-0\"",
+        "id=\"sweep-table\"",
+        "id=\"run-point-0-0-metrics\"",
+        "id=\"headline\"",
+    ] {
+        assert!(html.contains(id), "{id} missing");
+    }
+    assert!(html.contains("knee: rate 4 req/s"));
+    assert!(!html.contains("NaN"), "no NaN coordinates");
+    // The frontier series has one point per sweep point, each with a tooltip.
+    assert!(html.contains("data-points=\"4\""));
+    assert!(html.contains("<title>rate 8 req/s: "));
+}
+
+#[test]
+fn html_of_a_matrix_shows_rows_questions_and_extra_sections() {
+    let html = render_html(&matrix());
+    assert!(html.contains("id=\"rows-table\""));
+    assert!(html.contains("<td class=\"col-question\">One user sees the best latency</td>"));
+    assert!(html.contains("id=\"quick-note\""));
+    assert!(html.contains("id=\"cdf-ttft-A\"") && html.contains("id=\"cdf-ttft-B\""));
+    assert!(html.contains("<h2>Interpretation</h2>"));
+    assert!(html.contains("<strong>prefill-bound</strong>"));
+    assert!(html.contains("groups with repeated runs show their first run"));
+    assert!(!html.contains("id=\"frontier-"), "a matrix has no frontier");
+}
+
+#[test]
+fn runs_without_records_still_render() {
+    let mut r = matrix();
+    for row in &mut r.rows {
+        for run in &mut row.runs {
+            run.records.clear();
+        }
+    }
+    let html = render_html(&r);
+    assert!(html.contains("no per-request records for: A · interactive baseline"));
+    assert!(
+        html.contains("id=\"ts-output-A\""),
+        "time series come from the summary"
+    );
+    assert!(render_terminal(&r).contains("B "));
+}
