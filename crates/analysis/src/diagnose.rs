@@ -6,6 +6,7 @@
 //! | TTFT grows with input at low concurrency | prefill cost | [`Rule::PrefillCost`] |
 //! | high TPOT at concurrency 1, judged against the bandwidth prediction | memory-bound or inefficient decode | [`Rule::DecodeSpeed`] |
 //! | p99 TTFT spikes while p50 is healthy | queueing or interference | [`Rule::TailLatency`] |
+//! | TTFT p50 far above the idle prefill at load | queueing in a saturated server | [`Rule::ServerQueueing`] |
 //! | throughput up but per-user TPOT worse | batching trade-off | [`Rule::BatchingTradeOff`] |
 //! | warm prefix = cold prefix | prefix-cache miss or eviction | [`Rule::PrefixCacheMiss`] |
 //! | throughput far below prediction | non-memory bottleneck | [`Rule::ThroughputBelowPrediction`] |
@@ -43,6 +44,9 @@ pub enum Rule {
     DecodeSpeed,
     /// p99 TTFT spikes while p50 is healthy → queueing or interference.
     TailLatency,
+    /// TTFT p50 far above the idle prefill, without KV exhaustion → requests queue in a
+    /// saturated server (often behind `max_num_seqs`).
+    ServerQueueing,
     /// Throughput up but per-user TPOT worse → batching trade-off.
     BatchingTradeOff,
     /// Warm prefix = cold prefix → prefix-cache miss or eviction.
@@ -55,8 +59,9 @@ pub enum Rule {
 
 impl Rule {
     /// Every rule, in the order they are reported.
-    pub const ALL: [Rule; 7] = [
+    pub const ALL: [Rule; 8] = [
         Rule::KvExhaustion,
+        Rule::ServerQueueing,
         Rule::DecodeSpeed,
         Rule::ThroughputBelowPrediction,
         Rule::PrefixCacheMiss,
@@ -71,6 +76,7 @@ impl Rule {
             Rule::PrefillCost => "prefill_cost",
             Rule::DecodeSpeed => "decode_speed",
             Rule::TailLatency => "tail_latency",
+            Rule::ServerQueueing => "server_queueing",
             Rule::BatchingTradeOff => "batching_trade_off",
             Rule::PrefixCacheMiss => "prefix_cache_miss",
             Rule::ThroughputBelowPrediction => "throughput_below_prediction",
@@ -84,6 +90,7 @@ impl Rule {
             Rule::PrefillCost => "TTFT grows with input length at low concurrency",
             Rule::DecodeSpeed => "TPOT at concurrency 1 away from the bandwidth prediction",
             Rule::TailLatency => "p99 TTFT spikes while p50 is healthy",
+            Rule::ServerQueueing => "TTFT p50 far above the idle prefill under load",
             Rule::BatchingTradeOff => "throughput up but per-user TPOT worse",
             Rule::PrefixCacheMiss => "a warm shared prefix does not get cached",
             Rule::ThroughputBelowPrediction => "throughput far below the roofline prediction",

@@ -312,6 +312,10 @@ pub struct DiagnoseArgs {
     /// Write nothing; only print.
     #[arg(long)]
     pub no_write: bool,
+    /// Print the diagnosis as JSON (findings with rule ids, evidence, checks) instead of the
+    /// Markdown; interpretation.md is written all the same.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub target: TargetArgs,
     #[command(flatten)]
@@ -399,9 +403,17 @@ pub fn build(args: &DiagnoseArgs) -> Result<DiagnoseOutcome> {
 /// Runs `servebench diagnose`: prints the interpretation and says where it was written.
 pub fn diagnose(args: DiagnoseArgs) -> Result<ExitCode> {
     let out = build(&args)?;
+    let text = if args.json {
+        let mut t =
+            serde_json::to_string_pretty(&out.diagnosis).context("serializing the diagnosis")?;
+        t.push('\n');
+        t
+    } else {
+        out.markdown.clone()
+    };
     let mut stdout = std::io::stdout().lock();
     stdout
-        .write_all(out.markdown.as_bytes())
+        .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
         .context("printing the interpretation")?;
     if let Some(p) = &out.path {
