@@ -98,3 +98,25 @@ pub async fn first_model(target: &Target, timeout: Duration) -> Result<String, L
             ))
         })
 }
+
+/// POST an empty JSON body to a path; returns the HTTP status (for best-effort admin calls
+/// such as `/reset_prefix_cache`).
+pub async fn post_status(
+    target: &Target,
+    path: &str,
+    timeout: Duration,
+) -> Result<u16, LoadgenError> {
+    let uri = target.uri_for(path)?;
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .map_err(|e| LoadgenError::Config(format!("bad request for {path}: {e}")))?;
+    let client = http_client();
+    let resp = tokio::time::timeout(timeout, client.request(req))
+        .await
+        .map_err(|_| LoadgenError::Server(format!("{}{path}: no answer", target.base_url)))?
+        .map_err(|e| LoadgenError::Server(format!("{}{path}: {e}", target.base_url)))?;
+    Ok(resp.status().as_u16())
+}

@@ -230,6 +230,8 @@ pub async fn execute(
                 args.max_concurrency,
                 ignore_eos,
                 args.seed,
+                args.num_warmups,
+                args.random_prefix_mode == args::PrefixModeArg::PerRequest,
             )?;
             let model_id = args
                 .model
@@ -353,6 +355,19 @@ pub async fn execute(
         }
     }
 
+    // Cold prefixes must stay cold: the warm-up request's prefix would otherwise be cached
+    // for the first measured request. Best effort: not every server has the endpoint.
+    if args.num_warmups > 0 && args.random_prefix_mode == args::PrefixModeArg::PerRequest {
+        let status = servebench_loadgen::probe::post_status(
+            client.target(),
+            "/reset_prefix_cache",
+            Duration::from_secs(10),
+        )
+        .await;
+        if print && !matches!(status, Ok(200)) {
+            eprintln!("note: the server did not reset its prefix cache after warm-up; the first request may hit the cache");
+        }
+    }
     let names = output::FileNames::new(args, &model_id, ramp_up.as_ref());
     std::fs::create_dir_all(&args.output_dir)
         .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;

@@ -7,7 +7,9 @@ use rand_chacha::ChaCha8Rng;
 use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_metrics::{CountSource, RequestRecord, TokenEvent};
 use servebench_sim::engine::{FinishReason, NewRequest};
-use servebench_sim::virtual_time::{run_virtual, RequestTrace, VirtualArrival, VirtualWorkload};
+use servebench_sim::virtual_time::{
+    run_virtual, RequestTrace, VirtualArrival, VirtualDriver, VirtualRun, VirtualWorkload,
+};
 use servebench_sim::ResolvedSim;
 use servebench_workload::RequestSpec;
 
@@ -48,6 +50,8 @@ pub fn simulate(
     max_concurrency: Option<usize>,
     ignore_eos: bool,
     seed: u64,
+    num_warmups: usize,
+    cold: bool,
 ) -> anyhow::Result<(Vec<RequestRecord>, u64, ServerTelemetry)> {
     let ids = prompt_ids(sim, requests, seed);
     let arrivals = requests
@@ -72,13 +76,17 @@ pub fn simulate(
             },
         })
         .collect();
-    let run = run_virtual(
-        sim.engine.clone(),
-        VirtualWorkload {
-            arrivals,
-            max_concurrency,
-        },
-    )?;
+    let run = if num_warmups == 0 {
+        run_virtual(
+            sim.engine.clone(),
+            VirtualWorkload {
+                arrivals,
+                max_concurrency,
+            },
+        )?
+    } else {
+        warmed_up(sim, arrivals, max_concurrency, num_warmups, cold)?
+    };
     let records: Vec<RequestRecord> = run
         .traces
         .iter()
@@ -109,6 +117,60 @@ pub fn simulate(
         ..ServerTelemetry::default()
     };
     Ok((records, duration, telemetry))
+}
+
+/// Warm-ups in virtual time, as over HTTP: `num_warmups` copies of the first request (same
+/// concurrency cap) run to completion first, so a warm prefix is cached before the measured
+/// window; then the measured arrivals follow, and their times are shifted back so the run
+/// starts at 0. Engine counters include the warm-ups. `cold` resets the prefix cache after them.
+fn warmed_up(
+    sim: &ResolvedSim,
+    arrivals: Vec<VirtualArrival>,
+    max_concurrency: Option<usize>,
+    num_warmups: usize,
+    cold: bool,
+) -> anyhow::Result<VirtualRun> {
+    let mut driver = VirtualDriver::new(sim.engine.clone(), max_concurrency)?;
+    if let Some(first) = arrivals.first() {
+        for k in 0..num_warmups {
+            let mut request = first.request.clone();
+            request.id = u64::MAX - k as u64;
+            request.arrival_ns = 0;
+            driver.submit(VirtualArrival {
+                intended_ns: 0,
+                request,
+            });
+        }
+    }
+    driver.run_until_idle()?;
+    // Cold rows stay cold, as over HTTP where the prefix cache is reset after warm-up.
+    if cold {
+        driver.reset_prefix_cache();
+    }
+    let offset = driver.now_ns();
+    for mut a in arrivals {
+        a.intended_ns += offset;
+        a.request.arrival_ns += offset;
+        driver.submit(a);
+    }
+    driver.run_until_idle()?;
+    let mut run = driver.finish();
+    run.traces.drain(..num_warmups.min(run.traces.len()));
+    for t in &mut run.traces {
+        t.intended_ns -= offset;
+        t.sent_ns = t.sent_ns.saturating_sub(offset);
+        if let Some(f) = t.first_scheduled_ns.as_mut() {
+            *f = f.saturating_sub(offset);
+        }
+        for x in &mut t.token_times_ns {
+            *x = x.saturating_sub(offset);
+        }
+        if let Some(e) = t.end_ns.as_mut() {
+            *e = e.saturating_sub(offset);
+        }
+    }
+    run.end_ns = run.end_ns.saturating_sub(offset);
+    Ok(run)
 }
 
 fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
