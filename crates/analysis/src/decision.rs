@@ -250,12 +250,7 @@ pub fn decide(
     let headline = match accepted {
         Some(i) => {
             let c = &candidates[i];
-            format!(
-                "Accept {} ({}): {} with {conditions}",
-                c.label,
-                c.dir,
-                meets_description(c)
-            )
+            format!("Accept {} ({}): {}", c.label, c.dir, meets_description(c))
         }
         None => format!("No configuration meets {conditions}"),
     };

@@ -23,10 +23,11 @@ pub fn interpretation_markdown(
         out,
         "Diagnosed from {} {} of a {} experiment; {}.\n",
         d.rows.len(),
-        if d.kind == "sweep" {
-            "groups (rows and sweep points)"
-        } else {
-            "rows"
+        match (d.kind == "sweep", d.rows.len() == 1) {
+            (true, true) => "group (row or sweep point)",
+            (true, false) => "groups (rows and sweep points)",
+            (false, true) => "row",
+            (false, false) => "rows",
         },
         d.kind,
         d.target_note
