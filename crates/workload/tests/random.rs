@@ -46,7 +46,7 @@ fn check(cfg: &RandomConfig, reqs: &[RequestSpec], tok: &Tokenizer) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     /// Every prompt encodes to exactly prefix + sampled length, over many seeds,
     /// lengths, ratios and both prefix modes.
