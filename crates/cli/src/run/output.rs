@@ -286,6 +286,10 @@ pub fn write_results(
             "random_output_len": args.output_len.map(|v| v.max(0) as u64).unwrap_or(args.random_output_len),
             "random_range_ratio": args.random_range_ratio,
             "random_prefix_len": args.random_prefix_len,
+            "random_prefix_mode": match args.random_prefix_mode {
+                super::args::PrefixModeArg::Shared => "shared",
+                super::args::PrefixModeArg::PerRequest => "per-request",
+            },
             "num_warmups": args.num_warmups,
             "percentile_metrics": f.percentile_metrics,
             "metric_percentiles": f.percentiles,

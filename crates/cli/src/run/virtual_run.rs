@@ -43,6 +43,7 @@ pub fn prompt_ids(sim: &ResolvedSim, requests: &[RequestSpec], seed: u64) -> Vec
 }
 
 /// Run the workload through the engine core in virtual time; one record per request.
+#[allow(clippy::too_many_arguments)]
 pub fn simulate(
     sim: &ResolvedSim,
     requests: &[RequestSpec],
