@@ -240,8 +240,8 @@ pub async fn run_matrix(
     }
     if bench.is_virtual() && plan.defaults.num_warmups > 0 {
         notes.push(
-            "Virtual time: every run starts from a fresh simulated engine; warm-up requests are \
-             not simulated, so a warm row's first requests fill the prefix cache themselves."
+            "Virtual time: every run starts from a fresh simulated engine; its warm-up requests run \
+             in the same virtual timeline before the measured window (priming warm prefixes)."
                 .to_owned(),
         );
     }
