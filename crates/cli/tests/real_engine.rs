@@ -78,7 +78,9 @@ fn engine(test: &str) -> Option<Engine> {
             return None;
         }
     };
-    let guard = ENGINE_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let guard = ENGINE_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let health = http::request(&url, "GET", "/health", None);
     assert_eq!(health.status, 200, "{url}/health: {}", health.text());
     let model = match std::env::var("REAL_ENGINE_MODEL") {
@@ -95,7 +97,11 @@ fn engine(test: &str) -> Option<Engine> {
         .map(PathBuf::from)
         .filter(|p| !p.as_os_str().is_empty());
     if let Some(path) = &tokenizer {
-        assert!(path.is_file(), "REAL_ENGINE_TOKENIZER={} is not a file", path.display());
+        assert!(
+            path.is_file(),
+            "REAL_ENGINE_TOKENIZER={} is not a file",
+            path.display()
+        );
     }
     Some(Engine {
         url,
@@ -169,13 +175,22 @@ mod http {
         let authority = base
             .strip_prefix("http://")
             .unwrap_or_else(|| panic!("REAL_ENGINE_URL must be http://HOST:PORT, got {base}"));
-        let stream = TcpStream::connect(authority).unwrap_or_else(|e| panic!("connect {base}: {e}"));
-        stream.set_read_timeout(Some(Duration::from_secs(300))).unwrap();
+        let stream =
+            TcpStream::connect(authority).unwrap_or_else(|e| panic!("connect {base}: {e}"));
+        stream
+            .set_read_timeout(Some(Duration::from_secs(300)))
+            .unwrap();
         stream.set_nodelay(true).unwrap();
         stream
     }
 
-    fn write_request(stream: &mut TcpStream, base: &str, method: &str, path: &str, body: Option<&Value>) {
+    fn write_request(
+        stream: &mut TcpStream,
+        base: &str,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) {
         let host = base.trim_start_matches("http://");
         let payload = body.map(|b| b.to_string()).unwrap_or_default();
         let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
@@ -218,7 +233,12 @@ mod http {
     }
 
     /// Calls `sink` with each piece of the body as it arrives.
-    fn read_body(reader: &mut impl BufRead, chunked: bool, length: Option<usize>, mut sink: impl FnMut(&[u8])) {
+    fn read_body(
+        reader: &mut impl BufRead,
+        chunked: bool,
+        length: Option<usize>,
+        mut sink: impl FnMut(&[u8]),
+    ) {
         if chunked {
             let mut line = String::new();
             loop {
@@ -252,7 +272,9 @@ mod http {
         let mut reader = BufReader::new(stream);
         let (status, chunked, length) = read_head(&mut reader);
         let mut out = Vec::new();
-        read_body(&mut reader, chunked, length, |piece| out.extend_from_slice(piece));
+        read_body(&mut reader, chunked, length, |piece| {
+            out.extend_from_slice(piece)
+        });
         Response { status, body: out }
     }
 
@@ -296,7 +318,12 @@ mod http {
 /// The server's Prometheus counters (`llamacpp:*`), by name.
 fn scrape(engine: &Engine) -> HashMap<String, f64> {
     let response = http::request(&engine.url, "GET", "/metrics", None);
-    assert_eq!(response.status, 200, "/metrics (start llama-server with --metrics): {}", response.text());
+    assert_eq!(
+        response.status,
+        200,
+        "/metrics (start llama-server with --metrics): {}",
+        response.text()
+    );
     response
         .text()
         .lines()
@@ -346,15 +373,24 @@ impl Drop for Scratch {
     }
 }
 
+/// Where a run's prompts come from.
+enum Dataset<'a> {
+    /// `--dataset-name random` with prompts of this many tokens.
+    Random { input_len: u64 },
+    /// `--dataset-name custom`: a JSONL file of `{"prompt": ...}` lines.
+    Custom { path: &'a Path },
+}
+
 /// One workload for `servebench run`.
 struct Workload<'a> {
     chat: bool,
-    input_len: u64,
+    dataset: Dataset<'a>,
+    /// `max_tokens` of every request.
     output_len: u64,
     num_prompts: usize,
     concurrency: usize,
     ignore_eos: bool,
-    /// Further flags (a custom dataset, sampling).
+    /// Further flags (sampling).
     extra: &'a [&'a str],
 }
 
@@ -395,12 +431,6 @@ fn servebench(engine: &Engine, name: &str, w: &Workload<'_>) -> Run {
         endpoint,
         "--model",
         &engine.model,
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        &w.input_len.to_string(),
-        "--random-output-len",
-        &w.output_len.to_string(),
         "--num-prompts",
         &w.num_prompts.to_string(),
         "--max-concurrency",
@@ -418,10 +448,40 @@ fn servebench(engine: &Engine, name: &str, w: &Workload<'_>) -> Run {
         "--disable-tqdm",
         "--seed",
         "20240611",
+        // vLLM's default leaves E2EL out; the checks read its summary too.
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,99",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    let output_len = w.output_len.to_string();
+    match &w.dataset {
+        Dataset::Random { input_len } => args.extend(
+            [
+                "--dataset-name",
+                "random",
+                "--random-input-len",
+                &input_len.to_string(),
+                "--random-output-len",
+                &output_len,
+            ]
+            .map(String::from),
+        ),
+        Dataset::Custom { path } => args.extend(
+            [
+                "--dataset-name",
+                "custom",
+                "--dataset-path",
+                path.to_str().unwrap(),
+                "--custom-output-len",
+                &output_len,
+            ]
+            .map(String::from),
+        ),
+    }
     if w.ignore_eos {
         args.push("--ignore-eos".into());
     }
@@ -463,10 +523,12 @@ fn servebench(engine: &Engine, name: &str, w: &Workload<'_>) -> Run {
 
     let result = dir.join("result.json");
     let vllm: Value = serde_json::from_str(
-        &fs::read_to_string(&result).unwrap_or_else(|e| panic!("{}: {e}\n{stderr}", result.display())),
+        &fs::read_to_string(&result)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{stderr}", result.display())),
     )
     .expect("vLLM result JSON parses");
-    let jsonl = find_records(&dir).unwrap_or_else(|| panic!("no *.requests.jsonl in {}\n{stderr}", dir.display()));
+    let jsonl = find_records(&dir)
+        .unwrap_or_else(|| panic!("no *.requests.jsonl in {}\n{stderr}", dir.display()));
     let mut records: Vec<RequestRecord> = fs::read_to_string(&jsonl)
         .unwrap()
         .lines()
@@ -533,21 +595,52 @@ fn peak_in_flight(records: &[RequestRecord]) -> usize {
 fn check_run(run: &Run, w: &Workload<'_>) {
     let n = w.num_prompts;
     let v = &run.vllm;
-    assert_eq!(run.records.len(), n, "one record per request\n{}", run.stdout);
+    assert_eq!(
+        run.records.len(),
+        n,
+        "one record per request\n{}",
+        run.stdout
+    );
     for r in &run.records {
-        assert!(r.failure.is_none(), "request {} failed: {:?}", r.id, r.failure);
+        assert!(
+            r.failure.is_none(),
+            "request {} failed: {:?}",
+            r.id,
+            r.failure
+        );
         assert!(r.is_success(), "request {} has no first token", r.id);
-        assert_eq!(r.output_source, CountSource::Usage, "request {}: output count not from usage", r.id);
-        assert_eq!(r.input_source, CountSource::Usage, "request {}: input count not from usage", r.id);
+        assert_eq!(
+            r.output_source,
+            CountSource::Usage,
+            "request {}: output count not from usage",
+            r.id
+        );
+        assert_eq!(
+            r.input_source,
+            CountSource::Usage,
+            "request {}: input count not from usage",
+            r.id
+        );
         assert!(r.output_tokens >= 1);
         assert!(r.sent <= r.first_token.unwrap() && r.first_token <= r.end);
-        assert_eq!(r.max_tokens, Some(w.output_len), "request {}: max_tokens", r.id);
+        assert_eq!(
+            r.max_tokens,
+            Some(w.output_len),
+            "request {}: max_tokens",
+            r.id
+        );
         // llama.cpp streams one token per event, holding one back only while it ends in an
         // incomplete UTF-8 sequence (or could start a stop string); such a token is sent with
-        // the next one, so an event never stands for less than one token.
+        // the next one, so an event never stands for less than one token. A stop token is
+        // counted in usage but never streamed.
         let events = r.events.len() as u64;
+        let streamed = if r.finish_reason.as_deref() == Some("stop") {
+            r.output_tokens - 1
+        } else {
+            r.output_tokens
+        };
         assert!(
-            events <= r.output_tokens && events * 10 >= r.output_tokens * 8,
+            events <= streamed && events * 10 >= streamed * 8,
             "request {}: {events} token events for {} tokens",
             r.id,
             r.output_tokens
@@ -558,7 +651,10 @@ fn check_run(run: &Run, w: &Workload<'_>) {
     }
 
     // vLLM's result JSON says the same as the records.
-    let count = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} missing in {v}"));
+    let count = |k: &str| {
+        v[k].as_u64()
+            .unwrap_or_else(|| panic!("{k} missing in {v}"))
+    };
     assert_eq!(count("completed"), n as u64);
     assert_eq!(count("failed"), 0);
     assert_eq!(count("num_prompts"), n as u64);
@@ -597,13 +693,27 @@ fn check_run(run: &Run, w: &Workload<'_>) {
         .sum();
     let gaps: usize = run.records.iter().map(|r| r.events.len() - 1).sum();
     assert_eq!(itl_count, gaps, "one ITL per gap between token events");
-    for key in ["mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms", "p99_ttft_ms"] {
-        assert!(v[key].as_f64().is_some_and(|x| x > 0.0), "{key} = {}", v[key]);
+    for key in [
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "mean_tpot_ms",
+        "mean_itl_ms",
+        "mean_e2el_ms",
+        "p99_ttft_ms",
+    ] {
+        assert!(
+            v[key].as_f64().is_some_and(|x| x > 0.0),
+            "{key} = {}",
+            v[key]
+        );
     }
     let mut sorted_ttft: Vec<f64> = run.records.iter().map(ttft_ms).collect();
     sorted_ttft.sort_by(f64::total_cmp);
     let mean = sorted_ttft.iter().sum::<f64>() / n as f64;
-    assert!((v["mean_ttft_ms"].as_f64().unwrap() - mean).abs() < 1e-3, "mean_ttft_ms");
+    assert!(
+        (v["mean_ttft_ms"].as_f64().unwrap() - mean).abs() < 1e-3,
+        "mean_ttft_ms"
+    );
 
     // The server counted exactly the tokens servebench reports.
     assert_eq!(
@@ -614,7 +724,12 @@ fn check_run(run: &Run, w: &Workload<'_>) {
     // Decode time: each request's generation interval, summed (see the module docs).
     let client_decode: f64 = run.records.iter().map(decode_ms).sum();
     let server_decode = run.delta("llamacpp:tokens_predicted_seconds_total") * 1e3;
-    assert_close("decode time, summed over the run", client_decode, server_decode, n);
+    assert_close(
+        "decode time, summed over the run",
+        client_decode,
+        server_decode,
+        n,
+    );
     if w.concurrency == 1 {
         assert_eq!(peak_in_flight(&run.records), 1);
         let client_ttft: f64 = run.records.iter().map(ttft_ms).sum();
@@ -623,16 +738,25 @@ fn check_run(run: &Run, w: &Workload<'_>) {
             client_ttft >= server_prompt,
             "TTFT {client_ttft:.1} ms cannot be shorter than the server's prompt time {server_prompt:.1} ms"
         );
-        assert_close("TTFT vs prompt time, summed over the run", client_ttft, server_prompt, n);
+        assert_close(
+            "TTFT vs prompt time, summed over the run",
+            client_ttft,
+            server_prompt,
+            n,
+        );
     } else {
-        assert_eq!(peak_in_flight(&run.records), w.concurrency.min(n), "the concurrency cap was reached");
+        assert_eq!(
+            peak_in_flight(&run.records),
+            w.concurrency.min(n),
+            "the concurrency cap was reached"
+        );
     }
 }
 
 /// Random-dataset prompts under the model's own tokenizer are exactly as long as asked.
-fn check_exact_prompts(engine: &Engine, run: &Run, w: &Workload<'_>) {
+fn check_exact_prompts(engine: &Engine, run: &Run, w: &Workload<'_>, input_len: u64) {
     for r in &run.records {
-        assert_eq!(r.intended_input_tokens, w.input_len, "request {}", r.id);
+        assert_eq!(r.intended_input_tokens, input_len, "request {}", r.id);
     }
     if engine.tokenizer.is_none() {
         return;
@@ -650,28 +774,44 @@ fn check_exact_prompts(engine: &Engine, run: &Run, w: &Workload<'_>) {
         );
     } else {
         for r in &run.records {
-            assert_eq!(r.input_tokens, w.input_len, "request {}: server counted the prompt differently", r.id);
+            assert_eq!(
+                r.input_tokens, input_len,
+                "request {}: server counted the prompt differently",
+                r.id
+            );
         }
     }
 }
 
 fn run_random(name: &str, chat: bool, concurrency: usize, ignore_eos: bool) {
     let Some(engine) = engine(name) else { return };
+    // Small on purpose: a run takes seconds on an idle 2-core machine, and still has every
+    // request queue behind the cap at concurrency 4.
+    let input_len = 128;
     let w = Workload {
         chat,
-        input_len: 256,
-        output_len: 32,
-        num_prompts: 8,
+        dataset: Dataset::Random { input_len },
+        output_len: 24,
+        num_prompts: 2 * concurrency.max(2),
         concurrency,
         ignore_eos,
         extra: &[],
     };
     let run = servebench(&engine, name, &w);
     check_run(&run, &w);
-    check_exact_prompts(&engine, &run, &w);
+    check_exact_prompts(&engine, &run, &w, input_len);
     for r in &run.records {
-        assert_eq!(r.output_tokens, w.output_len, "request {}: ignore_eos runs to max_tokens", r.id);
-        assert_eq!(r.finish_reason.as_deref(), Some("length"), "request {}", r.id);
+        assert_eq!(
+            r.output_tokens, w.output_len,
+            "request {}: ignore_eos runs to max_tokens",
+            r.id
+        );
+        assert_eq!(
+            r.finish_reason.as_deref(),
+            Some("length"),
+            "request {}",
+            r.id
+        );
     }
 }
 
@@ -709,29 +849,25 @@ fn chat_without_ignore_eos_stops_at_eos() {
         "What is 2 + 2? Answer with a number only.",
         "Name a primary colour. One word.",
     ];
-    let lines: Vec<String> = prompts.iter().map(|p| json!({ "prompt": p }).to_string()).collect();
+    let lines: Vec<String> = prompts
+        .iter()
+        .map(|p| json!({ "prompt": p }).to_string())
+        .collect();
     fs::write(&dataset, lines.join("\n") + "\n").unwrap();
     let max_tokens = 200;
-    let max_tokens_arg = max_tokens.to_string();
-    let extra = [
-        "--dataset-name",
-        "custom",
-        "--dataset-path",
-        dataset.to_str().unwrap(),
-        "--custom-output-len",
-        &max_tokens_arg,
-        "--temperature",
-        "0",
-    ];
+    let tokenizer = engine
+        .tokenizer
+        .as_ref()
+        .map(|p| servebench_tokenizer::Tokenizer::from_file(p).expect("tokenizer.json loads"));
     for concurrency in [1, 4] {
         let w = Workload {
             chat: true,
-            input_len: 0,
+            dataset: Dataset::Custom { path: &dataset },
             output_len: max_tokens,
             num_prompts: prompts.len(),
             concurrency,
             ignore_eos: false,
-            extra: &extra,
+            extra: &["--temperature", "0"],
         };
         let run = servebench(&engine, name, &w);
         check_run(&run, &w);
@@ -745,8 +881,20 @@ fn chat_without_ignore_eos_stops_at_eos() {
             );
             // The stop token is counted in usage but never streamed as text.
             let text = r.text.as_deref().unwrap_or("");
-            assert!(!text.is_empty(), "request {}: --save-detailed keeps the text", r.id);
+            assert!(
+                !text.is_empty(),
+                "request {}: --save-detailed keeps the text",
+                r.id
+            );
             assert!(!text.contains("<|im_end|>"), "request {}: {text:?}", r.id);
+            if let Some(tokenizer) = &tokenizer {
+                assert_eq!(
+                    tokenizer.encode(text).len() as u64 + 1,
+                    r.output_tokens,
+                    "request {}: usage counts the streamed text's tokens plus the stop token ({text:?})",
+                    r.id
+                );
+            }
         }
     }
 }
@@ -755,7 +903,9 @@ fn chat_without_ignore_eos_stops_at_eos() {
 /// server does.
 #[test]
 fn tokenizer_matches_server_tokenize() {
-    let Some(engine) = engine("tokenizer") else { return };
+    let Some(engine) = engine("tokenizer") else {
+        return;
+    };
     let Some(path) = &engine.tokenizer else {
         eprintln!("tokenizer: skipped, REAL_ENGINE_TOKENIZER is unset");
         return;
@@ -771,7 +921,11 @@ fn tokenizer_matches_server_tokenize() {
         "<|im_start|>user\nspecial tokens are plain text here<|im_end|>",
     ];
     for text in samples {
-        let response = http::post(&engine.url, "/tokenize", &json!({ "content": text, "add_special": false }));
+        let response = http::post(
+            &engine.url,
+            "/tokenize",
+            &json!({ "content": text, "add_special": false }),
+        );
         assert_eq!(response.status, 200, "/tokenize: {}", response.text());
         let server: Vec<u32> = response.json()["tokens"]
             .as_array()
@@ -787,7 +941,9 @@ fn tokenizer_matches_server_tokenize() {
 /// server's own `timings`, and the stream's shape, on which the servebench comparisons rest.
 #[test]
 fn raw_stream_timings_match_server_timings() {
-    let Some(engine) = engine("raw_stream") else { return };
+    let Some(engine) = engine("raw_stream") else {
+        return;
+    };
     let prompt = "The history of the printing press begins ".repeat(40);
     let body = json!({
         "model": engine.model,
@@ -805,15 +961,31 @@ fn raw_stream_timings_match_server_timings() {
     let chunks = stream.chunks();
     let with_text: Vec<&(Duration, Value)> = chunks
         .iter()
-        .filter(|(_, c)| c["choices"][0]["text"].as_str().is_some_and(|t| !t.is_empty()))
+        .filter(|(_, c)| {
+            c["choices"][0]["text"]
+                .as_str()
+                .is_some_and(|t| !t.is_empty())
+        })
         .collect();
     let last = &chunks.last().expect("chunks").1;
     let usage = &last["usage"];
     let timings = &last["timings"];
-    assert_eq!(usage["completion_tokens"], json!(48), "usage in the last chunk: {last}");
-    assert_eq!(timings["predicted_n"], json!(48), "timings in the last chunk: {last}");
+    assert_eq!(
+        usage["completion_tokens"],
+        json!(48),
+        "usage in the last chunk: {last}"
+    );
+    assert_eq!(
+        timings["predicted_n"],
+        json!(48),
+        "timings in the last chunk: {last}"
+    );
     let prompt_tokens = usage["prompt_tokens"].as_u64().unwrap();
-    assert_eq!(timings["prompt_n"].as_u64(), Some(prompt_tokens), "cold prompt fully processed");
+    assert_eq!(
+        timings["prompt_n"].as_u64(),
+        Some(prompt_tokens),
+        "cold prompt fully processed"
+    );
 
     let ttft = with_text.first().expect("text").0.as_secs_f64() * 1e3;
     let decode = (with_text.last().unwrap().0 - with_text.first().unwrap().0).as_secs_f64() * 1e3;
@@ -824,7 +996,10 @@ fn raw_stream_timings_match_server_timings() {
          predicted_ms {predicted_ms:.2} ({} text events, {prompt_tokens} prompt tokens)",
         with_text.len()
     );
-    assert!(ttft >= prompt_ms, "TTFT {ttft:.2} ms < prompt_ms {prompt_ms:.2}");
+    assert!(
+        ttft >= prompt_ms,
+        "TTFT {ttft:.2} ms < prompt_ms {prompt_ms:.2}"
+    );
     assert_close("raw TTFT vs prompt_ms", ttft, prompt_ms, 1);
     assert_close("raw decode vs predicted_ms", decode, predicted_ms, 1);
 }
