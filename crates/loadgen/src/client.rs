@@ -122,47 +122,37 @@ impl BackendClient {
         waited_for_slot: bool,
         stop: &StopSignal,
     ) -> RequestRecord {
-        let mut state = StreamState::new(self.target.api);
-        let mut outcome = Exchange::default();
-        let sent;
-        let result = match self.build_request(p.id, p.body.clone()) {
-            Err(e) => {
-                sent = clock.now_ns();
-                Err(Failure {
-                    kind: FailureKind::Transport,
-                    status: None,
-                    message: format!("could not build the request: {e}"),
-                })
-            }
-            Ok(req) => {
-                sent = clock.now_ns();
-                let fut = self.exchange(clock, req, &mut state, &mut outcome);
-                let timed = async {
-                    match self.options.request_timeout {
-                        Some(d) => match tokio::time::timeout(d, fut).await {
-                            Ok(r) => r,
-                            Err(_) => Err(Failure {
-                                kind: FailureKind::Timeout,
-                                status: None,
-                                message: format!(
-                                    "no complete response within {:.1} s",
-                                    d.as_secs_f64()
-                                ),
-                            }),
-                        },
-                        None => fut.await,
-                    }
-                };
-                tokio::select! {
-                    biased;
-                    r = timed => r,
-                    _ = stop.cancelled() => Err(Failure {
-                        kind: FailureKind::Cancelled,
+        let mut state;
+        let mut outcome;
+        let mut sent;
+        let mut attempt = 0;
+        let result = loop {
+            attempt += 1;
+            state = StreamState::new(self.target.api);
+            outcome = Exchange::default();
+            let req = match self.build_request(p.id, p.body.clone()) {
+                Ok(req) => req,
+                Err(e) => {
+                    sent = clock.now_ns();
+                    break Err(Failure {
+                        kind: FailureKind::Transport,
                         status: None,
-                        message: "interrupted: still in flight when the grace period ended".into(),
-                    }),
+                        message: format!("could not build the request: {e}"),
+                    });
                 }
+            };
+            sent = clock.now_ns();
+            let r = self
+                .attempt(clock, req, &mut state, &mut outcome, stop)
+                .await;
+            // A pooled keep-alive connection the server had already closed (llama.cpp's server
+            // closes after each stream despite advertising keep-alive) fails before any response
+            // byte: the server never saw the request, so it is sent once more on a new
+            // connection, and `sent` is the time of that send.
+            if r.is_err() && outcome.stale_connection && attempt == 1 {
+                continue;
             }
+            break r;
         };
         let done = outcome.done.unwrap_or_else(|| clock.now_ns());
         self.finish_record(
@@ -177,6 +167,40 @@ impl BackendClient {
         )
     }
 
+    /// One exchange under the request timeout and the run's cancellation.
+    async fn attempt(
+        &self,
+        clock: &RunClock,
+        req: Request<Full<Bytes>>,
+        state: &mut StreamState,
+        outcome: &mut Exchange,
+        stop: &StopSignal,
+    ) -> Result<(), Failure> {
+        let fut = self.exchange(clock, req, state, outcome);
+        let timed = async {
+            match self.options.request_timeout {
+                Some(d) => match tokio::time::timeout(d, fut).await {
+                    Ok(r) => r,
+                    Err(_) => Err(Failure {
+                        kind: FailureKind::Timeout,
+                        status: None,
+                        message: format!("no complete response within {:.1} s", d.as_secs_f64()),
+                    }),
+                },
+                None => fut.await,
+            }
+        };
+        tokio::select! {
+            biased;
+            r = timed => r,
+            _ = stop.cancelled() => Err(Failure {
+                kind: FailureKind::Cancelled,
+                status: None,
+                message: "interrupted: still in flight when the grace period ended".into(),
+            }),
+        }
+    }
+
     /// The request/response exchange proper; fills `state` as bytes arrive.
     async fn exchange(
         &self,
@@ -186,6 +210,7 @@ impl BackendClient {
         outcome: &mut Exchange,
     ) -> Result<(), Failure> {
         let resp = self.http.request(req).await.map_err(|e| {
+            outcome.stale_connection = !e.is_connect() && closed_before_response(&e);
             let kind = if e.is_connect() {
                 FailureKind::Connect
             } else {
@@ -308,6 +333,28 @@ impl BackendClient {
 #[derive(Debug, Default)]
 struct Exchange {
     done: Option<u64>,
+    /// The request failed on a connection the server had closed, before any response.
+    stale_connection: bool,
+}
+
+/// Did the connection close or reset before the server answered (a stale pooled connection)?
+fn closed_before_response(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(inner) = src {
+        if let Some(h) = inner.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() || h.is_closed() {
+                return true;
+            }
+        }
+        if let Some(io) = inner.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset};
+            if matches!(io.kind(), ConnectionReset | BrokenPipe | ConnectionAborted) {
+                return true;
+            }
+        }
+        src = inner.source();
+    }
+    false
 }
 
 /// The shared HTTP/1.1 client: pooled keep-alive connections, Nagle off, no idle cap so a

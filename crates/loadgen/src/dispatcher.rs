@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use servebench_metrics::RequestRecord;
-use tokio::sync::{mpsc, Semaphore};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::client::{BackendClient, Prepared};
 use crate::clock::RunClock;
@@ -76,6 +78,39 @@ pub async fn run_load(
         .scrape_every
         .map(|every| Scraper::start(client.target().clone(), clock, every));
 
+    // Requests that found every slot taken wait here, in arrival order (FIFO), for a slot.
+    let queued = Arc::new(AtomicUsize::new(0));
+    let (queue_tx, mut queue_rx) = mpsc::unbounded_channel::<(Prepared, u64)>();
+    let releaser = semaphore.clone().map(|sem| {
+        let (client, tx, stop, queued) = (
+            Arc::clone(&client),
+            tx.clone(),
+            stop.clone(),
+            Arc::clone(&queued),
+        );
+        tokio::spawn(async move {
+            while let Some((prepared, intended)) = queue_rx.recv().await {
+                let permit = tokio::select! {
+                    biased;
+                    p = Arc::clone(&sem).acquire_owned() => p.ok(),
+                    _ = stop.dispatch_stop() => None,
+                };
+                queued.fetch_sub(1, Ordering::AcqRel);
+                // Interrupted while queued: never sent, so it is no request.
+                let Some(permit) = permit else { continue };
+                spawn_request(
+                    &client,
+                    &tx,
+                    &stop,
+                    clock,
+                    prepared,
+                    intended,
+                    Some(permit),
+                    true,
+                );
+            }
+        })
+    });
     for (prepared, intended) in requests.into_iter().zip(spec.schedule.iter().copied()) {
         if stop.dispatch_stopped() {
             break;
@@ -88,36 +123,27 @@ pub async fn run_load(
                 _ = tokio::time::sleep_until(deadline) => {}
             }
         }
-        let client = Arc::clone(&client);
-        let tx = tx.clone();
-        let semaphore = semaphore.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let (permit, waited) = match semaphore {
-                None => (None, false),
-                Some(sem) => match Arc::clone(&sem).try_acquire_owned() {
-                    Ok(p) => (Some(p), false),
-                    Err(_) => {
-                        let acquired = tokio::select! {
-                            biased;
-                            p = sem.acquire_owned() => p.ok(),
-                            _ = stop.dispatch_stop() => None,
-                        };
-                        match acquired {
-                            Some(p) => (Some(p), true),
-                            // Interrupted while queued: it was never sent, so it is no request.
-                            None => return,
-                        }
-                    }
-                },
-            };
-            let released = clock.now_ns();
-            let record = client
-                .execute(&clock, &prepared, intended, released, waited, &stop)
-                .await;
-            drop(permit);
-            let _ = tx.send(record);
-        });
+        let direct = match &semaphore {
+            None => Some(None),
+            // Nobody may overtake a request already queued for a slot.
+            Some(sem) if queued.load(Ordering::Acquire) == 0 => {
+                Arc::clone(sem).try_acquire_owned().ok().map(Some)
+            }
+            Some(_) => None,
+        };
+        match direct {
+            Some(permit) => spawn_request(
+                &client, &tx, &stop, clock, prepared, intended, permit, false,
+            ),
+            None => {
+                queued.fetch_add(1, Ordering::AcqRel);
+                let _ = queue_tx.send((prepared, intended));
+            }
+        }
+    }
+    drop(queue_tx);
+    if let Some(r) = releaser {
+        let _ = r.await;
     }
     drop(tx);
     let (mut records, write_error) = collector
@@ -143,6 +169,29 @@ pub async fn run_load(
         cpu,
         write_error,
     })
+}
+
+/// Start one request: `released` is now; the permit (if any) is held until it ends.
+#[allow(clippy::too_many_arguments)]
+fn spawn_request(
+    client: &Arc<BackendClient>,
+    tx: &mpsc::UnboundedSender<RequestRecord>,
+    stop: &StopSignal,
+    clock: RunClock,
+    prepared: Prepared,
+    intended: u64,
+    permit: Option<OwnedSemaphorePermit>,
+    waited: bool,
+) {
+    let (client, tx, stop) = (Arc::clone(client), tx.clone(), stop.clone());
+    let released = clock.now_ns();
+    tokio::spawn(async move {
+        let record = client
+            .execute(&clock, &prepared, intended, released, waited, &stop)
+            .await;
+        drop(permit);
+        let _ = tx.send(record);
+    });
 }
 
 /// Send `count` unrecorded requests (warm-up), `max_concurrency` at a time.
