@@ -11,6 +11,7 @@ use servebench_metrics::{CountSource, Failure, FailureKind, RequestRecord};
 use servebench_tokenizer::Tokenizer;
 
 use crate::clock::RunClock;
+use crate::stamped::{StampingConnector, WriteStamp};
 use crate::stop::StopSignal;
 use crate::stream::StreamState;
 use crate::target::{ApiKind, Target};
@@ -40,7 +41,7 @@ pub struct ClientOptions {
 /// A pooled HTTP/1.1 client bound to one target. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct BackendClient {
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<StampingConnector, Full<Bytes>>,
     target: Target,
     uri: Uri,
     auth: Option<HeaderValue>,
@@ -75,7 +76,7 @@ impl BackendClient {
         &self.target
     }
 
-    pub fn http(&self) -> &Client<HttpConnector, Full<Bytes>> {
+    pub fn http(&self) -> &Client<StampingConnector, Full<Bytes>> {
         &self.http
     }
 
@@ -154,6 +155,14 @@ impl BackendClient {
             }
             break r;
         };
+        // `sent` is the moment the request started to be written, when the connection saw it;
+        // the time before that (waiting for CPU, a connection, the socket) is client-side
+        // queueing and stays visible in the record's `released → sent`.
+        if let Some(w) = outcome.written {
+            if w >= sent {
+                sent = w;
+            }
+        }
         let done = outcome.done.unwrap_or_else(|| clock.now_ns());
         self.finish_record(
             p,
@@ -222,6 +231,13 @@ impl BackendClient {
                 message: error_chain(&e),
             }
         })?;
+        if let Some(t) = resp
+            .extensions()
+            .get::<WriteStamp>()
+            .and_then(WriteStamp::first_write)
+        {
+            outcome.written = Some(clock.ns_at(t));
+        }
         let status = resp.status();
         let mut body = resp.into_body();
         if !status.is_success() {
@@ -335,6 +351,8 @@ struct Exchange {
     done: Option<u64>,
     /// The request failed on a connection the server had closed, before any response.
     stale_connection: bool,
+    /// When the request's first byte went to the socket (from the connection's write stamp).
+    written: Option<u64>,
 }
 
 /// Did the connection close or reset before the server answered (a stale pooled connection)?
@@ -359,7 +377,7 @@ fn closed_before_response(e: &(dyn std::error::Error + 'static)) -> bool {
 
 /// The shared HTTP/1.1 client: pooled keep-alive connections, Nagle off, no idle cap so a
 /// run of thousands of concurrent streams reuses its connections.
-pub fn http_client() -> Client<HttpConnector, Full<Bytes>> {
+pub fn http_client() -> Client<StampingConnector, Full<Bytes>> {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_keepalive(Some(Duration::from_secs(60)));
@@ -367,7 +385,7 @@ pub fn http_client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(usize::MAX)
-        .build(connector)
+        .build(StampingConnector::new(connector))
 }
 
 fn http_failure(status: StatusCode, body: &str) -> Failure {

@@ -9,6 +9,7 @@ pub mod dispatcher;
 pub mod health;
 pub mod probe;
 pub mod scripted;
+pub mod stamped;
 pub mod stop;
 pub mod stream;
 pub mod target;
