@@ -17,6 +17,9 @@ use crate::stream::StreamState;
 use crate::target::{ApiKind, Target};
 use crate::LoadgenError;
 
+/// Sends of one request on stale pooled connections before its failure is recorded.
+const MAX_STALE_RETRIES: u32 = 8;
+
 /// One request ready to send: the body is built before the clock point `sent` is taken.
 #[derive(Debug, Clone)]
 pub struct Prepared {
@@ -148,9 +151,9 @@ impl BackendClient {
                 .await;
             // A pooled keep-alive connection the server had already closed (llama.cpp's server
             // closes after each stream despite advertising keep-alive) fails before any response
-            // byte: the server never saw the request, so it is sent once more on a new
-            // connection, and `sent` is the time of that send.
-            if r.is_err() && outcome.stale_connection && attempt == 1 {
+            // byte: the server never saw the request, so it is sent again (the pool may hold
+            // several such connections), and `sent` is the time of the send that got through.
+            if r.is_err() && outcome.stale_connection && attempt < MAX_STALE_RETRIES {
                 continue;
             }
             break r;
