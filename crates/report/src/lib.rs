@@ -11,4 +11,4 @@ pub use model::{
     ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,
 };
 pub use pyjson::{to_python_json, OrderedObject};
-pub use vllm::{vllm_result, GoodputSlo, VllmRunInfo, PERCENTILE_METRICS};
+pub use vllm::{vllm_result, VllmRunInfo, PERCENTILE_METRICS};

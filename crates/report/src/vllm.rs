@@ -2,18 +2,12 @@
 //! meaning as `vllm bench serve` 0.32/0.33 writes them.
 
 use serde_json::Value;
+use servebench_metrics::summary::Slo;
 use servebench_metrics::{stats, vllm as vllm_metrics, RequestRecord};
 
 use crate::pyjson::OrderedObject;
 
 const NS: f64 = 1e9;
-
-/// A goodput SLO as vLLM takes it (`--goodput ttft:500`): metric name and milliseconds.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GoodputSlo {
-    pub metric: String,
-    pub ms: f64,
-}
 
 /// Everything besides the records that vLLM's result JSON holds.
 #[derive(Debug, Clone)]
@@ -36,7 +30,8 @@ pub struct VllmRunInfo {
     pub percentile_metrics: Vec<String>,
     /// `--metric-percentiles`.
     pub percentiles: Vec<f64>,
-    pub goodput: Vec<GoodputSlo>,
+    /// `--goodput`: a request counts when it meets every one (vLLM: TPOT 0 for one token).
+    pub goodput: Vec<Slo>,
     /// `--save-detailed`.
     pub detailed: bool,
 }
@@ -54,41 +49,6 @@ pub fn percentile_word(p: f64) -> String {
     }
 }
 
-/// Per-request values vLLM reads from a record (seconds; a failed request has 0 / empty).
-struct Row {
-    ok: bool,
-    ttft: f64,
-    itl: Vec<f64>,
-    latency: f64,
-    output_len: u64,
-}
-
-fn row(r: &RequestRecord) -> Row {
-    if !r.is_success() {
-        return Row {
-            ok: false,
-            ttft: 0.0,
-            itl: Vec::new(),
-            latency: 0.0,
-            output_len: 0,
-        };
-    }
-    let first = r.first_token.unwrap_or(r.sent);
-    let end = r.end.unwrap_or(first);
-    let itl = r
-        .events
-        .windows(2)
-        .map(|w| secs(w[1].t.saturating_sub(w[0].t)))
-        .collect();
-    Row {
-        ok: true,
-        ttft: secs(first.saturating_sub(r.sent)),
-        itl,
-        latency: secs(end.saturating_sub(r.sent)),
-        output_len: r.output_tokens,
-    }
-}
-
 /// numpy's `mean/median/std/percentile` of `xs or 0`, in ms.
 fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>) {
     let zero = [0.0];
@@ -97,7 +57,7 @@ fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>)
     sorted.sort_by(f64::total_cmp);
     (
         stats::mean(xs).unwrap_or(0.0) * 1000.0,
-        stats::percentile_sorted(&sorted, 50.0).unwrap_or(0.0) * 1000.0,
+        stats::median_sorted(&sorted).unwrap_or(0.0) * 1000.0,
         stats::std_dev(xs).unwrap_or(0.0) * 1000.0,
         percentiles
             .iter()
@@ -114,72 +74,40 @@ fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>)
 /// Build vLLM's result object from the run's records (all of them, failed included, in
 /// request order).
 pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObject {
-    let rows: Vec<Row> = records.iter().map(row).collect();
-    let completed = rows.iter().filter(|r| r.ok).count();
-    let failed = rows.len() - completed;
-    let total_input: u64 = records
-        .iter()
-        .filter(|r| r.is_success())
-        .map(|r| r.input_tokens)
-        .sum();
-    let total_output: u64 = rows.iter().map(|r| r.output_len).sum();
+    // vLLM's per-request values: seconds, and 0 / empty for a failed request.
+    let secs_or_zero = |v: Option<u64>| v.map(secs).unwrap_or(0.0);
+    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.is_success()).collect();
+    let completed = ok.len();
+    let failed = records.len() - completed;
+    let total_input: u64 = ok.iter().map(|r| r.input_tokens).sum();
+    let total_output: u64 = ok.iter().map(|r| r.output_tokens).sum();
     let dur = if info.duration_s > 0.0 {
         info.duration_s
     } else {
         f64::MIN_POSITIVE
     };
-
-    let ttfts: Vec<f64> = rows.iter().filter(|r| r.ok).map(|r| r.ttft).collect();
-    let e2els: Vec<f64> = rows.iter().filter(|r| r.ok).map(|r| r.latency).collect();
-    let itls: Vec<f64> = rows
-        .iter()
-        .filter(|r| r.ok)
-        .flat_map(|r| r.itl.iter().copied())
-        .collect();
-    let all_tpots: Vec<f64> = rows
-        .iter()
-        .filter(|r| r.ok)
-        .map(|r| {
-            if r.output_len > 1 {
-                (r.latency - r.ttft) / (r.output_len - 1) as f64
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let tpots: Vec<f64> = rows
-        .iter()
-        .filter(|r| r.ok && r.output_len > 1)
-        .map(|r| (r.latency - r.ttft) / (r.output_len - 1) as f64)
-        .collect();
-    let queue: Vec<f64> = records
-        .iter()
-        .filter(|r| r.is_success())
-        .map(|r| secs(r.sent.saturating_sub(r.intended)))
-        .collect();
-
-    let good = if info.goodput.is_empty() {
-        None
-    } else {
-        let mut n = 0usize;
-        let ok_rows: Vec<&Row> = rows.iter().filter(|r| r.ok).collect();
-        for (i, r) in ok_rows.iter().enumerate() {
-            let meets = info.goodput.iter().all(|slo| {
-                let limit = slo.ms / 1000.0;
-                match slo.metric.as_str() {
-                    "ttft" => r.ttft <= limit,
-                    "tpot" => all_tpots[i] <= limit,
-                    "e2el" => r.latency <= limit,
-                    "itl" => r.itl.iter().all(|x| *x <= limit),
-                    _ => true,
-                }
-            });
-            if meets {
-                n += 1;
-            }
-        }
-        Some(n as f64 / dur)
+    let of_ok = |f: fn(&RequestRecord) -> Option<u64>| -> Vec<f64> {
+        ok.iter().map(|r| secs_or_zero(f(r))).collect()
     };
+    let ttfts = of_ok(RequestRecord::ttft_ns);
+    let e2els = of_ok(RequestRecord::e2el_ns);
+    let queue = of_ok(RequestRecord::queue_ns);
+    let user_ttft = of_ok(RequestRecord::user_ttft_ns);
+    let user_e2el = of_ok(RequestRecord::user_e2el_ns);
+    let itls: Vec<f64> = ok.iter().flat_map(|r| r.itls_ns().map(secs)).collect();
+    let tpots: Vec<f64> = ok
+        .iter()
+        .filter_map(|r| r.tpot_ns())
+        .map(|t| t / NS)
+        .collect();
+    let good = (!info.goodput.is_empty()).then(|| {
+        let n = ok
+            .iter()
+            .filter(|r| info.goodput.iter().all(|slo| slo.is_met_by(r)))
+            .count();
+        n as f64 / dur
+    });
+    let output_len = |r: &RequestRecord| if r.is_success() { r.output_tokens } else { 0 };
 
     let mut o = OrderedObject::new();
     o.insert("date", info.date.clone());
@@ -234,17 +162,39 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     );
     o.insert(
         "output_lens",
-        rows.iter().map(|r| r.output_len).collect::<Vec<_>>(),
+        records.iter().map(output_len).collect::<Vec<_>>(),
     );
-    o.insert("ttfts", rows.iter().map(|r| r.ttft).collect::<Vec<_>>());
+    // Per-request arrays cover every request, a failed one with vLLM's zeros.
+    let per_request = |f: fn(&RequestRecord) -> Option<u64>| -> Vec<f64> {
+        records
+            .iter()
+            .map(|r| {
+                if r.is_success() {
+                    secs_or_zero(f(r))
+                } else {
+                    0.0
+                }
+            })
+            .collect()
+    };
+    o.insert("ttfts", per_request(RequestRecord::ttft_ns));
     o.insert(
         "itls",
-        Value::Array(rows.iter().map(|r| Value::from(r.itl.clone())).collect()),
+        Value::Array(
+            records
+                .iter()
+                .map(|r| {
+                    let gaps: Vec<f64> = if r.is_success() {
+                        r.itls_ns().map(secs).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    Value::from(gaps)
+                })
+                .collect(),
+        ),
     );
-    o.insert(
-        "latencies",
-        rows.iter().map(|r| r.latency).collect::<Vec<_>>(),
-    );
+    o.insert("latencies", per_request(RequestRecord::e2el_ns));
     o.insert(
         "start_times",
         records.iter().map(|r| secs(r.sent)).collect::<Vec<_>>(),
@@ -253,7 +203,7 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
         "queue_times",
         records
             .iter()
-            .map(|r| secs(r.sent.saturating_sub(r.intended)))
+            .map(|r| secs_or_zero(r.queue_ns()))
             .collect::<Vec<_>>(),
     );
     o.insert(
@@ -285,16 +235,6 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     );
     o.insert("rtfx", 0.0);
 
-    let user_ttft: Vec<f64> = records
-        .iter()
-        .filter(|r| r.is_success())
-        .map(|r| secs(r.first_token.unwrap_or(r.sent).saturating_sub(r.intended)))
-        .collect();
-    let user_e2el: Vec<f64> = records
-        .iter()
-        .filter(|r| r.is_success())
-        .map(|r| secs(r.end.unwrap_or(r.sent).saturating_sub(r.intended)))
-        .collect();
     for metric in &info.percentile_metrics {
         let values: &[f64] = match metric.as_str() {
             "ttft" => &ttfts,

@@ -3,7 +3,8 @@
 use anyhow::{bail, Context, Result};
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
-use servebench_report::{GoodputSlo, PERCENTILE_METRICS};
+use servebench_metrics::summary::{Slo, SloMetric};
+use servebench_report::PERCENTILE_METRICS;
 
 use super::args::RunArgs;
 
@@ -65,7 +66,7 @@ pub fn metric_percentiles(raw: &str) -> Result<Vec<f64>> {
 }
 
 /// `--goodput ttft:500 tpot:50` (vLLM's names plus servebench's `itl`).
-pub fn goodput(items: &[String]) -> Result<Vec<GoodputSlo>> {
+pub fn goodput(items: &[String]) -> Result<Vec<Slo>> {
     items
         .iter()
         .map(|item| {
@@ -75,15 +76,21 @@ pub fn goodput(items: &[String]) -> Result<Vec<GoodputSlo>> {
             let ms: f64 = v.parse().with_context(|| {
                 format!("--goodput {item:?}: {v:?} is not a number of milliseconds")
             })?;
-            if !["ttft", "tpot", "e2el", "itl"].contains(&k) {
-                bail!("--goodput {item:?}: unknown metric {k:?}; allowed: ttft, tpot, e2el, itl");
-            }
+            let metric = match k {
+                "ttft" => SloMetric::Ttft,
+                "tpot" => SloMetric::Tpot,
+                "e2el" => SloMetric::E2el,
+                "itl" => SloMetric::Itl,
+                _ => bail!(
+                    "--goodput {item:?}: unknown metric {k:?}; allowed: ttft, tpot, e2el, itl"
+                ),
+            };
             if ms < 0.0 {
                 bail!("--goodput {item:?}: the value must be non-negative");
             }
-            Ok(GoodputSlo {
-                metric: k.to_owned(),
-                ms,
+            Ok(Slo {
+                metric,
+                threshold_ms: ms,
             })
         })
         .collect()
@@ -169,9 +176,9 @@ mod tests {
         let g = goodput(&["ttft:500".into(), "itl:50".into()]).unwrap();
         assert_eq!(
             g[1],
-            GoodputSlo {
-                metric: "itl".into(),
-                ms: 50.0
+            Slo {
+                metric: SloMetric::Itl,
+                threshold_ms: 50.0
             }
         );
         assert!(goodput(&["foo:1".into()])

@@ -9,9 +9,9 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_loadgen::{BackendClient, LoadOutcome, Prepared, RunClock, StopSignal, Target};
-use servebench_metrics::summary::{summarize, Slo, SloMetric, SummaryOptions};
+use servebench_metrics::summary::{summarize, Slo, SummaryOptions};
 use servebench_metrics::{RequestRecord, RunSummary};
-use servebench_report::{to_python_json, vllm_result, GoodputSlo, VllmRunInfo};
+use servebench_report::{to_python_json, vllm_result, VllmRunInfo};
 use servebench_tokenizer::Tokenizer;
 
 use super::args::RunArgs;
@@ -150,21 +150,11 @@ pub struct Finish<'a> {
     pub ramp_up: Option<(String, u64, u64)>,
     pub percentile_metrics: &'a [String],
     pub percentiles: &'a [f64],
-    pub goodput: &'a [GoodputSlo],
+    pub goodput: &'a [Slo],
     pub metadata: &'a [(String, String)],
     pub command_line: Vec<String>,
     /// Print the terminal report and file notes.
     pub print: bool,
-}
-
-fn slo_metric(name: &str) -> Option<SloMetric> {
-    match name {
-        "ttft" => Some(SloMetric::Ttft),
-        "tpot" => Some(SloMetric::Tpot),
-        "e2el" => Some(SloMetric::E2el),
-        "itl" => Some(SloMetric::Itl),
-        _ => None,
-    }
 }
 
 /// Summaries, terminal output and files for a finished run; returns the exit code.
@@ -189,16 +179,7 @@ pub fn write_results(
         &SummaryOptions {
             duration_ns: Some(duration_ns),
             percentiles: pcts,
-            goodput: f
-                .goodput
-                .iter()
-                .filter_map(|g| {
-                    slo_metric(&g.metric).map(|m| Slo {
-                        metric: m,
-                        threshold_ms: g.ms,
-                    })
-                })
-                .collect(),
+            goodput: f.goodput.to_vec(),
             ..SummaryOptions::default()
         },
     );
@@ -293,7 +274,7 @@ pub fn write_results(
             "num_warmups": args.num_warmups,
             "percentile_metrics": f.percentile_metrics,
             "metric_percentiles": f.percentiles,
-            "goodput": f.goodput.iter().map(|g| format!("{}:{}", g.metric, g.ms)).collect::<Vec<_>>(),
+            "goodput": f.goodput.iter().map(|g| format!("{}:{}", g.metric.as_str(), g.threshold_ms)).collect::<Vec<_>>(),
         },
         "summary": summary,
         "client_health": health,
