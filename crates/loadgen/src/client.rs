@@ -54,18 +54,7 @@ pub struct BackendClient {
 impl BackendClient {
     pub fn new(target: Target, options: ClientOptions) -> Result<Self, LoadgenError> {
         let uri = target.endpoint_uri()?;
-        let auth = match &target.api_key {
-            Some(key) => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                    LoadgenError::Config(
-                        "the API key holds characters not allowed in an HTTP header".into(),
-                    )
-                })?;
-                v.set_sensitive(true);
-                Some(v)
-            }
-            None => None,
-        };
+        let auth = target.auth_header()?;
         Ok(BackendClient {
             http: http_client(),
             target,

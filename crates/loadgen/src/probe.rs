@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{header, Method, Request};
-use http_body_util::{BodyExt, Full};
+use http::Method;
+use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::client::http_client;
@@ -33,23 +33,7 @@ pub async fn get_text(
     path: &str,
     timeout: Duration,
 ) -> Result<String, LoadgenError> {
-    let uri = target.uri_for(path)?;
-    let mut b = Request::builder().method(Method::GET).uri(uri);
-    if let Some(key) = &target.api_key {
-        let mut v = http::HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-            LoadgenError::Config(
-                "the API key holds characters not allowed in an HTTP header".into(),
-            )
-        })?;
-        v.set_sensitive(true);
-        b = b.header(header::AUTHORIZATION, v);
-    }
-    for (k, v) in &target.headers {
-        b = b.header(k.clone(), v.clone());
-    }
-    let req = b
-        .body(Full::new(Bytes::new()))
-        .map_err(|e| LoadgenError::Config(format!("bad request for {path}: {e}")))?;
+    let req = target.admin_request(Method::GET, path, Bytes::new())?;
     let client = http_client();
     let fut = async {
         let resp = client
@@ -106,13 +90,7 @@ pub async fn post_status(
     path: &str,
     timeout: Duration,
 ) -> Result<u16, LoadgenError> {
-    let uri = target.uri_for(path)?;
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(uri)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from_static(b"{}")))
-        .map_err(|e| LoadgenError::Config(format!("bad request for {path}: {e}")))?;
+    let req = target.admin_request(Method::POST, path, Bytes::from_static(b"{}"))?;
     let client = http_client();
     let resp = tokio::time::timeout(timeout, client.request(req))
         .await

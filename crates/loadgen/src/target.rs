@@ -42,6 +42,44 @@ impl Target {
         parse_uri(&format!("{}{}", self.base_url, path))
     }
 
+    /// The `Authorization: Bearer …` value for `api_key`, marked sensitive so it is never
+    /// printed by `Debug`.
+    pub fn auth_header(&self) -> Result<Option<HeaderValue>, LoadgenError> {
+        let Some(key) = &self.api_key else {
+            return Ok(None);
+        };
+        let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+            LoadgenError::Config(
+                "the API key holds characters not allowed in an HTTP header".into(),
+            )
+        })?;
+        v.set_sensitive(true);
+        Ok(Some(v))
+    }
+
+    /// A request to another path on the same server, with the run's auth and headers.
+    pub fn admin_request(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: bytes::Bytes,
+    ) -> Result<http::Request<http_body_util::Full<bytes::Bytes>>, LoadgenError> {
+        let mut b = http::Request::builder()
+            .method(method)
+            .uri(self.uri_for(path)?);
+        if let Some(auth) = self.auth_header()? {
+            b = b.header(http::header::AUTHORIZATION, auth);
+        }
+        if !body.is_empty() {
+            b = b.header(http::header::CONTENT_TYPE, "application/json");
+        }
+        for (k, v) in &self.headers {
+            b = b.header(k.clone(), v.clone());
+        }
+        b.body(http_body_util::Full::new(body))
+            .map_err(|e| LoadgenError::Config(format!("bad request for {path}: {e}")))
+    }
+
     /// The JSON body of one streaming request.
     pub fn body(&self, prompt: &str, max_tokens: Option<u64>) -> Vec<u8> {
         let mut body = Map::new();
