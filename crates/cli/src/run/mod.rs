@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use servebench_loadgen::{
-    run_load, stop_pair, warm_up, BackendClient, ClientOptions, JsonlSink, LoadSpec, Progress,
-    StopSignal, Target,
+    run_load, stop_pair, warm_up, BackendClient, ClientOptions, LoadSpec, Progress, StopSignal,
+    Target,
 };
 use servebench_tokenizer::Tokenizer;
 
@@ -199,11 +199,6 @@ pub async fn execute(
     print: bool,
 ) -> Result<RunOutcome> {
     validate(args)?;
-    let ramp_up = options::check_ramp_up(args)?;
-    let percentile_metrics = options::percentile_metrics(args.percentile_metrics.as_deref())?;
-    let percentiles = options::metric_percentiles(&args.metric_percentiles)?;
-    let goodput = options::goodput(&args.goodput)?;
-    let metadata = options::key_values("--metadata", &args.metadata)?;
     let headers = options::headers(&args.header)?;
     let extra_body = options::extra_body(args)?;
     let tokenizer = load_tokenizer(args, print)?;
@@ -237,31 +232,11 @@ pub async fn execute(
                 .model
                 .clone()
                 .unwrap_or_else(|| sim.served_model_name.clone());
-            let names = output::FileNames::new(args, &model_id, ramp_up.as_ref());
-            std::fs::create_dir_all(&args.output_dir).with_context(|| {
-                format!("cannot create --output-dir {}", args.output_dir.display())
-            })?;
-            let jsonl_path = args
-                .output_dir
-                .join(format!("{}.requests.jsonl", names.stem));
-            let mut sink = JsonlSink::create(&jsonl_path)?;
+            let (finish, mut sink) =
+                output::Finish::open(args, model_id, &tokenizer, command_line, print)?;
             for r in &records {
                 sink.append(r)?;
             }
-            let finish = output::Finish {
-                args,
-                model_id: &model_id,
-                tokenizer: &tokenizer,
-                names: &names,
-                jsonl_path: &jsonl_path,
-                ramp_up,
-                percentile_metrics: &percentile_metrics,
-                percentiles: &percentiles,
-                goodput: &goodput,
-                metadata: &metadata,
-                command_line,
-                print,
-            };
             let meta = serde_json::json!({
                 "kind": "simulator", "clock": "virtual", "sim_spec": spec, "sim_config": sim.config_json,
             });
@@ -368,15 +343,9 @@ pub async fn execute(
             eprintln!("note: the server did not reset its prefix cache after warm-up; the first request may hit the cache");
         }
     }
-    let names = output::FileNames::new(args, &model_id, ramp_up.as_ref());
-    std::fs::create_dir_all(&args.output_dir)
-        .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
-    let jsonl_path = args
-        .output_dir
-        .join(format!("{}.requests.jsonl", names.stem));
-    let sink = JsonlSink::create(&jsonl_path)?;
+    let (finish, sink) = output::Finish::open(args, model_id, &tokenizer, command_line, print)?;
     if print {
-        print_traffic(args, ramp_up.as_ref());
+        print_traffic(args, finish.ramp_up.as_ref());
     }
     let spec = LoadSpec {
         schedule,
@@ -396,23 +365,12 @@ pub async fn execute(
     )
     .await?;
     if let Some(e) = &outcome.write_error {
-        eprintln!("warning: writing {} failed: {e}", jsonl_path.display());
+        eprintln!(
+            "warning: writing {} failed: {e}",
+            finish.jsonl_path.display()
+        );
     }
     let server = output::ServerInfo::fetch(client.target(), sim_info).await;
-    let finish = output::Finish {
-        args,
-        model_id: &model_id,
-        tokenizer: &tokenizer,
-        names: &names,
-        jsonl_path: &jsonl_path,
-        ramp_up,
-        percentile_metrics: &percentile_metrics,
-        percentiles: &percentiles,
-        goodput: &goodput,
-        metadata: &metadata,
-        command_line,
-        print,
-    };
     let simulated = server.sim.is_some();
     let meta = server.to_json(&client.target().base_url);
     output::write_results(

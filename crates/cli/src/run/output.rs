@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use servebench_loadgen::telemetry::ServerTelemetry;
-use servebench_loadgen::{BackendClient, LoadOutcome, Prepared, RunClock, StopSignal, Target};
+use servebench_loadgen::{
+    BackendClient, JsonlSink, LoadOutcome, Prepared, RunClock, StopSignal, Target,
+};
 use servebench_metrics::summary::{summarize, Slo, SummaryOptions};
 use servebench_metrics::{RequestRecord, RunSummary};
 use servebench_report::{to_python_json, vllm_result, VllmRunInfo};
@@ -143,18 +145,56 @@ pub async fn ready_check(
 /// Shared inputs of the result writers.
 pub struct Finish<'a> {
     pub args: &'a RunArgs,
-    pub model_id: &'a str,
+    pub model_id: String,
     pub tokenizer: &'a Tokenizer,
-    pub names: &'a FileNames,
-    pub jsonl_path: &'a Path,
+    pub names: FileNames,
+    pub jsonl_path: PathBuf,
     pub ramp_up: Option<(String, u64, u64)>,
-    pub percentile_metrics: &'a [String],
-    pub percentiles: &'a [f64],
-    pub goodput: &'a [Slo],
-    pub metadata: &'a [(String, String)],
+    pub percentile_metrics: Vec<String>,
+    pub percentiles: Vec<f64>,
+    pub goodput: Vec<Slo>,
+    pub metadata: Vec<(String, String)>,
     pub command_line: Vec<String>,
     /// Print the terminal report and file notes.
     pub print: bool,
+}
+
+impl<'a> Finish<'a> {
+    /// Read the reporting flags, create `--output-dir` and open the per-request records file
+    /// (records go there as they finish).
+    pub fn open(
+        args: &'a RunArgs,
+        model_id: String,
+        tokenizer: &'a Tokenizer,
+        command_line: Vec<String>,
+        print: bool,
+    ) -> Result<(Self, JsonlSink)> {
+        let ramp_up = super::options::check_ramp_up(args)?;
+        let names = FileNames::new(args, &model_id, ramp_up.as_ref());
+        std::fs::create_dir_all(&args.output_dir)
+            .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
+        let jsonl_path = args
+            .output_dir
+            .join(format!("{}.requests.jsonl", names.stem));
+        let sink = JsonlSink::create(&jsonl_path)?;
+        let finish = Finish {
+            args,
+            model_id,
+            tokenizer,
+            names,
+            jsonl_path,
+            ramp_up,
+            percentile_metrics: super::options::percentile_metrics(
+                args.percentile_metrics.as_deref(),
+            )?,
+            percentiles: super::options::metric_percentiles(&args.metric_percentiles)?,
+            goodput: super::options::goodput(&args.goodput)?,
+            metadata: super::options::key_values("--metadata", &args.metadata)?,
+            command_line,
+            print,
+        };
+        Ok((finish, sink))
+    }
 }
 
 /// Summaries, terminal output and files for a finished run; returns the exit code.
@@ -169,7 +209,7 @@ pub fn write_results(
 ) -> Result<super::RunOutcome> {
     let args = f.args;
     let mut pcts = vec![50.0, 90.0, 95.0, 99.0];
-    for p in f.percentiles {
+    for p in &f.percentiles {
         if !pcts.contains(p) {
             pcts.push(*p);
         }
@@ -187,7 +227,7 @@ pub fn write_results(
         date: f.names.date.clone(),
         backend: args.backend.as_str().to_owned(),
         label: args.label.clone(),
-        model_id: f.model_id.to_owned(),
+        model_id: f.model_id.clone(),
         tokenizer_id: args
             .tokenizer
             .clone()
@@ -214,8 +254,8 @@ pub fn write_results(
         let mut stdout = std::io::stdout().lock();
         let block = servebench_report::terminal::vllm_block(
             &vllm,
-            f.percentile_metrics,
-            f.percentiles,
+            &f.percentile_metrics,
+            &f.percentiles,
             !f.goodput.is_empty(),
         );
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
@@ -311,7 +351,7 @@ pub fn write_results(
         summary,
         vllm,
         native_path,
-        jsonl_path: f.jsonl_path.to_owned(),
+        jsonl_path: f.jsonl_path.clone(),
         vllm_path,
         exit,
     })
