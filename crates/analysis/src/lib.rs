@@ -13,9 +13,13 @@ pub mod decision;
 pub mod diagnose;
 mod error;
 mod explained;
+pub mod figures;
 pub mod frontier;
 pub mod predict;
+pub mod rules;
 mod stats;
+pub mod thresholds;
+pub mod view;
 
 pub use error::AnalysisError;
 pub use explained::{format_quantity, Explained, Input};

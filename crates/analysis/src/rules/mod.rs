@@ -1,0 +1,50 @@
+//! The diagnosis rules, one per file. Each reads the groups' figures (and, for predictions,
+//! the deployment) and returns what it examined and the findings it supports, with the figures
+//! that triggered them. Their thresholds live in [`crate::thresholds`].
+
+use std::collections::BTreeSet;
+
+mod batching_trade_off;
+mod context;
+mod decode_speed;
+mod finding;
+mod kv_exhaustion;
+mod prefill_cost;
+mod prefix_cache_miss;
+mod server_queueing;
+mod tail_latency;
+mod throughput_below_prediction;
+mod wording;
+
+#[cfg(test)]
+mod testing;
+
+pub(crate) use context::Ctx;
+pub use finding::{Confidence, Finding, Rule, RuleCheck};
+
+/// Runs every rule; findings come in [`Rule::ALL`] order. KV exhaustion and server queueing
+/// run first because the rules after them leave the rows they explain alone.
+pub(crate) fn run_all(ctx: &Ctx<'_>) -> (Vec<Finding>, Vec<RuleCheck>) {
+    let (kv_check, kv_findings, kv_rows) = kv_exhaustion::kv_exhaustion(ctx);
+    let (queue_check, queue_findings, queued_rows) =
+        server_queueing::server_queueing(ctx, &kv_rows);
+    let unhealthy_p50: BTreeSet<usize> = kv_rows.union(&queued_rows).copied().collect();
+    let results = [
+        (kv_check, kv_findings),
+        (queue_check, queue_findings),
+        decode_speed::decode_speed(ctx),
+        throughput_below_prediction::throughput_below_prediction(ctx, &kv_rows),
+        prefix_cache_miss::prefix_cache_miss(ctx),
+        tail_latency::tail_latency(ctx, &unhealthy_p50),
+        batching_trade_off::batching_trade_off(ctx),
+        prefill_cost::prefill_cost(ctx),
+    ];
+    let mut findings = Vec::new();
+    let mut checks = Vec::new();
+    for (mut check, mut f) in results {
+        check.findings = f.len();
+        findings.append(&mut f);
+        checks.push(check);
+    }
+    (findings, checks)
+}
