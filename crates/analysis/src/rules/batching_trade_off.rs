@@ -116,3 +116,68 @@ pub(super) fn batching_trade_off(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>) {
     }
     (c, findings)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{batched, fired, row, run, stat};
+    use super::*;
+
+    /// The baseline row A (concurrency 1, 140 tok/s, TPOT 7 ms) and the same workload at
+    /// `concurrency` with `throughput` and `tpot`.
+    fn pair(concurrency: f64, throughput: f64, tpot: f64) -> Vec<RowFigures> {
+        let mut b = batched("D", concurrency);
+        b.output_throughput = throughput;
+        b.tpot = stat(tpot, tpot, 100);
+        vec![row("A"), b]
+    }
+
+    #[test]
+    fn more_throughput_for_worse_tpot_fires() {
+        let (c, f) = run(&pair(8.0, 700.0, 14.0), None, batching_trade_off);
+        assert_eq!(fired(&f), vec![vec!["A".to_string(), "D".to_string()]]);
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert!(
+            f[0].summary
+                .contains("buys 5× the throughput for 2× the per-user TPOT"),
+            "{}",
+            f[0].summary
+        );
+        assert_eq!(c.examined, vec!["A".to_string(), "D".to_string()]);
+    }
+
+    #[test]
+    fn each_ratio_is_a_boundary() {
+        let fires = |c: f64, t: f64, tpot: f64| {
+            !run(&pair(c, t, tpot), None, batching_trade_off)
+                .1
+                .is_empty()
+        };
+        let (c, t, tpot) = (
+            TRADEOFF_CONCURRENCY_RATIO,
+            TRADEOFF_THROUGHPUT_RATIO * 140.0,
+            TRADEOFF_TPOT_RATIO * 7.0,
+        );
+        assert!(fires(c, t, tpot));
+        assert!(!fires(c - 0.01, t, tpot));
+        assert!(!fires(c, t - 0.01, tpot));
+        assert!(!fires(c, t, tpot - 0.01));
+    }
+
+    #[test]
+    fn a_lone_workload_is_not_examined() {
+        let (c, f) = run(&[row("A")], None, batching_trade_off);
+        assert!(f.is_empty());
+        assert_eq!(
+            c.note.as_deref(),
+            Some("no two groups share a workload at different concurrency")
+        );
+    }
+
+    #[test]
+    fn few_tpot_samples_lower_the_confidence() {
+        let mut rows = pair(8.0, 700.0, 14.0);
+        rows[1].tpot.n = TRADEOFF_WELL_SAMPLED - 1;
+        let (_, f) = run(&rows, None, batching_trade_off);
+        assert_eq!(f[0].confidence, Confidence::Medium);
+    }
+}

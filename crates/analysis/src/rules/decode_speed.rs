@@ -105,3 +105,69 @@ pub(super) fn decode_speed(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>) {
     }
     (c, findings)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{fired, h100_8b, row, run, stat};
+    use super::*;
+
+    fn at_tpot(tpot_ms: f64, n: u64) -> RowFigures {
+        let mut a = row("A");
+        a.tpot = stat(tpot_ms, tpot_ms, n);
+        a
+    }
+
+    fn predicted() -> f64 {
+        bandwidth_check(&row("A"), &h100_8b())
+            .unwrap()
+            .predicted_tpot_ms
+    }
+
+    #[test]
+    fn tpot_far_above_the_prediction_fires() {
+        let d = h100_8b();
+        let (c, f) = run(&[at_tpot(2.0 * predicted(), 100)], Some(&d), decode_speed);
+        assert_eq!(fired(&f), vec![vec!["A".to_string()]]);
+        assert_eq!(f[0].regime, "inefficient decode or a non-memory bottleneck");
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert_eq!(c.examined, vec!["A".to_string()]);
+    }
+
+    #[test]
+    fn tpot_at_the_prediction_stays_silent() {
+        let d = h100_8b();
+        assert!(run(&[at_tpot(predicted(), 100)], Some(&d), decode_speed)
+            .1
+            .is_empty());
+    }
+
+    #[test]
+    fn faster_than_the_bytes_allow_is_a_measurement_error() {
+        let d = h100_8b();
+        let (_, f) = run(&[at_tpot(0.5, 100)], Some(&d), decode_speed);
+        assert!(f[0]
+            .regime
+            .starts_with("measurement or configuration error"));
+    }
+
+    #[test]
+    fn confidence_needs_enough_samples() {
+        let d = h100_8b();
+        let far = 2.0 * predicted();
+        let (_, f) = run(&[at_tpot(far, DECODE_WELL_SAMPLED)], Some(&d), decode_speed);
+        assert_eq!(f[0].confidence, Confidence::High);
+        let (_, f) = run(
+            &[at_tpot(far, DECODE_WELL_SAMPLED - 1)],
+            Some(&d),
+            decode_speed,
+        );
+        assert_eq!(f[0].confidence, Confidence::Medium);
+    }
+
+    #[test]
+    fn without_a_deployment_it_says_why() {
+        let (c, f) = run(&[at_tpot(100.0, 100)], None, decode_speed);
+        assert!(f.is_empty());
+        assert!(c.note.unwrap().starts_with("no GPU and model known"));
+    }
+}

@@ -172,3 +172,84 @@ pub(super) fn kv_exhaustion(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>, BTreeSet
     }
     (c, findings, fired)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{batched, fired, row, run, stat};
+    use super::*;
+
+    #[test]
+    fn the_servers_preemption_counter_is_direct_evidence() {
+        let mut a = row("A");
+        a.server.preemptions = Some(5.0);
+        let (c, f, rows) = run(&[a], None, kv_exhaustion);
+        assert_eq!(fired(&f), vec![vec!["A".to_string()]]);
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert!(
+            f[0].evidence[0].contains("5 preemptions"),
+            "{:?}",
+            f[0].evidence
+        );
+        assert_eq!(rows.into_iter().collect::<Vec<_>>(), vec![0]);
+        assert_eq!(c.examined, vec!["A".to_string()]);
+    }
+
+    #[test]
+    fn a_healthy_row_stays_silent() {
+        let (c, f, rows) = run(&[row("A")], None, kv_exhaustion);
+        assert!(f.is_empty() && rows.is_empty());
+        assert_eq!(c.note, None);
+        let (c, _, _) = run(&[], None, kv_exhaustion);
+        assert_eq!(c.note.as_deref(), Some("no group completed a request"));
+    }
+
+    #[test]
+    fn kv_demand_fires_only_above_the_capacity() {
+        // Two running requests of 256 + 128 tokens need 768 KV tokens.
+        let at = |capacity: u64| {
+            let mut d = batched("D", 2.0);
+            d.target.kv_cache_tokens = Some(capacity);
+            run(&[d], None, kv_exhaustion).1
+        };
+        assert!(at(768).is_empty());
+        let f = at(767);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].confidence, Confidence::Medium);
+        assert!(
+            f[0].evidence[0].starts_with("KV demand 768 tokens"),
+            "{:?}",
+            f[0].evidence
+        );
+        assert!(
+            f[0].next_experiment.contains("--max-concurrency 1"),
+            "{}",
+            f[0].next_experiment
+        );
+    }
+
+    #[test]
+    fn a_ttft_cliff_with_re_prefill_gaps_fires_without_a_capacity() {
+        let light = row("A");
+        let heavy = |p50: f64| {
+            let mut h = batched("D", 8.0);
+            h.ttft = stat(p50, p50 * 2.0, 100);
+            h.total_stalls = 3;
+            h.longest_stall_ms = Some(500.0);
+            h
+        };
+        // The light row's TTFT p50 is 20 ms: the cliff starts at TTFT_CLIFF_RATIO times it.
+        let cliff = TTFT_CLIFF_RATIO * 20.0;
+        let (_, f, _) = run(&[light.clone(), heavy(cliff)], None, kv_exhaustion);
+        assert_eq!(fired(&f), vec![vec!["D".to_string()]]);
+        assert_eq!(f[0].confidence, Confidence::Medium);
+        let (_, f, _) = run(&[light, heavy(cliff - 0.1)], None, kv_exhaustion);
+        assert!(f.is_empty());
+    }
+
+    #[test]
+    fn high_kv_use_alone_is_evidence_but_no_finding() {
+        let mut a = row("A");
+        a.server.max_kv_usage = Some(KV_USAGE_HIGH);
+        assert!(run(&[a], None, kv_exhaustion).1.is_empty());
+    }
+}

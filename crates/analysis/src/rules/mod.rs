@@ -48,3 +48,24 @@ pub(crate) fn run_all(ctx: &Ctx<'_>) -> (Vec<Finding>, Vec<RuleCheck>) {
     }
     (findings, checks)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{batched, row, run, stat};
+    use super::*;
+
+    #[test]
+    fn checks_come_in_the_reported_order_and_count_their_findings() {
+        let mut d = batched("D", 8.0);
+        d.server.preemptions = Some(3.0);
+        d.ttft = stat(20.0, 200.0, 100);
+        let (findings, checks) = run(&[row("A"), d], None, run_all);
+        let order: Vec<Rule> = checks.iter().map(|c| c.rule).collect();
+        assert_eq!(order, Rule::ALL);
+        assert_eq!(findings[0].rule, Rule::KvExhaustion);
+        // The tail of a row KV exhaustion explains is left to it.
+        assert!(findings.iter().all(|f| f.rule != Rule::TailLatency));
+        let total: usize = checks.iter().map(|c| c.findings).sum();
+        assert_eq!(total, findings.len());
+    }
+}

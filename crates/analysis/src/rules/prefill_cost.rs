@@ -114,3 +114,69 @@ pub(super) fn prefill_cost(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>) {
     };
     (c, vec![finding])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{fired, h100_8b, row, run, stat};
+    use super::*;
+
+    /// Row A (256 tokens, TTFT p50 20 ms) and row B with `input` tokens and TTFT p50 `ttft`.
+    fn pair(input: f64, ttft: f64) -> Vec<RowFigures> {
+        let mut b = row("B");
+        b.mean_input_tokens = input;
+        b.ttft = stat(ttft, ttft, 100);
+        vec![row("A"), b]
+    }
+
+    #[test]
+    fn ttft_growing_with_the_prompt_fires() {
+        let (c, f) = run(&pair(2048.0, 200.0), None, prefill_cost);
+        assert_eq!(fired(&f), vec![vec!["A".to_string(), "B".to_string()]]);
+        assert_eq!(f[0].regime, "prefill cost");
+        assert_eq!(f[0].confidence, Confidence::Medium);
+        assert_eq!(c.examined, vec!["A".to_string(), "B".to_string()]);
+    }
+
+    #[test]
+    fn against_the_roofline_a_slow_prefill_is_named() {
+        let d = h100_8b();
+        let (_, f) = run(&pair(2048.0, 200.0), Some(&d), prefill_cost);
+        assert_eq!(
+            f[0].regime,
+            "prefill slower than the roofline (inefficient prefill)"
+        );
+        assert_eq!(f[0].confidence, Confidence::High);
+    }
+
+    #[test]
+    fn ratios_and_the_minimum_delta_are_boundaries() {
+        let fires =
+            |input: f64, ttft: f64| !run(&pair(input, ttft), None, prefill_cost).1.is_empty();
+        // 20 ms short: twice is 40 ms, exactly PREFILL_MIN_DELTA_MS above.
+        assert!(fires(
+            PREFILL_INPUT_RATIO * 256.0,
+            PREFILL_TTFT_RATIO * 20.0
+        ));
+        assert!(!fires(PREFILL_INPUT_RATIO * 256.0 - 1.0, 200.0));
+        assert!(!fires(2048.0, PREFILL_TTFT_RATIO * 20.0 - 0.1));
+        assert!(PREFILL_TTFT_RATIO * 20.0 - 20.0 >= PREFILL_MIN_DELTA_MS);
+    }
+
+    #[test]
+    fn the_minimum_delta_holds_on_fast_rows() {
+        let mut rows = pair(2048.0, 15.0);
+        rows[0].ttft = stat(5.0, 5.0, 100);
+        // 3× but only 10 ms apart.
+        assert!(run(&rows, None, prefill_cost).1.is_empty());
+    }
+
+    #[test]
+    fn one_single_stream_row_is_not_enough() {
+        let (c, f) = run(&[row("A")], None, prefill_cost);
+        assert!(f.is_empty());
+        assert_eq!(
+            c.note.as_deref(),
+            Some("needs two single-stream groups with different prompt lengths")
+        );
+    }
+}

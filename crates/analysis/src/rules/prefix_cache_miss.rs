@@ -134,3 +134,76 @@ pub(super) fn prefix_cache_miss(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>) {
     }
     (c, findings)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{fired, row, run, stat};
+    use super::*;
+    use crate::figures::RowFigures;
+
+    /// A warm row sharing a 128-token prefix over 100 requests in one run: 99 of them should
+    /// find all 128 tokens cached.
+    fn warm(cached: Option<f64>) -> RowFigures {
+        let mut w = row("E");
+        w.planned.shared_prefix_tokens = 128;
+        w.mean_cached_tokens = cached;
+        w
+    }
+
+    const EXPECTED: f64 = 128.0 * 99.0 / 100.0;
+
+    #[test]
+    fn too_few_cached_tokens_fire_with_high_confidence() {
+        let (c, f) = run(&[warm(Some(10.0))], None, prefix_cache_miss);
+        assert_eq!(fired(&f), vec![vec!["E".to_string()]]);
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert_eq!(f[0].regime, "prefix-cache miss or eviction");
+        assert_eq!(c.examined, vec!["E".to_string()]);
+    }
+
+    #[test]
+    fn the_hit_fraction_is_the_boundary() {
+        let at = |cached: f64| run(&[warm(Some(cached))], None, prefix_cache_miss).1;
+        assert!(at(PREFIX_HIT_FRACTION * EXPECTED).is_empty());
+        assert_eq!(at(PREFIX_HIT_FRACTION * EXPECTED - 0.01).len(), 1);
+        assert!(at(EXPECTED).is_empty());
+    }
+
+    #[test]
+    fn caching_off_is_named() {
+        let mut w = warm(Some(0.0));
+        w.target.prefix_caching = Some(false);
+        let (_, f) = run(&[w], None, prefix_cache_miss);
+        assert_eq!(f[0].regime, "prefix caching disabled");
+        assert!(f[0].first_response.contains("--enable-prefix-caching"));
+    }
+
+    #[test]
+    fn without_cached_counts_a_cold_twin_with_the_same_ttft_speaks() {
+        let cold = row("B");
+        let at = |warm_p50: f64| {
+            let mut w = warm(None);
+            w.ttft = stat(warm_p50, warm_p50, 100);
+            run(&[w, cold.clone()], None, prefix_cache_miss)
+        };
+        // The cold row's TTFT p50 is 20 ms.
+        let (_, f) = at(PREFIX_SAME_TTFT * 20.0);
+        assert_eq!(f[0].confidence, Confidence::Medium);
+        let (c, f) = at(PREFIX_SAME_TTFT * 20.0 - 0.1);
+        assert!(f.is_empty());
+        assert!(c.note.unwrap().contains("no cold row"));
+    }
+
+    #[test]
+    fn rows_without_a_shared_prefix_are_not_examined() {
+        let (c, f) = run(&[row("A")], None, prefix_cache_miss);
+        assert!(f.is_empty());
+        assert_eq!(
+            c.note.as_deref(),
+            Some("no group shares a prefix across requests")
+        );
+        let mut short = warm(Some(0.0));
+        short.planned.shared_prefix_tokens = DEFAULT_BLOCK_SIZE - 1;
+        assert!(run(&[short], None, prefix_cache_miss).1.is_empty());
+    }
+}

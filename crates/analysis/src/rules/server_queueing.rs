@@ -186,3 +186,103 @@ fn growing_ttft(records: &[RequestRecord]) -> Option<(f64, f64)> {
     (late >= TTFT_GROWTH_RATIO * early && late - early >= TTFT_GROWTH_MIN_MS)
         .then_some((early, late))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{batched, fired, record, row, run, stat};
+    use super::*;
+
+    /// A light row (TTFT p50 20 ms) and the same workload at `concurrency` on a server that
+    /// runs at most 4 sequences, with a TTFT p50 of 200 ms (the cliff).
+    fn capped_at(concurrency: f64) -> Vec<crate::figures::RowFigures> {
+        let mut heavy = batched("D", concurrency);
+        heavy.ttft = stat(TTFT_CLIFF_RATIO * 20.0, 400.0, 100);
+        heavy.target.max_num_seqs = Some(4);
+        vec![row("A"), heavy]
+    }
+
+    #[test]
+    fn a_cliff_behind_the_sequence_limit_fires() {
+        let rows = capped_at(8.0);
+        let (c, f, fired_rows) = run(&rows, None, |ctx| server_queueing(ctx, &BTreeSet::new()));
+        assert_eq!(fired(&f), vec![vec!["D".to_string()]]);
+        assert_eq!(f[0].regime, "queueing behind the server's sequence limit");
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert!(f[0]
+            .next_experiment
+            .contains("--max-num-seqs raised from 4 to 8"));
+        assert_eq!(fired_rows.into_iter().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(c.examined, vec!["A".to_string(), "D".to_string()]);
+    }
+
+    #[test]
+    fn concurrency_within_the_margin_of_the_limit_is_not_capped() {
+        let at = |concurrency: f64| {
+            let rows = capped_at(concurrency);
+            run(&rows, None, |ctx| server_queueing(ctx, &BTreeSet::new())).1
+        };
+        assert!(at(4.0 * SEQ_LIMIT_MARGIN).is_empty());
+        assert_eq!(at(4.0 * SEQ_LIMIT_MARGIN + 0.01).len(), 1);
+    }
+
+    #[test]
+    fn healthy_rows_and_rows_left_to_kv_exhaustion_stay_silent() {
+        assert!(run(&[row("A")], None, |ctx| server_queueing(
+            ctx,
+            &BTreeSet::new()
+        ))
+        .1
+        .is_empty());
+        let rows = capped_at(8.0);
+        let kv = BTreeSet::from([1]);
+        assert!(run(&rows, None, |ctx| server_queueing(ctx, &kv))
+            .1
+            .is_empty());
+    }
+
+    fn arrivals(early_ms: u64, late_ms: u64, n: u64) -> Vec<RequestRecord> {
+        (0..n)
+            .map(|i| {
+                let ttft = if i < n / 2 { early_ms } else { late_ms };
+                record(i, i * 100, ttft)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn growing_ttft_compares_the_first_and_last_quarter() {
+        let n = TTFT_GROWTH_MIN_SAMPLES as u64;
+        assert_eq!(growing_ttft(&arrivals(50, 200, n)), Some((50.0, 200.0)));
+        // Exactly TTFT_GROWTH_RATIO times and TTFT_GROWTH_MIN_MS above: still growing.
+        assert_eq!(growing_ttft(&arrivals(50, 150, n)), Some((50.0, 150.0)));
+        assert_eq!(growing_ttft(&arrivals(50, 149, n)), None);
+        assert_eq!(
+            growing_ttft(&arrivals(10, 90, n)),
+            None,
+            "9× but only 80 ms"
+        );
+        assert_eq!(growing_ttft(&arrivals(50, 200, n - 1)), None, "too few");
+    }
+
+    #[test]
+    fn an_open_loop_that_fell_behind_fires_from_its_records() {
+        let mut d = batched("D", 3.0);
+        d.planned.request_rate = Some(10.0);
+        let recs = arrivals(50, 400, 40);
+        let rows = [d];
+        let records = vec![vec![recs.as_slice()]];
+        let ctx = Ctx {
+            rows: &rows,
+            records: &records,
+            deployment: None,
+        };
+        let (_, f, _) = server_queueing(&ctx, &BTreeSet::new());
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].regime, "queueing in a saturated server");
+        assert!(
+            f[0].evidence[0].contains("fell behind the offered 10 req/s"),
+            "{:?}",
+            f[0].evidence
+        );
+    }
+}

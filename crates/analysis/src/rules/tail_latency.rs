@@ -144,3 +144,70 @@ fn startup_burst(records: &[RequestRecord]) -> Option<(f64, usize)> {
     let share = early as f64 / n as f64;
     (share >= BURST_SHARE).then_some((share, n))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{batched, fired, record, row, run, stat};
+    use super::*;
+    use crate::figures::RowFigures;
+
+    fn tail(p50: f64, p99: f64, n: u64) -> RowFigures {
+        let mut r = batched("D", 4.0);
+        r.ttft = stat(p50, p99, n);
+        r
+    }
+
+    fn findings(r: RowFigures, kv: &BTreeSet<usize>) -> Vec<Finding> {
+        run(&[r], None, |ctx| tail_latency(ctx, kv)).1
+    }
+
+    #[test]
+    fn a_p99_far_above_a_healthy_p50_fires() {
+        let f = findings(tail(20.0, 200.0, 100), &BTreeSet::new());
+        assert_eq!(fired(&f), vec![vec!["D".to_string()]]);
+        assert_eq!(f[0].confidence, Confidence::Medium);
+        assert!(f[0].next_experiment.contains("the offered load halved"));
+        let f = findings(tail(20.0, 200.0, TAIL_HIGH_SAMPLES), &BTreeSet::new());
+        assert_eq!(f[0].confidence, Confidence::High);
+        let f = findings(tail(20.0, 200.0, TAIL_MEDIUM_SAMPLES - 1), &BTreeSet::new());
+        assert_eq!(f[0].confidence, Confidence::Low);
+    }
+
+    #[test]
+    fn ratio_delta_and_samples_are_boundaries() {
+        let none = BTreeSet::new();
+        // p50 30 ms: TAIL_RATIO × is 90 ms, 60 ms above (over TAIL_MIN_DELTA_MS).
+        assert_eq!(findings(tail(30.0, 90.0, 100), &none).len(), 1);
+        assert!(findings(tail(30.0, 89.9, 100), &none).is_empty());
+        // p50 10 ms: 3× is only 20 ms above; the delta needs TAIL_MIN_DELTA_MS.
+        assert!(findings(tail(10.0, 10.0 + TAIL_MIN_DELTA_MS - 0.1, 100), &none).is_empty());
+        assert_eq!(
+            findings(tail(10.0, 10.0 + TAIL_MIN_DELTA_MS, 100), &none).len(),
+            1
+        );
+        assert!(findings(tail(20.0, 200.0, TAIL_MIN_SAMPLES - 1), &none).is_empty());
+    }
+
+    #[test]
+    fn healthy_rows_and_rows_with_an_unhealthy_p50_stay_silent() {
+        assert!(findings(row("A"), &BTreeSet::new()).is_empty());
+        assert!(findings(tail(20.0, 200.0, 100), &BTreeSet::from([0])).is_empty());
+    }
+
+    #[test]
+    fn a_start_up_burst_is_told_from_steady_queueing() {
+        let n = 2 * BURST_MIN_SAMPLES as u64;
+        // The two slowest (top 5 % of 40) arrive first, at 0 and 100 ms of 3.9 s.
+        let burst: Vec<RequestRecord> = (0..n)
+            .map(|i| record(i, i * 100, if i < 2 { 900 } else { 20 }))
+            .collect();
+        assert_eq!(startup_burst(&burst), Some((1.0, 2)));
+        let late: Vec<RequestRecord> = (0..n)
+            .map(|i| record(i, i * 100, if i >= n - 2 { 900 } else { 20 }))
+            .collect();
+        assert_eq!(startup_burst(&late), None);
+        assert_eq!(startup_burst(&burst[..BURST_MIN_SAMPLES - 1]), None);
+        let at_once: Vec<RequestRecord> = (0..n).map(|i| record(i, 0, 20 + i)).collect();
+        assert_eq!(startup_burst(&at_once), None);
+    }
+}

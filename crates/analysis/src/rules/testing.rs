@@ -7,7 +7,7 @@ use servebench_metrics::{CountSource, RequestRecord, TokenEvent};
 use servebench_roofline::{Catalog, Deployment, Dtype, KvDtype};
 
 use super::context::Ctx;
-use super::finding::{Finding, RuleCheck};
+use super::finding::Finding;
 use crate::figures::{PlannedWorkload, RowFigures, ServerCounters, Stat, TargetFacts};
 
 /// A latency statistic with the given p50 and p99 (mean = p50), over `n` samples.
@@ -133,14 +133,4 @@ pub fn run<T>(
 /// The rows the findings concern, one list per finding.
 pub fn fired(findings: &[Finding]) -> Vec<Vec<String>> {
     findings.iter().map(|f| f.rows.clone()).collect()
-}
-
-/// Drops the third element of a rule's result (the rows it claims for itself).
-pub fn two<A, B, C>((a, b, _): (A, B, C)) -> (A, B) {
-    (a, b)
-}
-
-/// The check, for tests that only read what was examined.
-pub fn examined(check: &RuleCheck) -> Vec<&str> {
-    check.examined.iter().map(String::as_str).collect()
 }

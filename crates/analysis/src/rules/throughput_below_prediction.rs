@@ -102,3 +102,81 @@ pub(super) fn throughput_below_prediction(
     }
     (c, findings)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{batched, fired, h100_8b, row, run};
+    use super::*;
+    use crate::figures::RowFigures;
+
+    /// A closed-loop row at concurrency 8 delivering `share` of the roofline's throughput.
+    fn delivering(share: f64) -> RowFigures {
+        let d = h100_8b();
+        let mut r = batched("D", 8.0);
+        let b = bandwidth_check(&r, &d).unwrap();
+        r.output_throughput = share * f64::from(b.batch) * 1e3 / b.predicted_tpot_ms;
+        r
+    }
+
+    #[test]
+    fn far_below_the_prediction_fires() {
+        let d = h100_8b();
+        let (c, f) = run(&[delivering(0.2)], Some(&d), |ctx| {
+            throughput_below_prediction(ctx, &BTreeSet::new())
+        });
+        assert_eq!(fired(&f), vec![vec!["D".to_string()]]);
+        assert_eq!(f[0].confidence, Confidence::High);
+        assert_eq!(c.examined, vec!["D".to_string()]);
+        let (_, f) = run(&[delivering(0.4)], Some(&d), |ctx| {
+            throughput_below_prediction(ctx, &BTreeSet::new())
+        });
+        assert_eq!(f[0].confidence, Confidence::Medium);
+    }
+
+    #[test]
+    fn at_the_threshold_it_stays_silent() {
+        let d = h100_8b();
+        let none = BTreeSet::new();
+        let at = |share: f64| {
+            run(&[delivering(share)], Some(&d), |ctx| {
+                throughput_below_prediction(ctx, &none)
+            })
+            .1
+        };
+        assert!(at(THROUGHPUT_BELOW).is_empty());
+        assert_eq!(at(THROUGHPUT_BELOW - 0.01).len(), 1);
+        assert!(at(1.0).is_empty());
+    }
+
+    #[test]
+    fn an_open_loop_that_kept_up_or_a_row_left_to_kv_exhaustion_is_not_judged() {
+        let d = h100_8b();
+        let mut r = delivering(0.2);
+        // It served all of the 1 req/s it was offered.
+        r.planned.request_rate = Some(r.request_throughput);
+        assert!(run(&[r], Some(&d), |ctx| {
+            throughput_below_prediction(ctx, &BTreeSet::new())
+        })
+        .1
+        .is_empty());
+        let kv = BTreeSet::from([0]);
+        assert!(run(&[delivering(0.2)], Some(&d), |ctx| {
+            throughput_below_prediction(ctx, &kv)
+        })
+        .1
+        .is_empty());
+    }
+
+    #[test]
+    fn single_streams_are_left_to_decode_speed() {
+        let d = h100_8b();
+        let (c, f) = run(&[row("A")], Some(&d), |ctx| {
+            throughput_below_prediction(ctx, &BTreeSet::new())
+        });
+        assert!(f.is_empty());
+        assert_eq!(
+            c.note.as_deref(),
+            Some("no batched group (all at concurrency 1)")
+        );
+    }
+}
