@@ -118,6 +118,7 @@ pub(super) fn batching_trade_off(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::testing::{batched, fired, row, run, stat};
     use super::*;

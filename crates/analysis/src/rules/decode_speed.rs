@@ -107,6 +107,7 @@ pub(super) fn decode_speed(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::testing::{fired, h100_8b, row, run, stat};
     use super::*;

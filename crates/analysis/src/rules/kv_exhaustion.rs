@@ -174,6 +174,7 @@ pub(super) fn kv_exhaustion(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>, BTreeSet
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::testing::{batched, fired, row, run, stat};
     use super::*;

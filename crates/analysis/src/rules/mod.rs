@@ -50,6 +50,7 @@ pub(crate) fn run_all(ctx: &Ctx<'_>) -> (Vec<Finding>, Vec<RuleCheck>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::testing::{batched, row, run, stat};
     use super::*;

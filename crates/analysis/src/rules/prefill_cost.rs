@@ -116,6 +116,7 @@ pub(super) fn prefill_cost(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::testing::{fired, h100_8b, row, run, stat};
     use super::*;
@@ -159,7 +160,6 @@ mod tests {
         ));
         assert!(!fires(PREFILL_INPUT_RATIO * 256.0 - 1.0, 200.0));
         assert!(!fires(2048.0, PREFILL_TTFT_RATIO * 20.0 - 0.1));
-        assert!(PREFILL_TTFT_RATIO * 20.0 - 20.0 >= PREFILL_MIN_DELTA_MS);
     }
 
     #[test]

@@ -136,6 +136,7 @@ pub(super) fn prefix_cache_miss(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::testing::{fired, row, run, stat};
     use super::*;

@@ -188,6 +188,7 @@ fn growing_ttft(records: &[RequestRecord]) -> Option<(f64, f64)> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::testing::{batched, fired, record, row, run, stat};
     use super::*;

@@ -146,6 +146,7 @@ fn startup_burst(records: &[RequestRecord]) -> Option<(f64, usize)> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::testing::{batched, fired, record, row, run, stat};
     use super::*;

@@ -104,6 +104,7 @@ pub(super) fn throughput_below_prediction(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::super::testing::{batched, fired, h100_8b, row, run};
     use super::*;
