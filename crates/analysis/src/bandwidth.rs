@@ -13,13 +13,9 @@ use serde::Serialize;
 use serde_json::Value;
 use servebench_roofline::{Catalog, Deployment, Dtype, KvDtype, SeqWork, StepTime};
 
-use crate::diagnose::RowFigures;
-use crate::AnalysisError;
-
-/// Relative gap within which measured TPOT counts as at the prediction.
-pub const AT_LIMIT_PCT: f64 = 10.0;
-/// Relative gap above which measured TPOT counts as far above the prediction.
-pub const FAR_ABOVE_PCT: f64 = 50.0;
+use crate::error::AnalysisError;
+use crate::figures::RowFigures;
+pub use crate::thresholds::{AT_LIMIT_PCT, FAR_ABOVE_PCT};
 
 /// Where a measured TPOT sits against the roofline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

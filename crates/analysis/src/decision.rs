@@ -22,7 +22,7 @@ use servebench_metrics::{stats, RequestRecord};
 
 use crate::diagnose::{ExperimentView, GroupView, RowFigures, Stat};
 use crate::format_quantity;
-use crate::frontier::{LatencyMetric, LoadKind, Slo};
+use crate::frontier::{LatencyMetric, LoadKind, Slo, SloStat};
 use crate::AnalysisError;
 
 /// One configuration to judge: an experiment directory, loaded.
@@ -56,22 +56,27 @@ pub struct SloCheck {
     pub slo: Slo,
     /// The measured percentile, ms (mean over repeats); `None` when unmeasured.
     pub measured_ms: Option<f64>,
-    /// `measured < threshold`.
+    /// The measured percentile meets the objective ([`Slo::admits`]: at most the threshold).
     pub met: bool,
 }
 
 impl SloCheck {
-    /// `p99 TTFT 612 ms ≥ 500 ms` or `p99 TTFT 120 ms < 500 ms`.
+    /// `p99 TTFT 612 ms ≥ 500 ms` or `p99 TTFT 120 ms < 500 ms` (`≤` when exactly at the
+    /// threshold, which meets it).
     pub fn describe(&self) -> String {
         let threshold = format_quantity(self.slo.threshold_ms / 1e3, "s");
         match self.measured_ms {
             Some(v) => format!(
                 "{} {} {} {threshold}",
-                self.slo.stat,
+                self.slo.stat(),
                 format_quantity(v / 1e3, "s"),
-                if self.met { "<" } else { "≥" }
+                match (self.met, v < self.slo.threshold_ms) {
+                    (true, true) => "<",
+                    (true, false) => "≤",
+                    (false, _) => "≥",
+                }
             ),
-            None => format!("{} unmeasured (needs < {threshold})", self.slo.stat),
+            None => format!("{} unmeasured (needs < {threshold})", self.slo.stat()),
         }
     }
 }
@@ -410,7 +415,7 @@ fn evaluate_point(g: &GroupView<'_>, options: &DecideOptions) -> Option<PointEva
             SloCheck {
                 slo: *slo,
                 measured_ms,
-                met: measured_ms.is_some_and(|v| v < slo.threshold_ms),
+                met: measured_ms.is_some_and(|v| slo.admits(v)),
             }
         })
         .collect();
@@ -456,12 +461,13 @@ fn evaluate_point(g: &GroupView<'_>, options: &DecideOptions) -> Option<PointEva
 /// The percentile an objective names, averaged over the group's runs: from the saved summary
 /// when it holds that percentile, else from the records.
 fn measured_percentile(g: &GroupView<'_>, slo: &Slo) -> Option<f64> {
-    let p = slo.stat.percentile;
+    let stat = slo.stat();
+    let p = stat.percentile;
     let values: Vec<f64> = g
         .runs
         .iter()
         .filter_map(|r| {
-            let m = r.summary.metric(slo.stat.metric.as_str())?;
+            let m = r.summary.metric(stat.metric.as_str())?;
             let saved = if (p - 50.0).abs() < 1e-9 {
                 m.median
             } else {
@@ -470,7 +476,7 @@ fn measured_percentile(g: &GroupView<'_>, slo: &Slo) -> Option<f64> {
                     .find(|s| (s.p - p).abs() < 1e-9)
                     .map(|s| s.value)
             };
-            saved.or_else(|| percentile_from_records(r.records, slo.stat.metric, p))
+            saved.or_else(|| percentile_from_records(r.records, stat.metric, p))
         })
         .collect();
     (values.len() == g.runs.len() && !values.is_empty())
@@ -708,6 +714,18 @@ mod tests {
         assert_eq!(d[0], vec![("max_num_seqs".to_string(), "8".to_string())]);
         assert_eq!(d[1], vec![("max_num_seqs".to_string(), "256".to_string())]);
         assert_eq!(distinguishing_settings(&[Vec::new()]), vec![Vec::new()]);
+    }
+
+    #[test]
+    fn a_percentile_exactly_at_the_threshold_meets_it() {
+        let slo = crate::frontier::parse_slos("ttft:p99:500").unwrap()[0];
+        assert!(slo.admits(500.0) && !slo.admits(500.5));
+        let at = SloCheck {
+            slo,
+            measured_ms: Some(500.0),
+            met: slo.admits(500.0),
+        };
+        assert_eq!(at.describe(), "p99 TTFT 500 ms ≤ 500 ms");
     }
 
     #[test]

@@ -5,61 +5,16 @@
 //! each with its achieved output throughput and latency percentiles in milliseconds.
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::Serialize;
 
 use crate::{format_quantity, AnalysisError};
 
-/// A latency metric of METRICS.md.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LatencyMetric {
-    /// Time to first token.
-    Ttft,
-    /// Time per output token.
-    Tpot,
-    /// Inter-token latency.
-    Itl,
-    /// End-to-end latency.
-    E2el,
-}
-
-impl LatencyMetric {
-    /// The lower-case name used in SLO strings and result keys (`ttft`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LatencyMetric::Ttft => "ttft",
-            LatencyMetric::Tpot => "tpot",
-            LatencyMetric::Itl => "itl",
-            LatencyMetric::E2el => "e2el",
-        }
-    }
-
-    /// The name in prose (`TTFT`).
-    pub fn label(self) -> &'static str {
-        match self {
-            LatencyMetric::Ttft => "TTFT",
-            LatencyMetric::Tpot => "TPOT",
-            LatencyMetric::Itl => "ITL",
-            LatencyMetric::E2el => "E2EL",
-        }
-    }
-}
-
-impl FromStr for LatencyMetric {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "ttft" => Ok(LatencyMetric::Ttft),
-            "tpot" => Ok(LatencyMetric::Tpot),
-            "itl" => Ok(LatencyMetric::Itl),
-            "e2el" => Ok(LatencyMetric::E2el),
-            other => Err(format!("unknown metric '{other}'")),
-        }
-    }
-}
+/// A latency objective: one type for goodput and for contracts on a percentile, with one
+/// comparison rule (a value meets it when at most the threshold).
+pub use servebench_metrics::Slo;
+/// A latency metric of METRICS.md: the same metric an SLO constrains.
+pub use servebench_metrics::SloMetric as LatencyMetric;
 
 /// A percentile of a latency metric (`p99 TTFT`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -281,28 +236,23 @@ pub fn saturation(
     None
 }
 
-/// A latency objective: a percentile below a threshold.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Slo {
-    /// The percentile it constrains.
-    pub stat: LatencyStat,
-    /// The bound, milliseconds (the percentile must be strictly below it).
-    pub threshold_ms: f64,
+/// What a sweep reads from an objective.
+pub trait SloStat {
+    /// The percentile the objective bounds. A per-request objective bounds every request,
+    /// i.e. the maximum (p100).
+    fn stat(&self) -> LatencyStat;
+    /// Whether a point meets the objective ([`Slo::admits`] on the point's percentile); a
+    /// point without the percentile does not.
+    fn met_by(&self, point: &SweepPoint) -> bool;
 }
 
-impl Slo {
-    /// Whether a point meets the objective; a point without the percentile does not.
-    pub fn met_by(&self, point: &SweepPoint) -> bool {
-        point
-            .latency(self.stat)
-            .is_some_and(|v| v < self.threshold_ms)
+impl SloStat for Slo {
+    fn stat(&self) -> LatencyStat {
+        LatencyStat::new(self.metric, self.percentile.unwrap_or(100.0))
     }
-}
 
-impl fmt::Display for Slo {
-    /// `p99 TTFT < 500 ms`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} < {} ms", self.stat, trim_number(self.threshold_ms))
+    fn met_by(&self, point: &SweepPoint) -> bool {
+        point.latency(self.stat()).is_some_and(|v| self.admits(v))
     }
 }
 
@@ -354,10 +304,7 @@ fn parse_slo(item: &str) -> Result<Slo, AnalysisError> {
     if !(threshold_ms.is_finite() && threshold_ms > 0.0) {
         return Err(err(format!("threshold {threshold_ms} ms must be positive")));
     }
-    Ok(Slo {
-        stat: LatencyStat::new(metric, percentile),
-        threshold_ms,
-    })
+    Ok(Slo::on_percentile(metric, percentile, threshold_ms))
 }
 
 /// The best load under a set of SLOs.
@@ -386,10 +333,10 @@ pub fn best_under_slos(
         return Err(AnalysisError::Invalid("no SLO given".into()));
     }
     for slo in slos {
-        if points.iter().all(|p| p.latency(slo.stat).is_none()) {
+        if points.iter().all(|p| p.latency(slo.stat()).is_none()) {
             return Err(AnalysisError::Invalid(format!(
                 "no sweep point measured {} (needed by the SLO {slo})",
-                slo.stat
+                slo.stat()
             )));
         }
     }
@@ -421,9 +368,9 @@ pub fn best_under_slos(
                 .unwrap_or(&points[0]);
             let measured = slos
                 .iter()
-                .map(|s| match lightest.latency(s.stat) {
-                    Some(v) => format!("{} {}", s.stat, format_quantity(v / 1e3, "s")),
-                    None => format!("{} unmeasured", s.stat),
+                .map(|s| match lightest.latency(s.stat()) {
+                    Some(v) => format!("{} {}", s.stat(), format_quantity(v / 1e3, "s")),
+                    None => format!("{} unmeasured", s.stat()),
                 })
                 .collect::<Vec<_>>()
                 .join(" and ");
@@ -580,15 +527,15 @@ mod tests {
     fn slo_syntax() {
         let slos = parse_slos("ttft:p99:500 tpot:p95:40").unwrap();
         assert_eq!(slos.len(), 2);
-        assert_eq!(slos[0].stat, P99_TTFT);
+        assert_eq!(slos[0].stat(), P99_TTFT);
         assert_eq!(slos[0].threshold_ms, 500.0);
-        assert_eq!(slos[1].stat, P95_TPOT);
+        assert_eq!(slos[1].stat(), P95_TPOT);
         assert_eq!(slos[1].to_string(), "p95 TPOT < 40 ms");
         let slos = parse_slos("itl:p99.9:200ms,e2el:median:3000").unwrap();
-        assert_eq!(slos[0].stat.percentile, 99.9);
+        assert_eq!(slos[0].stat().percentile, 99.9);
         assert_eq!(slos[0].to_string(), "p99.9 ITL < 200 ms");
-        assert_eq!(slos[1].stat, LatencyStat::new(LatencyMetric::E2el, 50.0));
-        assert_eq!(parse_slos("TTFT:P99:500").unwrap()[0].stat, P99_TTFT);
+        assert_eq!(slos[1].stat(), LatencyStat::new(LatencyMetric::E2el, 50.0));
+        assert_eq!(parse_slos("TTFT:P99:500").unwrap()[0].stat(), P99_TTFT);
     }
 
     #[test]
@@ -622,8 +569,17 @@ mod tests {
             out.headline
         );
         assert!(out.headline.ends_with("(rate 8 req/s)"));
-        // The bound is strict.
+        // The bound is inclusive, as vLLM's goodput: rate 16's p99 TTFT of exactly 420 ms
+        // meets 420 ms, and misses anything below it.
         let slos = parse_slos("ttft:p99:420").unwrap();
+        let out = best_under_slos(&sweep(), &slos, LoadKind::Concurrency).unwrap();
+        assert_eq!(out.best, Some(4));
+        assert!(
+            out.headline.ends_with("(concurrency 16)"),
+            "{}",
+            out.headline
+        );
+        let slos = parse_slos("ttft:p99:419.9").unwrap();
         let out = best_under_slos(&sweep(), &slos, LoadKind::Concurrency).unwrap();
         assert_eq!(out.best, Some(3));
         assert!(

@@ -5,6 +5,10 @@
 //! ([`bandwidth`]), which regime a matrix or sweep shows ([`diagnose`]), and which
 //! configuration meets a latency contract at the lowest cost ([`decision`]). Pure functions
 //! over plain data; callers do the I/O.
+//!
+//! The diagnosis is layered one way: borrowed results ([`view`]) → each group's figures
+//! ([`figures`]) → the bandwidth check ([`bandwidth`]) → the rules ([`rules`], with every
+//! threshold in [`thresholds`]) → the diagnosis and its report ([`diagnose`]).
 
 pub mod bandwidth;
 pub mod capacity;
@@ -13,9 +17,13 @@ pub mod decision;
 pub mod diagnose;
 mod error;
 mod explained;
+pub mod figures;
 pub mod frontier;
 pub mod predict;
+pub mod rules;
 mod stats;
+pub mod thresholds;
+pub mod view;
 
 pub use error::AnalysisError;
 pub use explained::{format_quantity, Explained, Input};

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use servebench_analysis::frontier::{
-    analyze_sweep, parse_slos, LatencyStat, LoadKind, Slo, SweepPoint,
+    analyze_sweep, parse_slos, LatencyStat, LoadKind, Slo, SloStat, SweepPoint,
 };
 use servebench_loadgen::StopSignal;
 
@@ -261,7 +261,7 @@ impl Sweep {
     /// Stats every point must report: the frontier's and the SLOs'.
     fn stats(&self) -> Vec<LatencyStat> {
         let mut s = vec![self.stat];
-        s.extend(self.slos.iter().map(|o| o.stat));
+        s.extend(self.slos.iter().map(SloStat::stat));
         s
     }
 

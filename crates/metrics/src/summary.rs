@@ -39,29 +39,110 @@ impl SloMetric {
             SloMetric::Itl => "itl",
         }
     }
+
+    /// The name in prose (`TTFT`).
+    pub fn label(self) -> &'static str {
+        match self {
+            SloMetric::Ttft => "TTFT",
+            SloMetric::Tpot => "TPOT",
+            SloMetric::E2el => "E2EL",
+            SloMetric::Itl => "ITL",
+        }
+    }
 }
 
-/// One service-level objective: `metric ≤ threshold_ms`.
+impl std::str::FromStr for SloMetric {
+    type Err = String;
+
+    /// `ttft`, `tpot`, `e2el` or `itl`, in any case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ttft" => Ok(SloMetric::Ttft),
+            "tpot" => Ok(SloMetric::Tpot),
+            "e2el" => Ok(SloMetric::E2el),
+            "itl" => Ok(SloMetric::Itl),
+            other => Err(format!("unknown metric '{other}'")),
+        }
+    }
+}
+
+/// One service-level objective: a latency metric bounded by `threshold_ms`.
+///
+/// Every use applies one comparison, vLLM's goodput rule: a value meets the objective when it
+/// is **at most** the threshold ([`Slo::admits`]). A per-request objective (`--goodput
+/// ttft:500`, no percentile) judges each request's own value; an objective on a percentile
+/// (`--slo ttft:p99:500`) judges a run's percentile, and each request's value when goodput is
+/// counted under it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Slo {
     /// The constrained metric.
     pub metric: SloMetric,
+    /// The percentile of a run the objective bounds (`99.0` for `ttft:p99:500`); `None` for a
+    /// per-request objective.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percentile: Option<f64>,
     /// Inclusive upper bound, in milliseconds.
     pub threshold_ms: f64,
 }
 
 impl Slo {
-    /// Does a completed request meet this objective?
-    pub fn is_met_by(&self, r: &RequestRecord) -> bool {
-        let limit = self.threshold_ms;
-        let ms = |ns: u64| ns as f64 / NS_PER_MS;
-        match self.metric {
-            SloMetric::Ttft => r.ttft_ns().is_some_and(|v| ms(v) <= limit),
-            SloMetric::E2el => r.e2el_ns().is_some_and(|v| ms(v) <= limit),
-            SloMetric::Tpot => r.tpot_for_goodput_ns() / NS_PER_MS <= limit,
-            SloMetric::Itl => r.itls_ns().all(|g| ms(g) <= limit),
+    /// An objective each request must meet on its own (goodput's).
+    pub fn per_request(metric: SloMetric, threshold_ms: f64) -> Slo {
+        Slo {
+            metric,
+            percentile: None,
+            threshold_ms,
         }
     }
+
+    /// An objective on a run's percentile (`p99 TTFT` at most 500 ms).
+    pub fn on_percentile(metric: SloMetric, percentile: f64, threshold_ms: f64) -> Slo {
+        Slo {
+            metric,
+            percentile: Some(percentile),
+            threshold_ms,
+        }
+    }
+
+    /// The comparison rule: `value_ms ≤ threshold_ms`, as vLLM's goodput counts a request.
+    pub fn admits(&self, value_ms: f64) -> bool {
+        value_ms <= self.threshold_ms
+    }
+
+    /// Does a completed request meet this objective? Each of its values is judged by
+    /// [`Slo::admits`]; a percentile objective contributes its threshold.
+    pub fn is_met_by(&self, r: &RequestRecord) -> bool {
+        let ms = |ns: u64| ns as f64 / NS_PER_MS;
+        match self.metric {
+            SloMetric::Ttft => r.ttft_ns().is_some_and(|v| self.admits(ms(v))),
+            SloMetric::E2el => r.e2el_ns().is_some_and(|v| self.admits(ms(v))),
+            SloMetric::Tpot => self.admits(r.tpot_for_goodput_ns() / NS_PER_MS),
+            SloMetric::Itl => r.itls_ns().all(|g| self.admits(ms(g))),
+        }
+    }
+}
+
+impl std::fmt::Display for Slo {
+    /// `p99 TTFT < 500 ms` (`TTFT < 500 ms` per request). The `<` reads "within" in
+    /// headlines; the comparison is [`Slo::admits`]'s `≤`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(p) = self.percentile {
+            write!(f, "p{} ", trim_number(p))?;
+        }
+        write!(
+            f,
+            "{} < {} ms",
+            self.metric.label(),
+            trim_number(self.threshold_ms)
+        )
+    }
+}
+
+/// `99`, `99.9`, `0.125`: at most three decimals, no trailing zeros.
+fn trim_number(v: f64) -> String {
+    let s = format!("{v:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    s.to_string()
 }
 
 /// How to summarize.
@@ -757,10 +838,7 @@ mod tests {
             .goodput
             .unwrap()
         };
-        let slo = |metric, threshold_ms| Slo {
-            metric,
-            threshold_ms,
-        };
+        let slo = Slo::per_request;
         let g = run(vec![slo(SloMetric::Tpot, 60.0)]);
         assert_eq!(g.good_requests, 2); // a and the one-token b
         assert_eq!(g.output_tokens_per_s, 4.0);
@@ -775,6 +853,39 @@ mod tests {
         assert_eq!(g.good_requests, 1); // threshold inclusive: a's 200 ms counts
         assert_eq!(g.requests_per_s, 1.0);
         assert!((g.attainment_pct.unwrap() - 100.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn one_comparison_rule_at_most_the_threshold() {
+        let per_request = Slo::per_request(SloMetric::Ttft, 500.0);
+        let p99 = Slo::on_percentile(SloMetric::Ttft, 99.0, 500.0);
+        for slo in [per_request, p99] {
+            assert!(slo.admits(500.0));
+            assert!(!slo.admits(500.000_001));
+        }
+        // A request's TTFT of exactly the threshold meets both kinds.
+        let r = record(0, 0, &[500, 510], 2);
+        assert!(per_request.is_met_by(&r) && p99.is_met_by(&r));
+        assert_eq!(p99.to_string(), "p99 TTFT < 500 ms");
+        assert_eq!(
+            Slo::on_percentile(SloMetric::Itl, 99.9, 0.5).to_string(),
+            "p99.9 ITL < 0.5 ms"
+        );
+        assert_eq!(per_request.to_string(), "TTFT < 500 ms");
+    }
+
+    #[test]
+    fn a_per_request_slo_keeps_its_file_shape() {
+        let slo = Slo::per_request(SloMetric::Tpot, 50.0);
+        let json = serde_json::to_value(slo).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"metric": "tpot", "threshold_ms": 50.0})
+        );
+        let back: Slo = serde_json::from_value(json).unwrap();
+        assert_eq!(back, slo);
+        assert_eq!("E2EL".parse::<SloMetric>(), Ok(SloMetric::E2el));
+        assert!("ttfb".parse::<SloMetric>().is_err());
     }
 
     #[test]

@@ -2,11 +2,11 @@
 //! (output of requests that met the latency contract, i.e. goodput).
 
 use serde::Serialize;
-use servebench_metrics::{RequestRecord, SloMetric};
+use servebench_metrics::RequestRecord;
 
 use crate::capacity::cost_per_million_tokens;
 use crate::format_quantity;
-use crate::frontier::{LatencyMetric, Slo};
+use crate::frontier::Slo;
 
 /// The price of the hardware that produced a run.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -81,21 +81,9 @@ pub fn accepted_tokens_per_s(
     if records.is_empty() || duration_s.is_nan() || duration_s <= 0.0 {
         return None;
     }
-    let slos: Vec<servebench_metrics::Slo> = contract
-        .iter()
-        .map(|s| servebench_metrics::Slo {
-            metric: match s.stat.metric {
-                LatencyMetric::Ttft => SloMetric::Ttft,
-                LatencyMetric::Tpot => SloMetric::Tpot,
-                LatencyMetric::Itl => SloMetric::Itl,
-                LatencyMetric::E2el => SloMetric::E2el,
-            },
-            threshold_ms: s.threshold_ms,
-        })
-        .collect();
     let tokens: u64 = records
         .iter()
-        .filter(|r| r.is_success() && slos.iter().all(|s| s.is_met_by(r)))
+        .filter(|r| r.is_success() && contract.iter().all(|s| s.is_met_by(r)))
         .map(|r| r.output_tokens)
         .sum();
     Some(tokens as f64 / duration_s)

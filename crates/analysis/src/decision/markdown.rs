@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use super::{format_usd, CandidateEval, Decision, PointEval, Verdict};
 use crate::format_quantity;
+use crate::frontier::SloStat;
 
 fn ms(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format_quantity(v / 1e3, "s"))
@@ -192,7 +193,7 @@ fn points_table(out: &mut String, c: &CandidateEval, d: &Decision) {
     for slo in &d.options.contract {
         header.push_str(&format!(
             " {} (< {}) |",
-            slo.stat,
+            slo.stat(),
             ms(Some(slo.threshold_ms))
         ));
         rule.push_str("---:|");

@@ -3,9 +3,10 @@
 
 use std::fmt::Write as _;
 
-use super::{Diagnosis, KnownTarget, Rule};
+use super::diagnosis::{Diagnosis, KnownTarget};
 use crate::bandwidth::bandwidth_section_markdown;
-use crate::format_quantity;
+use crate::explained::format_quantity;
+use crate::rules::Rule;
 
 fn ms(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format_quantity(v / 1e3, "s"))

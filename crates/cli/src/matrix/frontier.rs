@@ -3,7 +3,8 @@
 
 use anyhow::{bail, Result};
 use servebench_analysis::frontier::{
-    parse_slos, saturation, LatencyStat, LoadKind, SaturationRule, Slo, SweepAnalysis, SweepPoint,
+    parse_slos, saturation, LatencyStat, LoadKind, SaturationRule, Slo, SloStat, SweepAnalysis,
+    SweepPoint,
 };
 use servebench_metrics::RunSummary;
 
@@ -12,7 +13,7 @@ pub fn parse_stat(text: &str) -> Result<LatencyStat> {
     let slos = parse_slos(&format!("{}:1", text.trim()))
         .map_err(|e| anyhow::anyhow!("--latency-metric {text:?}: {e}"))?;
     match slos.as_slice() {
-        [one] => Ok(one.stat),
+        [one] => Ok(one.stat()),
         _ => bail!("--latency-metric {text:?}: expected one METRIC:pNN, e.g. ttft:p99"),
     }
 }
@@ -92,11 +93,10 @@ pub fn render_table(
 ) -> String {
     let mut stats = vec![analysis.stat];
     for s in slos {
-        if !stats
-            .iter()
-            .any(|t| t.metric == s.stat.metric && (t.percentile - s.stat.percentile).abs() < 1e-9)
-        {
-            stats.push(s.stat);
+        if !stats.iter().any(|t| {
+            t.metric == s.stat().metric && (t.percentile - s.stat().percentile).abs() < 1e-9
+        }) {
+            stats.push(s.stat());
         }
     }
     let mut rows: Vec<Vec<String>> = Vec::new();

@@ -88,10 +88,7 @@ pub fn goodput(items: &[String]) -> Result<Vec<Slo>> {
             if ms < 0.0 {
                 bail!("--goodput {item:?}: the value must be non-negative");
             }
-            Ok(Slo {
-                metric,
-                threshold_ms: ms,
-            })
+            Ok(Slo::per_request(metric, ms))
         })
         .collect()
 }
@@ -174,13 +171,7 @@ mod tests {
     #[test]
     fn goodput_parses_and_rejects() {
         let g = goodput(&["ttft:500".into(), "itl:50".into()]).unwrap();
-        assert_eq!(
-            g[1],
-            Slo {
-                metric: SloMetric::Itl,
-                threshold_ms: 50.0
-            }
-        );
+        assert_eq!(g[1], Slo::per_request(SloMetric::Itl, 50.0));
         assert!(goodput(&["foo:1".into()])
             .unwrap_err()
             .to_string()

@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 use servebench_metrics::{MetricSummary, RunSummary};
 
-use super::view::{GroupView, RunView};
+use crate::view::{GroupView, RunView};
 
 /// Mean and percentiles of one latency metric, ms, averaged over a group's runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
