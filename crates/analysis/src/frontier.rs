@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::{format_quantity, AnalysisError};
 
-/// A latency metric of METRICS.md.
+/// A latency metric of docs/metrics.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LatencyMetric {

@@ -1,4 +1,4 @@
-//! `servebench predict` and `servebench plan` through the binary: figures of SIMULATOR.md
+//! `servebench predict` and `servebench plan` through the binary: figures of docs/simulator.md
 //! §3.5, the hand-checked capacity example, result files, and error exit codes.
 
 #![allow(clippy::unwrap_used)]

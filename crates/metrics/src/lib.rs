@@ -1,6 +1,6 @@
 //! servebench metrics
 //! `RequestRecord` → `RunSummary`: exact percentiles with confidence intervals, throughputs,
-//! goodput, client health and time series, as METRICS.md defines them.
+//! goodput, client health and time series, as docs/metrics.md defines them.
 //!
 //! - [`record`]: the per-request record (shared with the collector).
 //! - [`derived`]: per-request metrics (TTFT, ITL, TPOT, queue, dispatch lag, stalls).

@@ -1,4 +1,4 @@
-//! `RequestRecord`s → `RunSummary`, following METRICS.md.
+//! `RequestRecord`s → `RunSummary`, following docs/metrics.md.
 //!
 //! Latency statistics use completed requests only (a failed request never enters them);
 //! throughputs divide completed requests' tokens by the run duration. Peak concurrency and the

@@ -1,4 +1,4 @@
-//! A resolved deployment and the step-time model (SIMULATOR.md §3.2–3.3).
+//! A resolved deployment and the step-time model (docs/simulator.md §3.2–3.3).
 
 use serde::Serialize;
 

@@ -1,4 +1,4 @@
-//! The simulator's command-line surface (SIMULATOR.md §9), with vLLM's flag names where vLLM
+//! The simulator's command-line surface (docs/simulator.md §9), with vLLM's flag names where vLLM
 //! has the concept. `servebench sim …` flattens [`SimArgs`] into its subcommand, and
 //! `servebench run --sim SPEC` parses SPEC with [`SimArgs::parse_spec`], so both use one syntax.
 
@@ -8,8 +8,8 @@ use clap::{Args, Parser};
 
 use crate::SimError;
 
-/// Every flag of `servebench sim` (SIMULATOR.md §9). Optional values left unset take the
-/// defaults of the GPU, the model or vLLM (SIMULATOR.md §2.5) when resolved.
+/// Every flag of `servebench sim` (docs/simulator.md §9). Optional values left unset take the
+/// defaults of the GPU, the model or vLLM (docs/simulator.md §2.5) when resolved.
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct SimArgs {
     /// Model preset (catalog id or Hugging Face name), as in `vllm serve MODEL`.

@@ -1,4 +1,4 @@
-//! The real-time driver (SIMULATOR.md §8): one tokio task owns the [`EngineCore`] and runs its
+//! The real-time driver (docs/simulator.md §8): one tokio task owns the [`EngineCore`] and runs its
 //! steps against the wall clock. Handlers talk to it through an [`EngineHandle`]: commands go
 //! over a bounded channel stamped with their receipt time, each request gets an unbounded sink
 //! of [`TokenEvent`]s, and a metrics snapshot is published on a `watch` channel after each step,

@@ -1,5 +1,5 @@
 //! From flags to a runnable simulator: catalog lookups, the deployment with its overrides,
-//! vLLM's scheduler defaults (SIMULATOR.md §2.5), KV sizing (§4), the tokenizer, and the
+//! vLLM's scheduler defaults (docs/simulator.md §2.5), KV sizing (§4), the tokenizer, and the
 //! derived figures a start-up banner and result metadata show. Bad configurations are refused
 //! here, with vLLM-like messages.
 

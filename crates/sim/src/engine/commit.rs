@@ -1,4 +1,4 @@
-//! Committing a step at its end `t1` (SIMULATOR.md §2.2 step 6) and the per-token and
+//! Committing a step at its end `t1` (docs/simulator.md §2.2 step 6) and the per-token and
 //! per-request metrics of §6.
 
 use super::request::{Queue, Request};

@@ -1,4 +1,4 @@
-//! One schedule (SIMULATOR.md §2.2 steps 2–5): running requests first, then admissions from
+//! One schedule (docs/simulator.md §2.2 steps 2–5): running requests first, then admissions from
 //! the head of `waiting`, then the step's cost.
 
 use rand::Rng;
