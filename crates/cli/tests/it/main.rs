@@ -1,7 +1,7 @@
 //! The CLI's integration tests, one test binary (one link instead of twelve): a module per
 //! command or concern, and `common` for what they all need.
 
-
+mod common;
 
 mod browser_report;
 mod compare_cli;
