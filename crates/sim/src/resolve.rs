@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use servebench_roofline::{
-    kv_capacity, resolve_scheduler_limits, Catalog, Deployment, Dtype, GpuSpec, KvCapacity,
-    KvDtype, KvSizing, ModelSpec,
+    kv_capacity, resolve_scheduler_limits, Catalog, Deployment, GpuSpec, KvCapacity, KvSizing,
+    ModelSpec,
 };
 use servebench_tokenizer::Tokenizer;
 
@@ -110,8 +110,8 @@ impl SimArgs {
             Some(path) => ModelSpec::from_hf_config(path)?,
             None => catalog.model(&self.model)?.clone(),
         };
-        let dtype: Dtype = self.dtype.parse()?;
-        let kv_dtype: KvDtype = self.kv_cache_dtype.parse()?;
+        let dtype = self.dtype;
+        let kv_dtype = self.kv_cache_dtype;
         let deployment = Deployment::builder(gpu, model.clone())
             .dtype(dtype)
             .kv_dtype(kv_dtype)
