@@ -9,6 +9,7 @@
 //! - [`vllm`]: the figures and vectors `vllm bench serve` reports, by vLLM's definitions.
 //! - [`repeat`]: repeated runs, mean ± std per figure.
 //! - [`io`]: reading records back from JSONL.
+//! - [`units`]: ns/ms/s conversions, used across the workspace.
 
 pub mod derived;
 pub mod io;
@@ -16,6 +17,7 @@ pub mod record;
 pub mod repeat;
 pub mod stats;
 pub mod summary;
+pub mod units;
 pub mod vllm;
 
 pub use io::{read_jsonl, MetricsError};

@@ -399,9 +399,5 @@ fn finished_of(r: &Request, reason: FinishReason) -> Finished {
     }
 }
 
-fn ns_to_s(ns: u64) -> f64 {
-    ns as f64 * 1e-9
-}
-
 #[cfg(test)]
 mod tests;
