@@ -299,7 +299,7 @@ mod tests {
 
     #[test]
     fn single_stream_prediction_is_the_decode_step_of_simulator_md() {
-        // SIMULATOR.md §3.5: 6.95 ms at context 1024, floor W_step/peak_BW = 4.48 ms (+ KV).
+        // docs/simulator.md §3.5: 6.95 ms at context 1024, floor W_step/peak_BW = 4.48 ms (+ KV).
         let c = bandwidth_check_at(6.95, 1024, 1, 0, &h100_8b());
         assert!((c.predicted_tpot_ms - 6.95).abs() < 0.01, "{c:?}");
         assert!(c.floor_ms > 4.48 && c.floor_ms < 4.56, "{c:?}");

@@ -13,7 +13,7 @@ use crate::{format_quantity, AnalysisError};
 /// A latency objective: one type for goodput and for contracts on a percentile, with one
 /// comparison rule (a value meets it when at most the threshold).
 pub use servebench_metrics::Slo;
-/// A latency metric of METRICS.md: the same metric an SLO constrains.
+/// A latency metric of docs/metrics.md: the same metric an SLO constrains.
 pub use servebench_metrics::SloMetric as LatencyMetric;
 
 /// A percentile of a latency metric (`p99 TTFT`).

@@ -1,5 +1,5 @@
 //! A connector whose connections note when each request's bytes start going out, so `sent` is
-//! taken "just before the request is written to the connection" (METRICS.md) rather than before
+//! taken "just before the request is written to the connection" (docs/metrics.md) rather than before
 //! the client had the CPU, the pooled connection or the socket to write it. Under a burst of a
 //! thousand simultaneous requests on two cores that difference is tens of milliseconds, and it
 //! belongs to the client (queue time), not to the server's TTFT.

@@ -1,4 +1,4 @@
-//! Per-request metrics, derived from a record's clock points exactly as METRICS.md defines
+//! Per-request metrics, derived from a record's clock points exactly as docs/metrics.md defines
 //! them. All durations are nanoseconds; a metric whose clock points are missing (or out of
 //! order, which a correct collector never produces) is `None`.
 
@@ -8,7 +8,7 @@ use crate::record::RequestRecord;
 /// median ITL (and above the absolute floor given by the caller).
 pub const STALL_MEDIAN_FACTOR: u64 = 5;
 
-/// Default absolute stall floor (METRICS.md: at least 250 ms).
+/// Default absolute stall floor (docs/metrics.md: at least 250 ms).
 pub const DEFAULT_STALL_FLOOR_NS: u64 = 250_000_000;
 
 impl RequestRecord {

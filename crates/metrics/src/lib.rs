@@ -1,6 +1,6 @@
 //! servebench metrics
 //! `RequestRecord` → `RunSummary`: exact percentiles with confidence intervals, throughputs,
-//! goodput, client health and time series, as METRICS.md defines them.
+//! goodput, client health and time series, as docs/metrics.md defines them.
 //!
 //! - [`record`]: the per-request record (shared with the collector).
 //! - [`derived`]: per-request metrics (TTFT, ITL, TPOT, queue, dispatch lag, stalls).
@@ -9,6 +9,7 @@
 //! - [`vllm`]: the figures and vectors `vllm bench serve` reports, by vLLM's definitions.
 //! - [`repeat`]: repeated runs, mean ± std per figure.
 //! - [`io`]: reading records back from JSONL.
+//! - [`units`]: ns/ms/s conversions, used across the workspace.
 
 pub mod derived;
 pub mod io;
@@ -16,6 +17,7 @@ pub mod record;
 pub mod repeat;
 pub mod stats;
 pub mod summary;
+pub mod units;
 pub mod vllm;
 
 pub use io::{read_jsonl, MetricsError};

@@ -1,9 +1,9 @@
-//! The per-request record: every clock point of METRICS.md, kept as offsets from one
+//! The per-request record: every clock point of docs/metrics.md, kept as offsets from one
 //! monotonic run start, in nanoseconds.
 
 use serde::{Deserialize, Serialize};
 
-/// Where a token count came from (METRICS.md "Token counts, and where they came from").
+/// Where a token count came from (docs/metrics.md "Token counts, and where they came from").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CountSource {

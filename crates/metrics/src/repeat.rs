@@ -1,6 +1,6 @@
 //! Repeated runs (`--repeat N`): each headline figure as mean ± std across runs, beside the
 //! per-run values. The std is NumPy's default, ddof = 0, like every std servebench reports
-//! (METRICS.md "Statistics"); `n` is given so a reader can rescale it.
+//! (docs/metrics.md "Statistics"); `n` is given so a reader can rescale it.
 
 use serde::{Deserialize, Serialize};
 

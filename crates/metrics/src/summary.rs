@@ -1,4 +1,4 @@
-//! `RequestRecord`s → `RunSummary`, following METRICS.md.
+//! `RequestRecord`s → `RunSummary`, following docs/metrics.md.
 //!
 //! Latency statistics use completed requests only (a failed request never enters them);
 //! throughputs divide completed requests' tokens by the run duration. Peak concurrency and the
@@ -12,8 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::record::RequestRecord;
 use crate::stats::{self, PercentileStat};
 
-const NS_PER_S: u64 = 1_000_000_000;
-const NS_PER_MS: f64 = 1e6;
+use crate::units::{ms_to_ns, ns_f64_to_ms, ns_to_ms, ns_to_s, NS_PER_S};
 
 /// A latency metric an SLO can constrain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -112,12 +111,11 @@ impl Slo {
     /// Does a completed request meet this objective? Each of its values is judged by
     /// [`Slo::admits`]; a percentile objective contributes its threshold.
     pub fn is_met_by(&self, r: &RequestRecord) -> bool {
-        let ms = |ns: u64| ns as f64 / NS_PER_MS;
         match self.metric {
-            SloMetric::Ttft => r.ttft_ns().is_some_and(|v| self.admits(ms(v))),
-            SloMetric::E2el => r.e2el_ns().is_some_and(|v| self.admits(ms(v))),
-            SloMetric::Tpot => self.admits(r.tpot_for_goodput_ns() / NS_PER_MS),
-            SloMetric::Itl => r.itls_ns().all(|g| self.admits(ms(g))),
+            SloMetric::Ttft => r.ttft_ns().is_some_and(|v| self.admits(ns_to_ms(v))),
+            SloMetric::E2el => r.e2el_ns().is_some_and(|v| self.admits(ns_to_ms(v))),
+            SloMetric::Tpot => self.admits(ns_f64_to_ms(r.tpot_for_goodput_ns())),
+            SloMetric::Itl => r.itls_ns().all(|g| self.admits(ns_to_ms(g))),
         }
     }
 }
@@ -347,10 +345,6 @@ impl RunSummary {
     ];
 }
 
-fn ns_to_ms(ns: u64) -> f64 {
-    ns as f64 / NS_PER_MS
-}
-
 /// Summarize one run's records.
 pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary {
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.is_success()).collect();
@@ -385,7 +379,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
             (Some(a), Some(b)) => b.saturating_sub(a),
             _ => 0,
         });
-    let duration_s = duration_ns as f64 / NS_PER_S as f64;
+    let duration_s = ns_to_s(duration_ns);
     let per_s = |x: f64| {
         if duration_s > 0.0 {
             x / duration_s
@@ -407,7 +401,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
     let tpot = MetricSummary::from_ms(
         ok.iter()
             .filter_map(|r| r.tpot_ns())
-            .map(|t| t / NS_PER_MS)
+            .map(ns_f64_to_ms)
             .collect(),
         p,
     );
@@ -433,7 +427,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         }
     });
 
-    let floor_ns = (opts.stall_threshold_ms.max(0.0) * NS_PER_MS) as u64;
+    let floor_ns = ms_to_ns(opts.stall_threshold_ms.max(0.0));
     let stalls: Vec<u64> = ok.iter().map(|r| r.stall_count(floor_ns)).collect();
     let longest_stall_ms = ok
         .iter()
@@ -591,7 +585,7 @@ fn time_series(
             }
             let bucket_end = origin_ns + (b as u64 + 1) * NS_PER_S;
             let stop = e.min(bucket_end);
-            in_flight_mean[b] += (stop - t) as f64 / NS_PER_S as f64;
+            in_flight_mean[b] += ns_to_s(stop - t);
             t = stop;
         }
     }

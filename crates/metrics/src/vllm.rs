@@ -7,9 +7,7 @@
 //! i.e. exactly the token-event times.
 
 use crate::record::RequestRecord;
-
-const NS_PER_S: u64 = 1_000_000_000;
-const NS_PER_S_F: f64 = 1e9;
+use crate::units::{ns_f64_to_s, ns_to_s, NS_PER_S};
 
 /// vLLM's `max_output_tokens_per_s`: the busiest *aligned* one-second bucket.
 ///
@@ -105,11 +103,10 @@ pub fn vectors(records: &[RequestRecord]) -> VllmVectors {
         let (Some(ttft), Some(e2el)) = (r.ttft_ns(), r.e2el_ns()) else {
             continue;
         };
-        v.ttfts_s.push(ttft as f64 / NS_PER_S_F);
-        v.latencies_s.push(e2el as f64 / NS_PER_S_F);
-        v.itls_s
-            .push(r.itls_ns().map(|g| g as f64 / NS_PER_S_F).collect());
-        let tpot = r.tpot_ns().map(|t| t / NS_PER_S_F);
+        v.ttfts_s.push(ns_to_s(ttft));
+        v.latencies_s.push(ns_to_s(e2el));
+        v.itls_s.push(r.itls_ns().map(ns_to_s).collect());
+        let tpot = r.tpot_ns().map(ns_f64_to_s);
         if let Some(t) = tpot {
             v.tpots_s.push(t);
         }

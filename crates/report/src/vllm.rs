@@ -3,11 +3,10 @@
 
 use serde_json::Value;
 use servebench_metrics::summary::Slo;
+use servebench_metrics::units::{ns_f64_to_s, ns_to_s, s_to_ms};
 use servebench_metrics::{stats, vllm as vllm_metrics, RequestRecord};
 
 use crate::pyjson::OrderedObject;
-
-const NS: f64 = 1e9;
 
 /// Everything besides the records that vLLM's result JSON holds.
 #[derive(Debug, Clone)]
@@ -36,10 +35,6 @@ pub struct VllmRunInfo {
     pub detailed: bool,
 }
 
-fn secs(ns: u64) -> f64 {
-    ns as f64 / NS
-}
-
 /// vLLM's name for a percentile key: `99` for 99.0, `99.9` for 99.9.
 pub fn percentile_word(p: f64) -> String {
     if p.fract() == 0.0 {
@@ -56,15 +51,15 @@ fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>)
     let mut sorted = xs.to_vec();
     sorted.sort_by(f64::total_cmp);
     (
-        stats::mean(xs).unwrap_or(0.0) * 1000.0,
-        stats::median_sorted(&sorted).unwrap_or(0.0) * 1000.0,
-        stats::std_dev(xs).unwrap_or(0.0) * 1000.0,
+        s_to_ms(stats::mean(xs).unwrap_or(0.0)),
+        s_to_ms(stats::median_sorted(&sorted).unwrap_or(0.0)),
+        s_to_ms(stats::std_dev(xs).unwrap_or(0.0)),
         percentiles
             .iter()
             .map(|&p| {
                 (
                     p,
-                    stats::percentile_sorted(&sorted, p).unwrap_or(0.0) * 1000.0,
+                    s_to_ms(stats::percentile_sorted(&sorted, p).unwrap_or(0.0)),
                 )
             })
             .collect(),
@@ -75,7 +70,7 @@ fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>)
 /// request order).
 pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObject {
     // vLLM's per-request values: seconds, and 0 / empty for a failed request.
-    let secs_or_zero = |v: Option<u64>| v.map(secs).unwrap_or(0.0);
+    let secs_or_zero = |v: Option<u64>| v.map(ns_to_s).unwrap_or(0.0);
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.is_success()).collect();
     let completed = ok.len();
     let failed = records.len() - completed;
@@ -94,11 +89,11 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     let queue = of_ok(RequestRecord::queue_ns);
     let user_ttft = of_ok(RequestRecord::user_ttft_ns);
     let user_e2el = of_ok(RequestRecord::user_e2el_ns);
-    let itls: Vec<f64> = ok.iter().flat_map(|r| r.itls_ns().map(secs)).collect();
+    let itls: Vec<f64> = ok.iter().flat_map(|r| r.itls_ns().map(ns_to_s)).collect();
     let tpots: Vec<f64> = ok
         .iter()
         .filter_map(|r| r.tpot_ns())
-        .map(|t| t / NS)
+        .map(ns_f64_to_s)
         .collect();
     let good = (!info.goodput.is_empty()).then(|| {
         let n = ok
@@ -185,7 +180,7 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
                 .iter()
                 .map(|r| {
                     let gaps: Vec<f64> = if r.is_success() {
-                        r.itls_ns().map(secs).collect()
+                        r.itls_ns().map(ns_to_s).collect()
                     } else {
                         Vec::new()
                     };
@@ -197,7 +192,7 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     o.insert("latencies", per_request(RequestRecord::e2el_ns));
     o.insert(
         "start_times",
-        records.iter().map(|r| secs(r.sent)).collect::<Vec<_>>(),
+        records.iter().map(|r| ns_to_s(r.sent)).collect::<Vec<_>>(),
     );
     o.insert(
         "queue_times",

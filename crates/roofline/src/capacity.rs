@@ -1,4 +1,4 @@
-//! KV-cache capacity (SIMULATOR.md §4): what is left of GPU memory after weights, profile-run
+//! KV-cache capacity (docs/simulator.md §4): what is left of GPU memory after weights, profile-run
 //! activations and non-torch memory, in blocks.
 
 use serde::Serialize;

@@ -6,7 +6,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::{GpuSpec, ModelSpec, RooflineError};
 
-/// The catalog shipped with the crate (SIMULATOR.md §5).
+/// The catalog shipped with the crate (docs/simulator.md §5).
 pub const BUILTIN_CATALOG: &str = include_str!("../catalog.toml");
 
 /// GPUs and models by id and alias.

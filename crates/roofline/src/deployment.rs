@@ -1,6 +1,7 @@
-//! A resolved deployment and the step-time model (SIMULATOR.md §3.2–3.3).
+//! A resolved deployment and the step-time model (docs/simulator.md §3.2–3.3).
 
 use serde::Serialize;
+use servebench_metrics::units::us_to_s;
 
 use crate::{Dtype, GpuSpec, KvDtype, ModelSpec, RooflineError, SeqWork, StepTime};
 
@@ -325,7 +326,7 @@ fn coefficients(
     let (t_ar_latency, t_ar_per_token) = if tp > 1 {
         let link = ovh.link_gbps * 1e9;
         (
-            2.0 * layers * ovh.allreduce_latency_us * 1e-6,
+            us_to_s(2.0 * layers * ovh.allreduce_latency_us),
             2.0 * layers * 2.0 * (tpf - 1.0) / tpf * 2.0 * d / link,
         )
     } else {
@@ -341,10 +342,10 @@ fn coefficients(
         kv_bytes_per_token: m.kv_bytes_per_token_per_gpu(kv_dtype, tp),
         flops_rate: peak_tflops * 1e12 * mfu,
         bytes_rate: gpu.mem_bw_tbps * 1e12 * eff.mbu,
-        t_fixed: ovh.step_overhead_us * 1e-6,
-        t_layers: layers * ovh.layer_overhead_us * 1e-6,
-        t_req: ovh.req_overhead_us * 1e-6,
-        t_cpu_floor: ovh.cpu_floor_us * 1e-6,
+        t_fixed: us_to_s(ovh.step_overhead_us),
+        t_layers: us_to_s(layers * ovh.layer_overhead_us),
+        t_req: us_to_s(ovh.req_overhead_us),
+        t_cpu_floor: us_to_s(ovh.cpu_floor_us),
         t_ar_latency,
         t_ar_per_token,
     }

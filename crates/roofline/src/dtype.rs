@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::RooflineError;
 
-/// Data type of weights and activations (`--dtype`, SIMULATOR.md §5).
+/// Data type of weights and activations (`--dtype`, docs/simulator.md §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
@@ -107,7 +107,7 @@ impl fmt::Display for KvDtype {
     }
 }
 
-/// Which vLLM scheduler defaults a GPU gets (SIMULATOR.md §2.5).
+/// Which vLLM scheduler defaults a GPU gets (docs/simulator.md §2.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BatchClass {

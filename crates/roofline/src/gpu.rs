@@ -1,4 +1,4 @@
-//! GPU descriptions: peaks, memory, interconnect and default efficiencies (SIMULATOR.md §5).
+//! GPU descriptions: peaks, memory, interconnect and default efficiencies (docs/simulator.md §5).
 
 use serde::{Deserialize, Serialize};
 

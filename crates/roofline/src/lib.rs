@@ -1,5 +1,5 @@
 //! GPU and model catalog, FLOP/byte counts, bandwidth math and the step-time model
-//! (SIMULATOR.md §3–§5). Pure functions: no I/O beyond reading catalog and config files.
+//! (docs/simulator.md §3–§5). Pure functions: no I/O beyond reading catalog and config files.
 //!
 //! - [`Catalog`]: the embedded `catalog.toml` (every GPU and model of §5), user additions
 //!   ([`Catalog::merge_file`]), lookups by id or alias; [`ModelSpec::from_hf_config`] and
@@ -68,7 +68,7 @@ pub use scheduler::{
 
 use serde::Serialize;
 
-/// The work of one planned request in a step (SIMULATOR.md §3.2).
+/// The work of one planned request in a step (docs/simulator.md §3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SeqWork {
     /// New tokens computed in this step (`q_i`).

@@ -1,4 +1,4 @@
-//! Model descriptions and the quantities of SIMULATOR.md §3.1.
+//! Model descriptions and the quantities of docs/simulator.md §3.1.
 
 use serde::{Deserialize, Serialize};
 

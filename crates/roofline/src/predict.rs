@@ -3,6 +3,7 @@
 //! simulator uses, so prediction and simulation agree by construction.
 
 use serde::Serialize;
+use servebench_metrics::units::us_to_s;
 
 use crate::deployment::StepTotals;
 use crate::{Deployment, Dtype, KvDtype, StepTime};
@@ -115,7 +116,7 @@ impl Deployment {
             floor_s: weights / peak,
             floor_with_embeddings_s: (weights + embedding) / peak,
             predicted_tpot_s: self.t_ovh()
-                + self.overheads().req_overhead_us * 1e-6
+                + us_to_s(self.overheads().req_overhead_us)
                 + weights / self.effective_bandwidth(),
         }
     }
@@ -217,12 +218,12 @@ impl Deployment {
             peak_bandwidth: self.peak_bandwidth(),
             mbu: self.efficiency().mbu,
             softroof_p: self.efficiency().softroof_p,
-            t_fixed_s: o.step_overhead_us * 1e-6,
-            t_layers_s: f64::from(m.num_hidden_layers) * o.layer_overhead_us * 1e-6,
-            t_req_s: o.req_overhead_us * 1e-6,
-            t_cpu_floor_s: o.cpu_floor_us * 1e-6,
+            t_fixed_s: us_to_s(o.step_overhead_us),
+            t_layers_s: us_to_s(f64::from(m.num_hidden_layers) * o.layer_overhead_us),
+            t_req_s: us_to_s(o.req_overhead_us),
+            t_cpu_floor_s: us_to_s(o.cpu_floor_us),
             t_ovh_s: self.t_ovh(),
-            allreduce_latency_s: o.allreduce_latency_us * 1e-6,
+            allreduce_latency_s: us_to_s(o.allreduce_latency_us),
             link_bandwidth: o.link_gbps * 1e9,
             async_scheduling: self.async_scheduling(),
         }

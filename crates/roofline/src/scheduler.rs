@@ -1,4 +1,4 @@
-//! vLLM V1's scheduler defaults (SIMULATOR.md §2.5).
+//! vLLM V1's scheduler defaults (docs/simulator.md §2.5).
 
 use crate::{BatchClass, GpuSpec, RooflineError};
 

@@ -1,15 +1,16 @@
-//! The simulator's command-line surface (SIMULATOR.md §9), with vLLM's flag names where vLLM
+//! The simulator's command-line surface (docs/simulator.md §9), with vLLM's flag names where vLLM
 //! has the concept. `servebench sim …` flattens [`SimArgs`] into its subcommand, and
 //! `servebench run --sim SPEC` parses SPEC with [`SimArgs::parse_spec`], so both use one syntax.
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser};
+use servebench_roofline::{Dtype, KvDtype};
 
 use crate::SimError;
 
-/// Every flag of `servebench sim` (SIMULATOR.md §9). Optional values left unset take the
-/// defaults of the GPU, the model or vLLM (SIMULATOR.md §2.5) when resolved.
+/// Every flag of `servebench sim` (docs/simulator.md §9). Optional values left unset take the
+/// defaults of the GPU, the model or vLLM (docs/simulator.md §2.5) when resolved.
 #[derive(Debug, Clone, PartialEq, Args)]
 pub struct SimArgs {
     /// Model preset (catalog id or Hugging Face name), as in `vllm serve MODEL`.
@@ -31,11 +32,11 @@ pub struct SimArgs {
         value_name = "DTYPE",
         default_value = "bf16"
     )]
-    pub dtype: String,
+    pub dtype: Dtype,
 
     /// KV-cache data type: auto (2 bytes) or fp8.
     #[arg(long, value_name = "DTYPE", default_value = "auto")]
-    pub kv_cache_dtype: String,
+    pub kv_cache_dtype: KvDtype,
 
     /// Maximum number of running sequences (default by GPU class).
     #[arg(long, value_name = "N")]
@@ -370,8 +371,8 @@ mod tests {
         assert_eq!(a.model, "llama-3.1-8b");
         assert_eq!(a.gpu, "h100");
         assert_eq!(a.tensor_parallel_size, 1);
-        assert_eq!(a.dtype, "bf16");
-        assert_eq!(a.kv_cache_dtype, "auto");
+        assert_eq!(a.dtype, Dtype::Bf16);
+        assert_eq!(a.kv_cache_dtype, KvDtype::Auto);
         assert_eq!(a.gpu_memory_utilization, 0.9);
         assert_eq!(a.block_size, 16);
         assert!(a.prefix_caching() && a.chunked_prefill() && a.prompt_tokens_details());
@@ -389,6 +390,26 @@ mod tests {
     }
 
     #[test]
+    fn dtypes_parse_into_the_roofline_types_with_their_spellings_and_messages() {
+        let a = SimArgs::parse_spec("--dtype bfloat16 --kv-cache-dtype fp8_e5m2").unwrap();
+        assert_eq!((a.dtype, a.kv_cache_dtype), (Dtype::Bf16, KvDtype::Fp8));
+        let a = SimArgs::parse_spec("--dtype FP8 --kv-cache-dtype bf16").unwrap();
+        assert_eq!((a.dtype, a.kv_cache_dtype), (Dtype::Fp8, KvDtype::Auto));
+        let err = SimArgs::parse_spec("--dtype int3").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown dtype 'int3'; expected bf16 (also 'bfloat16', 'auto') or fp8"),
+            "{err}"
+        );
+        let err = SimArgs::parse_spec("--kv-cache-dtype int4")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown KV cache dtype 'int4'; expected auto or fp8"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn spec_uses_vllm_flag_names_and_aliases() {
         let a = SimArgs::parse_spec(
             "llama-3.1-70b --gpu h100 --quantization fp8 --tensor-parallel-size 2 \
@@ -396,7 +417,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(a.model, "llama-3.1-70b");
-        assert_eq!(a.dtype, "fp8");
+        assert_eq!(a.dtype, Dtype::Fp8);
         assert_eq!(a.tensor_parallel_size, 2);
         assert_eq!(a.max_num_seqs, Some(64));
         assert!(!a.prefix_caching());

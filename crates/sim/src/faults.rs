@@ -1,4 +1,4 @@
-//! Injected faults (SIMULATOR.md §9): immediate errors, stalled streams, dropped connections
+//! Injected faults (docs/simulator.md §9): immediate errors, stalled streams, dropped connections
 //! and malformed chunks. They draw from their own RNG stream, split per request, so enabling
 //! them never shifts the engine's draws, and they are counted per kind for `/metrics`.
 

@@ -1,4 +1,4 @@
-//! The simulated inference engine (SIMULATOR.md): an engine core that schedules like vLLM V1
+//! The simulated inference engine (docs/simulator.md): an engine core that schedules like vLLM V1
 //! and takes the time a given GPU and model would take, driven in virtual or real time.
 
 pub mod args;

@@ -1,5 +1,5 @@
 //! Prometheus text exposition (format 0.0.4) of the engine's metrics, written the way Python's
-//! `prometheus_client` writes vLLM's (SIMULATOR.md §6): counter HELP/TYPE lines use the
+//! `prometheus_client` writes vLLM's (docs/simulator.md §6): counter HELP/TYPE lines use the
 //! `_total` name, labels are sorted by name, numbers use Python's float spelling, histograms
 //! list cumulative `_bucket{le}` lines, then `_count`, then `_sum`.
 

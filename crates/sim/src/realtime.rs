@@ -1,4 +1,4 @@
-//! The real-time driver (SIMULATOR.md §8): one tokio task owns the [`EngineCore`] and runs its
+//! The real-time driver (docs/simulator.md §8): one tokio task owns the [`EngineCore`] and runs its
 //! steps against the wall clock. Handlers talk to it through an [`EngineHandle`]: commands go
 //! over a bounded channel stamped with their receipt time, each request gets an unbounded sink
 //! of [`TokenEvent`]s, and a metrics snapshot is published on a `watch` channel after each step,
@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use servebench_metrics::units::s_to_ms;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -330,7 +331,7 @@ impl Driver {
                 // As if the GPU had stalled: continue from now rather than rushing to catch up.
                 t0 = self.clock.engine_ns(now);
                 self.driver_metrics.engine_reanchors_total += 1;
-                tracing::debug!(lag_ms = lag_s * 1e3, "engine fell behind; re-anchoring");
+                tracing::debug!(lag_ms = s_to_ms(lag_s), "engine fell behind; re-anchoring");
             } else {
                 t0 = t1;
             }

@@ -1,13 +1,14 @@
 //! From flags to a runnable simulator: catalog lookups, the deployment with its overrides,
-//! vLLM's scheduler defaults (SIMULATOR.md §2.5), KV sizing (§4), the tokenizer, and the
+//! vLLM's scheduler defaults (docs/simulator.md §2.5), KV sizing (§4), the tokenizer, and the
 //! derived figures a start-up banner and result metadata show. Bad configurations are refused
 //! here, with vLLM-like messages.
 
 use std::time::Duration;
 
+use servebench_metrics::units::{ms_to_s, s_to_ms};
 use servebench_roofline::{
-    kv_capacity, resolve_scheduler_limits, Catalog, Deployment, Dtype, GpuSpec, KvCapacity,
-    KvDtype, KvSizing, ModelSpec,
+    kv_capacity, resolve_scheduler_limits, Catalog, Deployment, GpuSpec, KvCapacity, KvSizing,
+    ModelSpec,
 };
 use servebench_tokenizer::Tokenizer;
 
@@ -110,8 +111,8 @@ impl SimArgs {
             Some(path) => ModelSpec::from_hf_config(path)?,
             None => catalog.model(&self.model)?.clone(),
         };
-        let dtype: Dtype = self.dtype.parse()?;
-        let kv_dtype: KvDtype = self.kv_cache_dtype.parse()?;
+        let dtype = self.dtype;
+        let kv_dtype = self.kv_cache_dtype;
         let deployment = Deployment::builder(gpu, model.clone())
             .dtype(dtype)
             .kv_dtype(kv_dtype)
@@ -223,8 +224,9 @@ impl SimArgs {
             num_gpu_blocks: kv.num_gpu_blocks,
             kv_cache_tokens: kv.tokens,
             max_concurrency: kv.max_concurrency_at(max_model_len),
-            decode_ms_per_token_ctx1024: deployment.decode_tpot(BANNER_DECODE_CONTEXT, 1).total
-                * 1e3,
+            decode_ms_per_token_ctx1024: s_to_ms(
+                deployment.decode_tpot(BANNER_DECODE_CONTEXT, 1).total,
+            ),
             prefill_tokens_per_s: if prefill.total_s > 0.0 {
                 f64::from(prefill_len) / prefill.total_s
             } else {
@@ -236,13 +238,13 @@ impl SimArgs {
         let timing = TimingOptions {
             time_scale: self.time_scale,
             precise: self.precise_timing,
-            max_lag: Duration::from_secs_f64(self.max_lag_ms / 1e3),
+            max_lag: Duration::from_secs_f64(ms_to_s(self.max_lag_ms)),
         };
         let faults = FaultConfig {
             error_rate: self.fault_error_rate,
             error_status: self.fault_error_status,
             stall_prob: self.fault_stall_prob,
-            stall: Duration::from_secs_f64(self.fault_stall_ms / 1e3),
+            stall: Duration::from_secs_f64(ms_to_s(self.fault_stall_ms)),
             disconnect_prob: self.fault_disconnect_prob,
             malformed_prob: self.fault_malformed_prob,
         };

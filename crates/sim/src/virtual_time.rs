@@ -1,4 +1,4 @@
-//! The virtual-time driver (SIMULATOR.md §8): a discrete-event loop over the engine core,
+//! The virtual-time driver (docs/simulator.md §8): a discrete-event loop over the engine core,
 //! without tokio or sleeping. Events are client arrivals and step ends; an idle engine jumps
 //! to the next arrival, so an hour of load costs seconds of CPU.
 //!

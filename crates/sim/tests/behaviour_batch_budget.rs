@@ -1,4 +1,4 @@
-//! SIMULATOR.md §10.5: `max_num_batched_tokens` trades ITL against TTFT. Poisson 6 req/s,
+//! docs/simulator.md §10.5: `max_num_batched_tokens` trades ITL against TTFT. Poisson 6 req/s,
 //! 4000 in / 200 out.
 #![allow(clippy::unwrap_used)]
 

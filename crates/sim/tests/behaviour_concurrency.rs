@@ -1,4 +1,4 @@
-//! SIMULATOR.md §10.3: closed loop, 1024 in / 256 out. Throughput rises then flattens with
+//! docs/simulator.md §10.3: closed loop, 1024 in / 256 out. Throughput rises then flattens with
 //! concurrency while TPOT worsens; at 512 the KV cache runs out (preemptions, a TTFT jump,
 //! lower throughput); `max_num_seqs 8` keeps TPOT low but queues everyone else.
 #![allow(clippy::unwrap_used)]

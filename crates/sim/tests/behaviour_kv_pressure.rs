@@ -1,4 +1,4 @@
-//! SIMULATOR.md §10.6: low `gpu_memory_utilization` causes preemption and a TTFT cliff.
+//! docs/simulator.md §10.6: low `gpu_memory_utilization` causes preemption and a TTFT cliff.
 //! Closed loop, concurrency 64, 2048 in / 1024 out.
 #![allow(clippy::unwrap_used)]
 

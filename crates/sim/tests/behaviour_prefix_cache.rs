@@ -1,4 +1,4 @@
-//! SIMULATOR.md §10.4: a warm shared prefix lowers TTFT; hit accounting matches the
+//! docs/simulator.md §10.4: a warm shared prefix lowers TTFT; hit accounting matches the
 //! requests' `cached_tokens`; a reset restores the cold figure; usage returns to ≈ 0.
 #![allow(clippy::unwrap_used)]
 

@@ -1,4 +1,4 @@
-//! SIMULATOR.md §10.2: single-stream TPOT sits at the bandwidth prediction, never below the
+//! docs/simulator.md §10.2: single-stream TPOT sits at the bandwidth prediction, never below the
 //! weight-streaming floor, and creeps up with context.
 #![allow(clippy::unwrap_used)]
 

@@ -1,4 +1,4 @@
-//! SIMULATOR.md §10.1: at concurrency 1, TTFT grows about linearly with prompt length,
+//! docs/simulator.md §10.1: at concurrency 1, TTFT grows about linearly with prompt length,
 //! slightly super-linearly from attention; long prompts take several chunks.
 #![allow(clippy::unwrap_used)]
 

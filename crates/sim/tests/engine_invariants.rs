@@ -1,4 +1,4 @@
-//! SIMULATOR.md §10.7: engine invariants as property tests over random small configurations
+//! docs/simulator.md §10.7: engine invariants as property tests over random small configurations
 //! and workloads (random arrivals, shared prefixes, aborts, tight KV pools).
 #![allow(clippy::unwrap_used)]
 

@@ -2,7 +2,7 @@
 //! usage? It runs once per streamed event, so it deserializes borrowed (`Cow<str>`,
 //! `&RawValue`), keeps only the first choice's text, and skips everything else unparsed.
 //!
-//! The token-bearing rules are METRICS.md's:
+//! The token-bearing rules are docs/metrics.md's:
 //! - completions: an event with a non-empty `choices` list is a token, even with empty text,
 //!   except (deliberately, unlike vLLM's client) a closing event whose choices all have empty
 //!   text, no logprobs and a `finish_reason` (llama.cpp's final chunk);
@@ -43,7 +43,7 @@ pub enum EndpointKind {
 /// What one event carried.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ChunkInfo<'a> {
-    /// Does the event count as a token-bearing event (METRICS.md)?
+    /// Does the event count as a token-bearing event (docs/metrics.md)?
     pub token_bearing: bool,
     /// Output text of the first choice: completions `text`, or chat `reasoning_content` /
     /// `reasoning` followed by `content`. Borrowed unless it had escapes or two parts.

@@ -2,7 +2,7 @@
 //! simulated engine, the incremental SSE parser, and the client's per-event chunk classifier.
 //!
 //! - [`sse`]: bytes → events, for any split of the byte stream.
-//! - [`chunk`]: one event's `data` → is it a token, what text, which usage (METRICS.md rules).
+//! - [`chunk`]: one event's `data` → is it a token, what text, which usage (docs/metrics.md rules).
 //! - [`openai`]: serde types for `/v1/completions`, `/v1/chat/completions`, `/v1/models` and
 //!   error bodies.
 

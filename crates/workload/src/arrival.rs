@@ -22,6 +22,7 @@
 use std::time::Duration;
 
 use rand_distr::{Distribution, Gamma};
+use servebench_metrics::units::s_to_ns;
 
 use crate::error::WorkloadError;
 use crate::rng::{stream, Purpose};
@@ -147,7 +148,7 @@ impl ArrivalConfig {
                 *o *= factor;
             }
         }
-        Ok(offsets_s.into_iter().map(secs_to_ns).collect())
+        Ok(offsets_s.into_iter().map(s_to_ns).collect())
     }
 
     /// Intended send offsets of every arrival before `duration`; the rate must be
@@ -179,7 +180,7 @@ impl ArrivalConfig {
                      or the duration"
                 )));
             }
-            offsets.push(secs_to_ns(t));
+            offsets.push(s_to_ns(t));
         }
     }
 }
@@ -220,10 +221,6 @@ impl GapSampler {
             None => 1.0 / rate,
         }
     }
-}
-
-fn secs_to_ns(s: f64) -> u64 {
-    (s * 1e9).round() as u64
 }
 
 #[cfg(test)]

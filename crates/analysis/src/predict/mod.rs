@@ -1,4 +1,4 @@
-//! What a GPU and model should deliver, from the roofline model alone (SIMULATOR.md §3.5):
+//! What a GPU and model should deliver, from the roofline model alone (docs/simulator.md §3.5):
 //! weight bytes, the bandwidth floor, single-stream TPOT, prefill time, KV capacity and the
 //! batch where decode turns compute-bound. Every figure is an [`Explained`] carrying its
 //! formula and inputs. The step times come from [`Deployment::step_time`] and friends, the
@@ -20,7 +20,7 @@ use servebench_roofline::{
 
 use crate::{AnalysisError, Explained};
 
-/// Decode batch sizes tabulated by default (SIMULATOR.md §3.5's list).
+/// Decode batch sizes tabulated by default (docs/simulator.md §3.5's list).
 pub const DEFAULT_DECODE_BATCHES: [u32; 8] = [1, 8, 32, 64, 128, 256, 512, 1024];
 /// Prompt lengths whose TTFT is predicted by default.
 pub const DEFAULT_PROMPT_LENS: [u32; 6] = [128, 512, 1024, 2048, 4096, 8192];

@@ -91,7 +91,7 @@ fn worked_example_of_simulator_section_3_5() {
 
 #[test]
 fn idle_engine_ttft_matches_section_10() {
-    // SIMULATOR.md §10.1: 8.3, 15.8, 27.5, 52.5, 105.8, 224 ms for 128 … 8k tokens.
+    // docs/simulator.md §10.1: 8.3, 15.8, 27.5, 52.5, 105.8, 224 ms for 128 … 8k tokens.
     let d = llama_h100();
     let p = predict(&d, &PredictOptions::defaults(&d)).unwrap();
     let expected_ms = [8.3, 15.8, 27.5, 52.5, 105.8, 224.0];
@@ -194,7 +194,7 @@ fn decode_at_context_1024_never_turns_compute_bound() {
 
 #[test]
 fn capacity_follows_gpu_memory_utilization() {
-    // SIMULATOR.md §4: 11,758 blocks at 0.5 and 3,648 at 0.3 on H100.
+    // docs/simulator.md §4: 11,758 blocks at 0.5 and 3,648 at 0.3 on H100.
     let d = llama_h100();
     let mut o = PredictOptions::defaults(&d);
     for (gmu, blocks) in [(0.5, 11_758.0), (0.3, 3_648.0)] {

@@ -1,4 +1,4 @@
-//! The default workload matrix (DESIGN.md, rows A–F): the rows a first look at a server
+//! The default workload matrix (README.md, rows A–F): the rows a first look at a server
 //! needs, each with the question it answers.
 
 use std::path::Path;

@@ -3,6 +3,7 @@
 //! views, from the records through `servebench_metrics`' own derived metrics.
 
 use servebench_metrics::stats::percentile_sorted;
+use servebench_metrics::units::{ns_f64_to_ms, ns_to_ms, ns_to_s};
 use servebench_metrics::RequestRecord;
 
 use super::figures::{stat_label, sweep_axes, GroupFigures};
@@ -10,8 +11,6 @@ use super::format::{load, ms, rate, slug};
 use super::svg::{Chart, Mark, RefLine, Series, SeriesKind};
 use crate::model::{ExperimentReport, RunData, SweepReport};
 
-const NS_PER_MS: f64 = 1e6;
-const NS_PER_S: f64 = 1e9;
 /// Points kept on a CDF curve (quantiles); enough for a smooth line, small enough for a page.
 const CDF_POINTS: usize = 200;
 /// Most dots one scatter series draws; beyond this every k-th request is shown.
@@ -146,22 +145,10 @@ pub fn frontier_charts(sweep: &SweepReport) -> Vec<Chart> {
 pub fn samples_ms(records: &[RequestRecord], metric: &str) -> Vec<f64> {
     let ok = records.iter().filter(|r| r.is_success());
     match metric {
-        "ttft" => ok
-            .filter_map(|r| r.ttft_ns())
-            .map(|v| v as f64 / NS_PER_MS)
-            .collect(),
-        "tpot" => ok
-            .filter_map(|r| r.tpot_ns())
-            .map(|v| v / NS_PER_MS)
-            .collect(),
-        "e2el" => ok
-            .filter_map(|r| r.e2el_ns())
-            .map(|v| v as f64 / NS_PER_MS)
-            .collect(),
-        "itl" => ok
-            .flat_map(|r| r.itls_ns())
-            .map(|v| v as f64 / NS_PER_MS)
-            .collect(),
+        "ttft" => ok.filter_map(|r| r.ttft_ns()).map(ns_to_ms).collect(),
+        "tpot" => ok.filter_map(|r| r.tpot_ns()).map(ns_f64_to_ms).collect(),
+        "e2el" => ok.filter_map(|r| r.e2el_ns()).map(ns_to_ms).collect(),
+        "itl" => ok.flat_map(|r| r.itls_ns()).map(ns_to_ms).collect(),
         _ => Vec::new(),
     }
 }
@@ -256,7 +243,7 @@ pub fn throughput_over_time(groups: &[Group<'_>]) -> Chart {
         .enumerate()
         .filter_map(|(i, g)| {
             let ts = &g.runs.first()?.summary.time_series;
-            let width = ts.bucket_ns.max(1) as f64 / NS_PER_S;
+            let width = ns_to_s(ts.bucket_ns.max(1));
             let points: Vec<(f64, f64)> = ts
                 .output_tokens
                 .iter()
@@ -297,7 +284,7 @@ pub fn in_flight_over_time(groups: &[Group<'_>]) -> Chart {
         .enumerate()
         .filter_map(|(i, g)| {
             let ts = &g.runs.first()?.summary.time_series;
-            let width = ts.bucket_ns.max(1) as f64 / NS_PER_S;
+            let width = ns_to_s(ts.bucket_ns.max(1));
             let points: Vec<(f64, f64)> = ts
                 .in_flight_mean
                 .iter()
@@ -353,10 +340,7 @@ pub fn latency_over_time(groups: &[Group<'_>], metric: &str) -> Chart {
                         "e2el" => r.e2el_ns().map(|v| v as f64),
                         _ => None,
                     }?;
-                    Some((
-                        r.sent.saturating_sub(origin) as f64 / NS_PER_S,
-                        v / NS_PER_MS,
-                    ))
+                    Some((ns_to_s(r.sent.saturating_sub(origin)), ns_f64_to_ms(v)))
                 })
                 .collect();
             if all.is_empty() {

@@ -1,4 +1,4 @@
-//! The paged KV block pool with its prefix cache (SIMULATOR.md §2.3, §2.4).
+//! The paged KV block pool with its prefix cache (docs/simulator.md §2.3, §2.4).
 //!
 //! Block 0 is the reserved null block and never allocated. Free blocks sit in an LRU queue
 //! (an intrusive doubly linked list over block ids, so a cache hit can pull a block out of the

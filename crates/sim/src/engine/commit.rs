@@ -1,9 +1,11 @@
-//! Committing a step at its end `t1` (SIMULATOR.md §2.2 step 6) and the per-token and
+//! Committing a step at its end `t1` (docs/simulator.md §2.2 step 6) and the per-token and
 //! per-request metrics of §6.
+
+use servebench_metrics::units::ns_to_s;
 
 use super::request::{Queue, Request};
 use super::types::{FinishReason, StepOutputs, TokenOutput};
-use super::{finished_of, ns_to_s, EngineCore, StepPlan};
+use super::{finished_of, EngineCore, StepPlan};
 
 impl EngineCore {
     /// Apply a planned step that ended at `t1_ns`: advance, sample, finish, update metrics.

@@ -1,4 +1,4 @@
-//! Chained prefix-block hashes (SIMULATOR.md §2.4) and the seeded RNG streams (§8).
+//! Chained prefix-block hashes (docs/simulator.md §2.4) and the seeded RNG streams (§8).
 //!
 //! `h_0 = H(root, cache_salt, tokens of block 0)`, `h_i = H(h_{i−1}, tokens of block i)` with
 //! xxh3-64, so a hash names the whole prefix up to its block. The root is fixed, which keeps

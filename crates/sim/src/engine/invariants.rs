@@ -1,4 +1,4 @@
-//! Read-only consistency checks of the engine state (SIMULATOR.md §10.7), for tests.
+//! Read-only consistency checks of the engine state (docs/simulator.md §10.7), for tests.
 
 use super::request::Queue;
 use super::EngineCore;

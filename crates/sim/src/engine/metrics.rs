@@ -1,4 +1,4 @@
-//! Engine-side metric state (SIMULATOR.md §6). The core updates it; the server renders it.
+//! Engine-side metric state (docs/simulator.md §6). The core updates it; the server renders it.
 
 /// A Prometheus-style histogram: per-bucket counts (not cumulative) for `bounds`, plus +Inf.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,7 +29,7 @@ impl Histogram {
     }
 }
 
-/// Every series of SIMULATOR.md §6 (the `sim:` extras included).
+/// Every series of docs/simulator.md §6 (the `sim:` extras included).
 #[derive(Debug, Clone)]
 pub struct EngineMetrics {
     pub num_requests_running: u64,

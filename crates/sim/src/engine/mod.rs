@@ -1,4 +1,4 @@
-//! The engine core (SIMULATOR.md §2, §8): one owner of all scheduler, block-pool, RNG and
+//! The engine core (docs/simulator.md §2, §8): one owner of all scheduler, block-pool, RNG and
 //! metric state behind plain methods. It never sleeps and never reads a clock; drivers pass
 //! engine-clock nanoseconds in.
 
@@ -48,7 +48,7 @@ pub struct EngineConfig {
     /// Median natural output length; 0 disables natural stops.
     pub eos_len_median: f64,
     pub eos_len_sigma: f64,
-    /// Token ids of the filler words generated tokens are drawn from (SIMULATOR.md §7).
+    /// Token ids of the filler words generated tokens are drawn from (docs/simulator.md §7).
     pub output_vocab: Vec<u32>,
     /// Vocabulary size (prompt token ids must be below it).
     pub vocab_size: u32,
@@ -356,7 +356,7 @@ impl EngineCore {
         self.pool.num_free()
     }
 
-    /// Counters, gauges and histograms for `/metrics` (SIMULATOR.md §6).
+    /// Counters, gauges and histograms for `/metrics` (docs/simulator.md §6).
     pub fn metrics(&self) -> &EngineMetrics {
         &self.metrics
     }
@@ -397,10 +397,6 @@ fn finished_of(r: &Request, reason: FinishReason) -> Finished {
         cached_tokens: r.num_cached,
         preemptions: r.num_preemptions,
     }
-}
-
-fn ns_to_s(ns: u64) -> f64 {
-    ns as f64 * 1e-9
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! One request's engine-side state (SIMULATOR.md §2.1) and its output-length draw (§7).
+//! One request's engine-side state (docs/simulator.md §2.1) and its output-length draw (§7).
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;

@@ -1,8 +1,9 @@
-//! One schedule (SIMULATOR.md §2.2 steps 2–5): running requests first, then admissions from
+//! One schedule (docs/simulator.md §2.2 steps 2–5): running requests first, then admissions from
 //! the head of `waiting`, then the step's cost.
 
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
+use servebench_metrics::units::{ms_to_s, NS_PER_S};
 use servebench_roofline::SeqWork;
 
 use super::request::Queue;
@@ -258,9 +259,9 @@ impl EngineCore {
         if self.config.hiccup_prob > 0.0
             && self.jitter_rng.random::<f64>() < self.config.hiccup_prob
         {
-            secs += self.config.hiccup_ms * 1e-3;
+            secs += ms_to_s(self.config.hiccup_ms);
         }
-        let ns = (secs * 1e9).round();
+        let ns = (secs * NS_PER_S as f64).round();
         if ns.is_finite() && ns >= 1.0 {
             ns.min(u64::MAX as f64) as u64
         } else {

@@ -1,4 +1,4 @@
-//! The OpenAI-compatible HTTP surface of the simulator (SIMULATOR.md §7): completions and chat
+//! The OpenAI-compatible HTTP surface of the simulator (docs/simulator.md §7): completions and chat
 //! (streaming and not), models, health, version, Prometheus metrics, tokenize, prefix-cache
 //! reset and the effective configuration.
 //!

@@ -1,4 +1,4 @@
-//! OpenAI request bodies as the simulator reads them (SIMULATOR.md §7), prompt token counting
+//! OpenAI request bodies as the simulator reads them (docs/simulator.md §7), prompt token counting
 //! with the shared tokenizer and the built-in chat template, and vLLM-style validation.
 
 use serde::Deserialize;

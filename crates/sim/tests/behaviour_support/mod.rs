@@ -1,4 +1,4 @@
-//! Shared set-up of the behaviour tests (SIMULATOR.md §10): Llama-3.1-8B, BF16, H100 with
+//! Shared set-up of the behaviour tests (docs/simulator.md §10): Llama-3.1-8B, BF16, H100 with
 //! vLLM's server defaults, KV capacity from the roofline crate, jitter 0, virtual time.
 #![allow(dead_code, clippy::unwrap_used)]
 

@@ -1,6 +1,8 @@
 //! Parsing the wall-clock timestamps of the Azure traces without a time-zone database:
 //! they are naive date-times, and only differences between them matter.
 
+use servebench_metrics::units::NS_PER_S;
+
 /// Nanoseconds since 1970-01-01 00:00:00 of `YYYY-MM-DD HH:MM:SS[.fraction]` (a `T`
 /// may separate date and time; up to 9 fraction digits are kept).
 pub(crate) fn parse_ns(s: &str) -> Option<i128> {
@@ -33,7 +35,7 @@ pub(crate) fn parse_ns(s: &str) -> Option<i128> {
     }
     let days = days_from_civil(year, month, day);
     let secs = i128::from(days) * 86_400 + i128::from(hour * 3600 + minute * 60 + second);
-    Some(secs * 1_000_000_000 + nanos)
+    Some(secs * i128::from(NS_PER_S) + nanos)
 }
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).

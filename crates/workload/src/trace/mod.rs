@@ -21,6 +21,7 @@ mod replay;
 use std::path::Path;
 
 use serde::Deserialize;
+use servebench_metrics::units::{NS_PER_MS, NS_PER_S};
 
 use crate::error::WorkloadError;
 
@@ -245,7 +246,7 @@ fn parse_burstgpt(text: &str, path: &Path) -> Result<Vec<RawEntry>, WorkloadErro
                 WorkloadError::malformed(path, line, format!("Timestamp is not seconds: {ts:?}"))
             })?;
         out.push(RawEntry {
-            at_ns: (secs * 1e9).round() as i128,
+            at_ns: (secs * NS_PER_S as f64).round() as i128,
             input_tokens: parse_count(
                 field(&fields, cols[1], names[1], path, line)?,
                 names[1],
@@ -300,7 +301,7 @@ fn parse_mooncake(text: &str, path: &Path) -> Result<Vec<RawEntry>, WorkloadErro
             ));
         }
         out.push(RawEntry {
-            at_ns: (m.timestamp * 1e6).round() as i128,
+            at_ns: (m.timestamp * NS_PER_MS as f64).round() as i128,
             input_tokens: m.input_length,
             output_tokens: m.output_length,
             block_hashes: m.hash_ids,

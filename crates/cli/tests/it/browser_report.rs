@@ -6,21 +6,13 @@
 //! Without chromium the test prints a notice and passes, unless `SERVEBENCH_REQUIRE_BROWSER=1`
 //! (CI) makes a missing browser a failure. `SERVEBENCH_CHROMIUM` names another binary.
 
+use crate::common::{self, bin, ok};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_servebench"));
-    c.env_remove("OPENAI_API_KEY");
-    c
-}
-
 fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("servebench-browser-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    common::tempdir("browser", name)
 }
 
 fn find_chromium() -> Option<PathBuf> {
@@ -110,16 +102,6 @@ fn console_lines(stderr: &[u8]) -> Vec<String> {
         .filter(|l| l.contains(":CONSOLE"))
         .map(str::to_owned)
         .collect()
-}
-
-fn ok(out: &Output) {
-    assert!(
-        out.status.success(),
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The experiment directory the command created under `results`.

@@ -5,37 +5,25 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
+use crate::common::{self, bin, read_json, text};
 use serde_json::Value;
 use servebench_cli::matrix::plan::MatrixPlan;
 
+fn tempdir(name: &str) -> PathBuf {
+    common::tempdir("matrix", name)
+}
+
 const SECRET: &str = "sk-test-matrix-secret";
 
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("servebench-matrix-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
-
 fn matrix(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_servebench"))
+    bin()
         .arg("matrix")
         .args(args)
-        .env_remove("OPENAI_API_KEY")
         .output()
         .expect("spawn servebench")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// The experiment directory printed on the last stdout line.
@@ -47,11 +35,6 @@ fn experiment_dir(o: &Output) -> PathBuf {
         .find_map(|l| l.strip_prefix("experiment: "))
         .unwrap_or_else(|| panic!("{}", text(o)));
     PathBuf::from(line)
-}
-
-fn read_json(p: &Path) -> Value {
-    let s = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 fn all_files(dir: &Path) -> Vec<PathBuf> {

@@ -5,26 +5,9 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
+use crate::common::{servebench, text};
 use serde_json::{json, Value};
-
-fn servebench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_servebench"))
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .output()
-        .expect("spawn servebench")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// An experiment directory assembled from `servebench run --virtual-time` rows and a
 /// hand-written `experiment.json`.

@@ -1,19 +1,13 @@
-//! `servebench predict` and `servebench plan` through the binary: figures of SIMULATOR.md
+//! `servebench predict` and `servebench plan` through the binary: figures of docs/simulator.md
 //! §3.5, the hand-checked capacity example, result files, and error exit codes.
 
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
+use crate::common::servebench;
 use serde_json::Value;
-
-fn servebench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_servebench"))
-        .args(args)
-        .output()
-        .expect("the servebench binary runs")
-}
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -1,18 +1,12 @@
 //! `servebench run` end to end: the real binary against the in-process simulator (or in
 //! virtual time), checking files, vLLM compatibility, errors and secrets.
 
+use crate::common::{self, bin, read_json};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_servebench"))
-}
+use std::process::Output;
 
 fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("servebench-cli-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    common::tempdir("cli", name)
 }
 
 fn run_in(dir: &Path, args: &[&str]) -> Output {
@@ -20,7 +14,6 @@ fn run_in(dir: &Path, args: &[&str]) -> Output {
         .current_dir(dir)
         .arg("run")
         .args(args)
-        .env_remove("OPENAI_API_KEY")
         .output()
         .expect("spawn servebench")
 }
@@ -35,10 +28,6 @@ fn files_with_suffix(dir: &Path, suffix: &str) -> Vec<PathBuf> {
         .unwrap_or_default();
     v.sort();
     v
-}
-
-fn read_json(p: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(p).expect("read")).expect("json")
 }
 
 /// Key order of a JSON object as written (serde_json's Map does not keep order).

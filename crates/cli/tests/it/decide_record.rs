@@ -5,32 +5,9 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use serde_json::Value;
-
-fn servebench(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_servebench"))
-        .args(args)
-        .env_remove("OPENAI_API_KEY")
-        .output()
-        .expect("spawn servebench")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn read_json(p: &Path) -> Value {
-    let s = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    serde_json::from_str(&s).unwrap()
-}
+use crate::common::{read_json, servebench, text};
 
 /// Sweeps concurrency 16 and 32 of 1024-in/256-out requests on a simulated H100 with the
 /// given `--max-num-seqs`; returns the experiment directory.

@@ -1,13 +1,10 @@
 //! `servebench sim` as a process: it serves on the port it reports, `servebench run` measures
 //! it over real HTTP, SIGTERM stops it cleanly; Ctrl-C on `run` keeps what was measured.
 
+use crate::common::bin;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_servebench"))
-}
 
 fn signal(child: &Child, sig: &str) {
     let status = Command::new("kill")

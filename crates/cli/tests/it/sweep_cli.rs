@@ -4,34 +4,22 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
+use crate::common::{self, bin, read_json, text};
 use serde_json::Value;
 
 fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("servebench-sweep-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+    common::tempdir("sweep", name)
 }
 
 fn sweep(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_servebench"))
+    bin()
         .arg("sweep")
         .arg("--virtual-time")
         .args(args)
-        .env_remove("OPENAI_API_KEY")
         .output()
         .expect("spawn servebench")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn experiment(o: &Output) -> (PathBuf, Value) {
@@ -47,11 +35,6 @@ fn experiment(o: &Output) -> (PathBuf, Value) {
     assert_eq!(exp["schema"], "servebench.experiment/v1");
     assert_eq!(exp["kind"], "sweep");
     (dir, exp)
-}
-
-fn read_json(p: &Path) -> Value {
-    let s = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 /// p99 TTFT (ms) of each point's first run, from its result file.

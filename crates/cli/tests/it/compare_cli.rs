@@ -3,30 +3,13 @@
 //! not; gates set the exit code; experiment directories are compared row by row.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
+use crate::common::{self, bin, text as show};
 use serde_json::Value;
 
-fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_servebench"));
-    c.env_remove("OPENAI_API_KEY");
-    c
-}
-
 fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("servebench-compare-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    common::tempdir("compare", name)
 }
 
 /// 200 requests at 8 req/s (512 → 128 tokens) in virtual time into `dir`.

@@ -1,0 +1,51 @@
+//! Helpers every test module needs: the binary under test, fresh temp directories, output
+//! dumps for assertion messages, and JSON files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// The `servebench` binary, without any API key the developer's environment may hold, so a
+/// test never sends (or writes) a real one.
+pub fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_servebench"));
+    c.env_remove("OPENAI_API_KEY");
+    c
+}
+
+/// Runs the binary with `args` to completion.
+pub fn servebench(args: &[&str]) -> Output {
+    bin().args(args).output().expect("spawn servebench")
+}
+
+/// A fresh, empty directory `servebench-{scope}-{name}-{pid}` under the system temp dir.
+/// All modules share one process, so `scope` keeps their directories apart.
+pub fn tempdir(scope: &str, name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("servebench-{scope}-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// Status, stdout and stderr of a finished command, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Asserts that the command succeeded (dumping its output otherwise) and returns its stdout.
+pub fn ok(o: &Output) -> String {
+    assert!(o.status.success(), "{}", text(o));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A JSON file, parsed; panics naming the file.
+pub fn read_json(p: &Path) -> Value {
+    let s = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
