@@ -66,7 +66,7 @@ pub fn batched(id: &str, concurrency: f64) -> RowFigures {
     r
 }
 
-/// Llama 3.1 8B in BF16 on one H100: SIMULATOR.md's reference deployment.
+/// Llama 3.1 8B in BF16 on one H100: docs/simulator.md's reference deployment.
 pub fn h100_8b() -> Deployment {
     let c = Catalog::builtin();
     Deployment::new(
