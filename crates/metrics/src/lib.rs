@@ -9,11 +9,13 @@
 //! - [`vllm`]: the figures and vectors `vllm bench serve` reports, by vLLM's definitions.
 //! - [`repeat`]: repeated runs, mean ± std per figure.
 //! - [`io`]: reading records back from JSONL.
+//! - [`result`]: the result files (`*.servebench.json`, `experiment.json`) as types.
 
 pub mod derived;
 pub mod io;
 pub mod record;
 pub mod repeat;
+pub mod result;
 pub mod stats;
 pub mod summary;
 pub mod vllm;
