@@ -349,7 +349,8 @@ mod tests {
         let slow = d.decode_tpot(1024, 1).total;
         let normal = h100_8b().decode_tpot(1024, 1).total;
         assert!(slow > normal * 1.7, "{slow} vs {normal}");
-        let only_gpu: SimConfig = serde_json::from_value(serde_json::json!({"gpu": "h100"})).unwrap();
+        let only_gpu: SimConfig =
+            serde_json::from_value(serde_json::json!({"gpu": "h100"})).unwrap();
         let err = deployment_from_sim_config(&only_gpu, &Catalog::builtin()).unwrap_err();
         assert!(err.to_string().contains("'model'"), "{err}");
     }

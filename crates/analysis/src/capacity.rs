@@ -656,14 +656,20 @@ mod tests {
         let doc = json!({"request_throughput": 10.0, "output_throughput": 1280.0, "completed": 500,
                          "request_goodput": null});
         assert_eq!(
-            measured_throughput(&doc.to_string()).unwrap().goodput_output_throughput,
+            measured_throughput(&doc.to_string())
+                .unwrap()
+                .goodput_output_throughput,
             None
         );
     }
 
     #[test]
     fn unreadable_results_say_why() {
-        let e = |doc: Value| measured_throughput(&doc.to_string()).unwrap_err().to_string();
+        let e = |doc: Value| {
+            measured_throughput(&doc.to_string())
+                .unwrap_err()
+                .to_string()
+        };
         assert!(e(json!({"schema": "other/v9"})).contains("unsupported schema 'other/v9'"));
         assert!(e(json!({"schema": "servebench.result/v1"})).contains("summary"));
         assert!(e(json!({"schema": "servebench.result/v1", "summary": {"output_throughput": 1.0, "completed": 1}}))

@@ -11,9 +11,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use servebench_analysis::compare::{
-    mann_whitney_u, parse_gates, Gate, GateOutcome, MannWhitney,
-};
+use servebench_analysis::compare::{mann_whitney_u, parse_gates, Gate, GateOutcome, MannWhitney};
 use servebench_metrics::{aggregate, RunSummary};
 use servebench_report::render::charts::{point_label, samples_ms};
 use servebench_report::render::format::{load, ms, rate};

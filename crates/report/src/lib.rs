@@ -10,7 +10,7 @@ pub mod vllm;
 pub use model::{
     ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,
 };
+pub use pyjson::{to_python_json, OrderedObject};
 /// The result files' types, owned by `servebench-metrics` and re-exported for renderers.
 pub use servebench_metrics::result;
-pub use pyjson::{to_python_json, OrderedObject};
 pub use vllm::{vllm_result, VllmRunInfo, PERCENTILE_METRICS};

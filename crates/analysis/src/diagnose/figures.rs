@@ -113,7 +113,9 @@ pub struct ServerCounters {
 
 impl ServerCounters {
     /// Sums and maxima over the runs' telemetry.
-    pub fn from_telemetry<'a>(telemetry: impl Iterator<Item = Option<&'a ServerTelemetry>>) -> Self {
+    pub fn from_telemetry<'a>(
+        telemetry: impl Iterator<Item = Option<&'a ServerTelemetry>>,
+    ) -> Self {
         let mut out = ServerCounters::default();
         let add = |slot: &mut Option<f64>, v: Option<f64>| {
             if let Some(v) = v.filter(|v| v.is_finite()) {
@@ -126,7 +128,10 @@ impl ServerCounters {
             }
         };
         for t in telemetry.flatten() {
-            add(&mut out.preemptions, t.increase("vllm:num_preemptions_total"));
+            add(
+                &mut out.preemptions,
+                t.increase("vllm:num_preemptions_total"),
+            );
             add(
                 &mut out.prefix_cache_hits,
                 t.increase("vllm:prefix_cache_hits_total"),
@@ -343,15 +348,20 @@ mod tests {
 
     #[test]
     fn plan_reads_rate_strings_and_prefix_modes() {
-        let p = plan(json!({"request_rate": "inf", "max_concurrency": 8, "random_prefix_len": 512}));
+        let p =
+            plan(json!({"request_rate": "inf", "max_concurrency": 8, "random_prefix_len": 512}));
         let w = PlannedWorkload::from_plan(Some(&p));
         assert!(w.request_rate.unwrap().is_infinite());
         assert_eq!(w.max_concurrency, Some(8));
         assert_eq!(w.shared_prefix_tokens, 512);
-        let p = plan(json!({"request_rate": "inf", "max_concurrency": 8, "random_prefix_len": 512,
-                            "random_prefix_mode": "per-request"}));
+        let p = plan(
+            json!({"request_rate": "inf", "max_concurrency": 8, "random_prefix_len": 512,
+                            "random_prefix_mode": "per-request"}),
+        );
         assert_eq!(PlannedWorkload::from_plan(Some(&p)).shared_prefix_tokens, 0);
-        let p = plan(json!({"request_rate": "2.5", "random_prefix_len": 64, "random_prefix_mode": "per_request"}));
+        let p = plan(
+            json!({"request_rate": "2.5", "random_prefix_len": 64, "random_prefix_mode": "per_request"}),
+        );
         let w = PlannedWorkload::from_plan(Some(&p));
         assert_eq!((w.request_rate, w.shared_prefix_tokens), (Some(2.5), 0));
         let w = PlannedWorkload::from_plan(Some(&plan(json!({"request_rate": 4}))));
@@ -382,10 +392,16 @@ mod tests {
 
     #[test]
     fn server_counters_sum_increases_and_keep_gauge_maxima() {
-        let a: ServerTelemetry = serde_json::from_value(json!({"counter_increase": {"vllm:num_preemptions_total": 3.0,
-                       "vllm:prefix_cache_hits_total": 100.0}, "max_kv_usage": 0.5})).unwrap();
-        let b: ServerTelemetry = serde_json::from_value(json!({"counter_increase": {"vllm:num_preemptions_total": 2.0},
-                       "max_kv_usage": 0.97, "max_waiting": 4.0})).unwrap();
+        let a: ServerTelemetry = serde_json::from_value(
+            json!({"counter_increase": {"vllm:num_preemptions_total": 3.0,
+                       "vllm:prefix_cache_hits_total": 100.0}, "max_kv_usage": 0.5}),
+        )
+        .unwrap();
+        let b: ServerTelemetry = serde_json::from_value(
+            json!({"counter_increase": {"vllm:num_preemptions_total": 2.0},
+                       "max_kv_usage": 0.97, "max_waiting": 4.0}),
+        )
+        .unwrap();
         let c = ServerCounters::from_telemetry([Some(&a), None, Some(&b)].into_iter());
         assert_eq!(c.preemptions, Some(5.0));
         assert_eq!(c.prefix_cache_hits, Some(100.0));

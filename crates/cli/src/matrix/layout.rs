@@ -52,8 +52,8 @@ pub fn write_environment(dir: &Path, bench: &Bench, command_line: &[String]) -> 
         target,
     };
     let path = dir.join("environment.json");
-    let text = to_sorted_json_pretty(&env)
-        .with_context(|| format!("serializing {}", path.display()))?;
+    let text =
+        to_sorted_json_pretty(&env).with_context(|| format!("serializing {}", path.display()))?;
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
 }
 

@@ -11,11 +11,11 @@ use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_loadgen::{
     BackendClient, JsonlSink, LoadOutcome, Prepared, RunClock, StopSignal, Target,
 };
-use servebench_metrics::summary::{summarize, Slo, SummaryOptions};
 use servebench_metrics::result::{
     to_sorted_json_pretty, ClientHealth, MeasuredHealth, PlanSection, RunMetadata, RunResult,
     ServerReply, SimConfig, TargetInfo,
 };
+use servebench_metrics::summary::{summarize, Slo, SummaryOptions};
 use servebench_metrics::{RequestRecord, RunSummary};
 use servebench_report::{to_python_json, vllm_result, VllmRunInfo};
 use servebench_tokenizer::Tokenizer;
