@@ -12,13 +12,12 @@ use servebench_analysis::frontier::{
     best_under_slos, knee, parse_slos, LatencyMetric, LatencyStat, LoadKind, SweepPoint,
 };
 use servebench_metrics::read_jsonl;
-use servebench_metrics::result::RunResult;
+use servebench_metrics::result::{ExperimentFile, RunResult, EXPERIMENT_SCHEMA, RESULT_SCHEMA};
 use servebench_report::render::{sweep_axes, GroupFigures};
 use servebench_report::{
     ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,
 };
 
-pub use servebench_metrics::result::{ExperimentFile, EXPERIMENT_SCHEMA, RESULT_SCHEMA};
 /// Extra Markdown files of an experiment directory shown as report sections, with headings.
 const EXTRA_FILES: [(&str, &str); 2] = [
     ("interpretation.md", "Interpretation"),

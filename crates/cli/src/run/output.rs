@@ -13,7 +13,7 @@ use servebench_loadgen::{
 };
 use servebench_metrics::result::{
     to_sorted_json_pretty, ClientHealth, MeasuredHealth, PlanSection, RunMetadata, RunResult,
-    ServerReply, SimConfig, TargetInfo,
+    ServerReply, SimConfig, TargetInfo, RESULT_SCHEMA,
 };
 use servebench_metrics::summary::{summarize, Slo, SummaryOptions};
 use servebench_metrics::{RequestRecord, RunSummary};
@@ -23,8 +23,6 @@ use servebench_tokenizer::Tokenizer;
 use super::args::RunArgs;
 use super::options::python_float;
 use super::target::SimInfo;
-
-pub use servebench_metrics::result::RESULT_SCHEMA;
 
 /// vLLM's result file name and servebench's file stem.
 pub struct FileNames {
