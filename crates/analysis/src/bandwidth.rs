@@ -10,7 +10,7 @@
 //! that moves them can be faster.
 
 use serde::Serialize;
-use serde_json::Value;
+use servebench_metrics::result::SimConfig;
 use servebench_roofline::{Catalog, Deployment, Dtype, KvDtype, SeqWork, StepTime};
 
 use crate::error::AnalysisError;
@@ -241,42 +241,36 @@ pub fn bandwidth_section_markdown(
 /// `metadata.target.sim_config`): catalog GPU and model, dtypes, tensor parallelism and the
 /// efficiency and overhead settings it ran with, so the prediction is the simulator's own.
 pub fn deployment_from_sim_config(
-    config: &Value,
+    config: &SimConfig,
     catalog: &Catalog,
 ) -> Result<Deployment, AnalysisError> {
-    let text = |key: &str| {
-        config[key].as_str().ok_or_else(|| {
+    let text = |key: &str, v: &Option<String>| {
+        v.clone().ok_or_else(|| {
             AnalysisError::Result(format!("the simulator configuration has no '{key}'"))
         })
     };
-    let gpu = catalog.gpu(text("gpu")?)?.clone();
-    let model = catalog.model(text("model")?)?.clone();
-    let dtype: Dtype = config["dtype"].as_str().unwrap_or("bf16").parse()?;
-    let kv_dtype: KvDtype = config["kv_cache_dtype"]
-        .as_str()
-        .unwrap_or("auto")
-        .parse()?;
-    let tp = config["tensor_parallel_size"]
-        .as_u64()
-        .and_then(|v| u32::try_from(v).ok())
-        .unwrap_or(1);
-    let eff = &config["efficiency"];
-    let ovh = &config["overheads"];
+    let gpu = catalog.gpu(&text("gpu", &config.gpu)?)?.clone();
+    let model = catalog.model(&text("model", &config.model)?)?.clone();
+    let dtype: Dtype = config.dtype.as_deref().unwrap_or("bf16").parse()?;
+    let kv_dtype: KvDtype = config.kv_cache_dtype.as_deref().unwrap_or("auto").parse()?;
+    let tp = config.tensor_parallel_size.unwrap_or(1);
+    let eff = |key: &str| config.section_f64("efficiency", key);
+    let ovh = |key: &str| config.section_f64("overheads", key);
     Ok(Deployment::builder(gpu, model)
         .dtype(dtype)
         .kv_dtype(kv_dtype)
         .tensor_parallel(tp)
-        .mfu(eff["mfu"].as_f64())
-        .mfu_fp8(eff["mfu_fp8"].as_f64())
-        .mbu(eff["mbu"].as_f64())
-        .softroof_p(eff["softroof_p"].as_f64())
-        .step_overhead_us(ovh["step_overhead_us"].as_f64())
-        .layer_overhead_us(ovh["layer_overhead_us"].as_f64())
-        .req_overhead_us(ovh["req_overhead_us"].as_f64())
-        .cpu_floor_us(ovh["cpu_floor_us"].as_f64())
-        .allreduce_latency_us(ovh["allreduce_latency_us"].as_f64())
-        .link_gbps(ovh["link_gbps"].as_f64())
-        .async_scheduling(config["async_scheduling"].as_bool().unwrap_or(false))
+        .mfu(eff("mfu"))
+        .mfu_fp8(eff("mfu_fp8"))
+        .mbu(eff("mbu"))
+        .softroof_p(eff("softroof_p"))
+        .step_overhead_us(ovh("step_overhead_us"))
+        .layer_overhead_us(ovh("layer_overhead_us"))
+        .req_overhead_us(ovh("req_overhead_us"))
+        .cpu_floor_us(ovh("cpu_floor_us"))
+        .allreduce_latency_us(ovh("allreduce_latency_us"))
+        .link_gbps(ovh("link_gbps"))
+        .async_scheduling(config.async_scheduling.unwrap_or(false))
         .build()?)
 }
 
@@ -337,22 +331,23 @@ mod tests {
 
     #[test]
     fn simulator_config_rebuilds_its_deployment() {
-        let cfg = serde_json::json!({
+        let cfg: SimConfig = serde_json::from_value(serde_json::json!({
             "gpu": "h100", "model": "llama-3.1-8b", "dtype": "bf16", "kv_cache_dtype": "auto",
             "tensor_parallel_size": 1,
             "efficiency": {"mbu": 0.39, "mfu": 0.6, "mfu_fp8": 0.42, "softroof_p": 1.5},
             "overheads": {"step_overhead_us": 126.0, "layer_overhead_us": 32.0, "req_overhead_us": 4.0,
                           "cpu_floor_us": 0.0, "allreduce_latency_us": 5.0, "link_gbps": 360.0},
             "async_scheduling": false
-        });
+        }))
+        .unwrap();
         let d = deployment_from_sim_config(&cfg, &Catalog::builtin()).unwrap();
         // Half the catalog's MBU doubles the weight-streaming part of the step.
         let slow = d.decode_tpot(1024, 1).total;
         let normal = h100_8b().decode_tpot(1024, 1).total;
         assert!(slow > normal * 1.7, "{slow} vs {normal}");
-        let err =
-            deployment_from_sim_config(&serde_json::json!({"gpu": "h100"}), &Catalog::builtin())
-                .unwrap_err();
+        let only_gpu: SimConfig =
+            serde_json::from_value(serde_json::json!({"gpu": "h100"})).unwrap();
+        let err = deployment_from_sim_config(&only_gpu, &Catalog::builtin()).unwrap_err();
         assert!(err.to_string().contains("'model'"), "{err}");
     }
 }

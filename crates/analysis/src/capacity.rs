@@ -21,7 +21,7 @@ pub const DEFAULT_PEAK_TO_AVERAGE: f64 = 3.0;
 /// Default capacity multiplier over the peak (failures, deploys, bursts inside the peak hour).
 pub const DEFAULT_HEADROOM: f64 = 2.0;
 /// The servebench result schema [`measured_throughput`] reads.
-pub const SERVEBENCH_RESULT_SCHEMA: &str = "servebench.result/v1";
+pub const SERVEBENCH_RESULT_SCHEMA: &str = servebench_metrics::result::RESULT_SCHEMA;
 
 /// What a plan starts from.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -380,7 +380,16 @@ impl MeasuredThroughput {
 /// schema, figures at the top level). Goodput is read, when present, from `request_goodput`
 /// (req/s), `output_goodput`, `goodput_output_throughput`, or a `goodput` object with
 /// `request_throughput` / `output_throughput`.
-pub fn measured_throughput(doc: &Value) -> Result<MeasuredThroughput, AnalysisError> {
+///
+/// Takes the file's text: the two formats differ in layout and either may be partial, so the
+/// figures are looked up here, in one place, rather than through a result type.
+pub fn measured_throughput(text: &str) -> Result<MeasuredThroughput, AnalysisError> {
+    let doc: Value = serde_json::from_str(text)
+        .map_err(|e| AnalysisError::Result(format!("not valid JSON: {e}")))?;
+    throughput_of(&doc)
+}
+
+fn throughput_of(doc: &Value) -> Result<MeasuredThroughput, AnalysisError> {
     let obj = doc
         .as_object()
         .ok_or_else(|| AnalysisError::Result("the top level is not a JSON object".into()))?;
@@ -626,7 +635,7 @@ mod tests {
             "summary": {"request_throughput": 35.0, "output_throughput": 7000.0, "completed": 1000,
                         "goodput": {"request_throughput": 30.0, "output_throughput": 5500.0}}
         });
-        let m = measured_throughput(&doc).unwrap();
+        let m = measured_throughput(&doc.to_string()).unwrap();
         assert_eq!(m.schema, "servebench.result/v1");
         assert_eq!(m.request_throughput, 35.0);
         assert_eq!(m.output_tokens_per_request(), 200.0);
@@ -640,21 +649,27 @@ mod tests {
     fn reads_a_vllm_result_and_estimates_goodput_tokens() {
         let doc = json!({"request_throughput": 10.0, "output_throughput": 1280.0, "completed": 500,
                          "request_goodput": 8.0});
-        let m = measured_throughput(&doc).unwrap();
+        let m = measured_throughput(&doc.to_string()).unwrap();
         assert_eq!(m.schema, "vllm");
         assert_eq!(m.goodput_output_throughput, Some(8.0 * 128.0));
         assert!(m.goodput_tokens_estimated);
         let doc = json!({"request_throughput": 10.0, "output_throughput": 1280.0, "completed": 500,
                          "request_goodput": null});
         assert_eq!(
-            measured_throughput(&doc).unwrap().goodput_output_throughput,
+            measured_throughput(&doc.to_string())
+                .unwrap()
+                .goodput_output_throughput,
             None
         );
     }
 
     #[test]
     fn unreadable_results_say_why() {
-        let e = |doc: Value| measured_throughput(&doc).unwrap_err().to_string();
+        let e = |doc: Value| {
+            measured_throughput(&doc.to_string())
+                .unwrap_err()
+                .to_string()
+        };
         assert!(e(json!({"schema": "other/v9"})).contains("unsupported schema 'other/v9'"));
         assert!(e(json!({"schema": "servebench.result/v1"})).contains("summary"));
         assert!(e(json!({"schema": "servebench.result/v1", "summary": {"output_throughput": 1.0, "completed": 1}}))

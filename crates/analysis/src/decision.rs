@@ -17,7 +17,7 @@ pub use cost::{
 pub use markdown::decision_markdown;
 
 use serde::Serialize;
-use serde_json::Value;
+use servebench_metrics::result::{EnvironmentFile, RunMetadata, SimConfig};
 use servebench_metrics::{stats, RequestRecord};
 
 use crate::diagnose::{ExperimentView, GroupView, RowFigures, Stat};
@@ -33,7 +33,7 @@ pub struct CandidateInput<'a> {
     /// Its results.
     pub view: ExperimentView<'a>,
     /// Its `environment.json`, when present.
-    pub environment: Option<&'a Value>,
+    pub environment: Option<&'a EnvironmentFile>,
 }
 
 /// What to decide against.
@@ -447,12 +447,8 @@ fn evaluate_point(g: &GroupView<'_>, options: &DecideOptions) -> Option<PointEva
             .cost
             .map(|p| run_cost(f.output_throughput, accepted_tokens_per_s, p)),
         command_line: g.runs.first().and_then(|r| {
-            r.metadata["command_line"].as_array().map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
+            let argv = &r.metadata.command_line;
+            (!argv.is_empty()).then(|| argv.join(" "))
         }),
         runs: g.runs.iter().map(|r| r.path.to_owned()).collect(),
     })
@@ -501,12 +497,25 @@ fn percentile_from_records(
 /// The simulator's settings (flattened `sim_config`, derived figures left out), or the
 /// server's version: what may tell candidates apart.
 fn server_settings(input: &CandidateInput<'_>) -> Vec<(String, String)> {
-    let Some(meta) = input.view.first_metadata() else {
+    let Some(cfg) = input
+        .view
+        .first_metadata()
+        .and_then(|m| m.target.sim_config.as_ref())
+    else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    flatten("", &meta["target"]["sim_config"], &mut out);
-    out
+    sim_settings(cfg)
+}
+
+/// The simulator's settings as `dotted.key = value`, derived figures left out.
+fn sim_settings(cfg: &SimConfig) -> Vec<(String, String)> {
+    cfg.settings()
+        .into_iter()
+        .filter(|(k, _)| {
+            let top = k.split('.').next().unwrap_or(k);
+            !DERIVED_KEYS.contains(&top)
+        })
+        .collect()
 }
 
 /// Derived or bookkeeping keys of `sim_config` that differ as a consequence of other settings.
@@ -517,27 +526,6 @@ const DERIVED_KEYS: [&str; 5] = [
     "num_gpu_blocks",
     "version",
 ];
-
-fn flatten(prefix: &str, v: &Value, out: &mut Vec<(String, String)>) {
-    match v {
-        Value::Object(map) => {
-            for (k, child) in map {
-                if prefix.is_empty() && DERIVED_KEYS.contains(&k.as_str()) {
-                    continue;
-                }
-                let key = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                flatten(&key, child, out);
-            }
-        }
-        Value::Null if prefix.is_empty() => {}
-        Value::String(s) => out.push((prefix.to_owned(), s.clone())),
-        other => out.push((prefix.to_owned(), other.to_string())),
-    }
-}
 
 /// For each candidate, the settings whose value is not the same for all candidates.
 fn distinguishing_settings(all: &[Vec<(String, String)>]) -> Vec<Vec<(String, String)>> {
@@ -567,22 +555,23 @@ fn distinguishing_settings(all: &[Vec<(String, String)>]) -> Vec<Vec<(String, St
         .collect()
 }
 
-fn server_description(meta: &Value) -> String {
-    let t = &meta["target"];
-    match t["kind"].as_str() {
-        Some("simulator") => format!(
+fn server_description(meta: &RunMetadata) -> String {
+    let t = &meta.target;
+    match t.kind.as_str() {
+        "simulator" => format!(
             "servebench sim {} ({} clock)",
-            t["sim_spec"].as_str().unwrap_or(""),
-            t["clock"].as_str().unwrap_or("real")
+            t.sim_spec.as_deref().unwrap_or(""),
+            t.clock.as_deref().unwrap_or("real")
         )
         .replace("  ", " "),
         _ => {
-            let url = t["base_url"]
-                .as_str()
+            let url = t
+                .base_url
+                .as_deref()
                 .unwrap_or("an OpenAI-compatible server");
-            let model = t["server_models"]["data"][0]["id"]
-                .as_str()
-                .or_else(|| meta["model_id"].as_str());
+            let model = t
+                .first_served_model()
+                .or_else(|| (!meta.model_id.is_empty()).then_some(meta.model_id.as_str()));
             match model {
                 Some(m) => format!("{url} serving {m}"),
                 None => url.to_owned(),
@@ -591,29 +580,29 @@ fn server_description(meta: &Value) -> String {
     }
 }
 
-fn versions(environment: Option<&Value>, meta: Option<&Value>) -> Vec<(String, String)> {
+fn versions(
+    environment: Option<&EnvironmentFile>,
+    meta: Option<&RunMetadata>,
+) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    if let Some(env) = environment {
-        let v = env["servebench_version"]
-            .as_str()
-            .or_else(|| env["servebench"]["version"].as_str())
-            .or_else(|| env["version"].as_str());
-        if let Some(v) = v {
-            out.push(("servebench (measured)".into(), v.to_owned()));
-        }
+    if let Some(env) = environment.filter(|e| !e.servebench_version.is_empty()) {
+        out.push((
+            "servebench (measured)".into(),
+            env.servebench_version.clone(),
+        ));
     }
     if let Some(meta) = meta {
-        let t = &meta["target"];
-        let server = t["server_version"]["version"]
-            .as_str()
-            .or_else(|| t["server_version"].as_str())
-            .or_else(|| t["sim_config"]["version"].as_str());
-        if let Some(v) = server {
-            let engine = t["sim_config"]["engine"].as_str().unwrap_or("server");
+        let t = &meta.target;
+        if let Some(v) = t.server_version_text() {
+            let engine = t
+                .sim_config
+                .as_ref()
+                .and_then(|c| c.engine.as_deref())
+                .unwrap_or("server");
             out.push((engine.to_owned(), v.to_owned()));
         }
-        if let Some(tok) = meta["tokenizer"].as_str() {
-            out.push(("tokenizer".into(), tok.to_owned()));
+        if !meta.tokenizer.is_empty() {
+            out.push(("tokenizer".into(), meta.tokenizer.clone()));
         }
     }
     out
@@ -696,17 +685,12 @@ mod tests {
 
     #[test]
     fn only_settings_that_differ_tell_candidates_apart() {
-        let mut a = Vec::new();
-        flatten(
-            "",
-            &json!({"gpu": "h100", "max_num_seqs": 8, "derived": {"x": 1}, "efficiency": {"mbu": 0.78}}),
-            &mut a,
+        let settings = |v| sim_settings(&serde_json::from_value::<SimConfig>(v).unwrap());
+        let a = settings(
+            json!({"gpu": "h100", "max_num_seqs": 8, "derived": {"x": 1}, "efficiency": {"mbu": 0.78}}),
         );
-        let mut b = Vec::new();
-        flatten(
-            "",
-            &json!({"gpu": "h100", "max_num_seqs": 256, "derived": {"x": 2}, "efficiency": {"mbu": 0.78}}),
-            &mut b,
+        let b = settings(
+            json!({"gpu": "h100", "max_num_seqs": 256, "derived": {"x": 2}, "efficiency": {"mbu": 0.78}}),
         );
         assert!(a.contains(&("efficiency.mbu".into(), "0.78".into())));
         assert!(!a.iter().any(|(k, _)| k.starts_with("derived")));

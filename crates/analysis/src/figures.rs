@@ -2,7 +2,7 @@
 //! over repeats, the workload as planned and as measured, and what the target says about itself.
 
 use serde::Serialize;
-use serde_json::Value;
+use servebench_metrics::result::{PlanSection, RunMetadata, ServerTelemetry};
 use servebench_metrics::{MetricSummary, RunSummary};
 
 use crate::view::{GroupView, RunView};
@@ -71,28 +71,26 @@ pub struct TargetFacts {
 
 impl TargetFacts {
     /// Reads `metadata.target`.
-    pub fn from_metadata(metadata: &Value) -> TargetFacts {
-        let target = &metadata["target"];
-        let cfg = &target["sim_config"];
-        let u = |v: &Value| v.as_u64();
-        let server_version = target["server_version"]
-            .get("version")
-            .and_then(Value::as_str)
-            .or_else(|| target["server_version"].as_str())
-            .or_else(|| cfg["version"].as_str())
-            .map(str::to_owned);
+    pub fn from_metadata(metadata: &RunMetadata) -> TargetFacts {
+        let target = &metadata.target;
+        let Some(cfg) = &target.sim_config else {
+            return TargetFacts {
+                simulated: target.kind == "simulator",
+                server_version: target.server_version_text().map(str::to_owned),
+                ..TargetFacts::default()
+            };
+        };
         TargetFacts {
-            simulated: target["kind"].as_str() == Some("simulator"),
-            gpu: cfg["gpu"].as_str().map(str::to_owned),
-            model: cfg["model"].as_str().map(str::to_owned),
-            max_num_seqs: u(&cfg["max_num_seqs"]),
-            max_num_batched_tokens: u(&cfg["max_num_batched_tokens"]),
-            kv_cache_tokens: u(&cfg["kv_capacity"]["tokens"])
-                .or_else(|| u(&cfg["derived"]["kv_cache_tokens"])),
-            block_size: u(&cfg["block_size"]),
-            prefix_caching: cfg["enable_prefix_caching"].as_bool(),
-            gpu_memory_utilization: cfg["gpu_memory_utilization"].as_f64(),
-            server_version,
+            simulated: target.kind == "simulator",
+            gpu: cfg.gpu.clone(),
+            model: cfg.model.clone(),
+            max_num_seqs: cfg.max_num_seqs,
+            max_num_batched_tokens: cfg.max_num_batched_tokens,
+            kv_cache_tokens: cfg.kv_cache_tokens(),
+            block_size: cfg.block_size,
+            prefix_caching: cfg.enable_prefix_caching,
+            gpu_memory_utilization: cfg.gpu_memory_utilization,
+            server_version: target.server_version_text().map(str::to_owned),
         }
     }
 }
@@ -114,8 +112,10 @@ pub struct ServerCounters {
 }
 
 impl ServerCounters {
-    /// Sums and maxima over the runs' telemetry objects.
-    pub fn from_telemetry<'a>(telemetry: impl Iterator<Item = Option<&'a Value>>) -> Self {
+    /// Sums and maxima over the runs' telemetry.
+    pub fn from_telemetry<'a>(
+        telemetry: impl Iterator<Item = Option<&'a ServerTelemetry>>,
+    ) -> Self {
         let mut out = ServerCounters::default();
         let add = |slot: &mut Option<f64>, v: Option<f64>| {
             if let Some(v) = v.filter(|v| v.is_finite()) {
@@ -128,21 +128,20 @@ impl ServerCounters {
             }
         };
         for t in telemetry.flatten() {
-            let c = &t["counter_increase"];
             add(
                 &mut out.preemptions,
-                c["vllm:num_preemptions_total"].as_f64(),
+                t.increase("vllm:num_preemptions_total"),
             );
             add(
                 &mut out.prefix_cache_hits,
-                c["vllm:prefix_cache_hits_total"].as_f64(),
+                t.increase("vllm:prefix_cache_hits_total"),
             );
             add(
                 &mut out.prefix_cache_queries,
-                c["vllm:prefix_cache_queries_total"].as_f64(),
+                t.increase("vllm:prefix_cache_queries_total"),
             );
-            max(&mut out.max_kv_usage, t["max_kv_usage"].as_f64());
-            max(&mut out.max_waiting, t["max_waiting"].as_f64());
+            max(&mut out.max_kv_usage, t.max_kv_usage);
+            max(&mut out.max_waiting, t.max_waiting);
         }
         out
     }
@@ -161,38 +160,17 @@ pub struct PlannedWorkload {
 }
 
 impl PlannedWorkload {
-    /// Reads a result's `plan` (and the command line for `--random-prefix-mode`, which older
-    /// plans do not record).
-    pub fn from_plan(plan: Option<&Value>, metadata: &Value) -> PlannedWorkload {
+    /// Reads a result's `plan`.
+    pub fn from_plan(plan: Option<&PlanSection>) -> PlannedWorkload {
         let Some(plan) = plan else {
             return PlannedWorkload::default();
         };
-        let request_rate = match &plan["request_rate"] {
-            Value::String(s) if s.eq_ignore_ascii_case("inf") => Some(f64::INFINITY),
-            Value::String(s) => s.parse().ok(),
-            v => v.as_f64(),
-        };
-        let prefix = plan["random_prefix_len"].as_u64().unwrap_or(0);
-        let per_request = plan["random_prefix_mode"]
-            .as_str()
-            .map(|m| m.replace('_', "-") == "per-request")
-            .unwrap_or_else(|| command_line_says_per_request(metadata));
         PlannedWorkload {
-            request_rate,
-            max_concurrency: plan["max_concurrency"].as_u64(),
-            shared_prefix_tokens: if per_request { 0 } else { prefix },
+            request_rate: plan.request_rate.per_second(),
+            max_concurrency: plan.max_concurrency,
+            shared_prefix_tokens: plan.shared_prefix_tokens(),
         }
     }
-}
-
-fn command_line_says_per_request(metadata: &Value) -> bool {
-    let Some(argv) = metadata["command_line"].as_array() else {
-        return false;
-    };
-    let args: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
-    args.windows(2)
-        .any(|w| w[0] == "--random-prefix-mode" && w[1] == "per-request")
-        || args.contains(&"--random-prefix-mode=per-request")
 }
 
 /// Everything the rules read about one group, averaged over its runs.
@@ -261,7 +239,7 @@ impl RowFigures {
     /// The figures of one run's summary alone (no plan, no target facts): what a report can
     /// compute from a bare [`RunSummary`].
     pub fn from_summary(id: &str, summary: &RunSummary) -> Option<RowFigures> {
-        let metadata = Value::Null;
+        let metadata = RunMetadata::default();
         let run = RunView {
             path: "",
             summary,
@@ -320,7 +298,7 @@ impl RowFigures {
                 .filter_map(|s| s.longest_stall_ms)
                 .max_by(f64::total_cmp),
             total_stalls: sums.iter().map(|s| s.total_stalls).sum(),
-            planned: PlannedWorkload::from_plan(first.plan, first.metadata),
+            planned: PlannedWorkload::from_plan(first.plan),
             target: TargetFacts::from_metadata(first.metadata),
             server: ServerCounters::from_telemetry(runs.iter().map(|r| r.telemetry)),
         })
@@ -364,33 +342,41 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn plan(v: serde_json::Value) -> PlanSection {
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
     fn plan_reads_rate_strings_and_prefix_modes() {
-        let meta = json!({"command_line": ["servebench", "run"]});
-        let plan = json!({"request_rate": "inf", "max_concurrency": 8, "random_prefix_len": 512});
-        let w = PlannedWorkload::from_plan(Some(&plan), &meta);
+        let p =
+            plan(json!({"request_rate": "inf", "max_concurrency": 8, "random_prefix_len": 512}));
+        let w = PlannedWorkload::from_plan(Some(&p));
         assert!(w.request_rate.unwrap().is_infinite());
         assert_eq!(w.max_concurrency, Some(8));
         assert_eq!(w.shared_prefix_tokens, 512);
-        let meta =
-            json!({"command_line": ["servebench", "run", "--random-prefix-mode", "per-request"]});
-        assert_eq!(
-            PlannedWorkload::from_plan(Some(&plan), &meta).shared_prefix_tokens,
-            0
+        let p = plan(
+            json!({"request_rate": "inf", "max_concurrency": 8, "random_prefix_len": 512,
+                            "random_prefix_mode": "per-request"}),
         );
-        let plan = json!({"request_rate": "2.5", "random_prefix_len": 64, "random_prefix_mode": "per_request"});
-        let w = PlannedWorkload::from_plan(Some(&plan), &Value::Null);
+        assert_eq!(PlannedWorkload::from_plan(Some(&p)).shared_prefix_tokens, 0);
+        let p = plan(
+            json!({"request_rate": "2.5", "random_prefix_len": 64, "random_prefix_mode": "per_request"}),
+        );
+        let w = PlannedWorkload::from_plan(Some(&p));
         assert_eq!((w.request_rate, w.shared_prefix_tokens), (Some(2.5), 0));
+        let w = PlannedWorkload::from_plan(Some(&plan(json!({"request_rate": 4}))));
+        assert_eq!(w.request_rate, Some(4.0));
     }
 
     #[test]
     fn target_facts_come_from_the_simulator_config() {
-        let meta = json!({
+        let meta: RunMetadata = serde_json::from_value(json!({
             "target": {"kind": "simulator", "sim_config": {
                 "gpu": "h100", "model": "llama-3.1-8b", "max_num_seqs": 8,
                 "max_num_batched_tokens": 8192, "kv_capacity": {"tokens": 90000},
                 "enable_prefix_caching": false, "version": "0.1.0-sim"}}
-        });
+        }))
+        .unwrap();
         let t = TargetFacts::from_metadata(&meta);
         assert!(t.simulated);
         assert_eq!(t.gpu.as_deref(), Some("h100"));
@@ -399,17 +385,23 @@ mod tests {
         assert_eq!(t.prefix_caching, Some(false));
         assert_eq!(t.server_version.as_deref(), Some("0.1.0-sim"));
         assert_eq!(
-            TargetFacts::from_metadata(&Value::Null),
+            TargetFacts::from_metadata(&RunMetadata::default()),
             TargetFacts::default()
         );
     }
 
     #[test]
     fn server_counters_sum_increases_and_keep_gauge_maxima() {
-        let a = json!({"counter_increase": {"vllm:num_preemptions_total": 3.0,
-                       "vllm:prefix_cache_hits_total": 100.0}, "max_kv_usage": 0.5});
-        let b = json!({"counter_increase": {"vllm:num_preemptions_total": 2.0},
-                       "max_kv_usage": 0.97, "max_waiting": 4.0});
+        let a: ServerTelemetry = serde_json::from_value(
+            json!({"counter_increase": {"vllm:num_preemptions_total": 3.0,
+                       "vllm:prefix_cache_hits_total": 100.0}, "max_kv_usage": 0.5}),
+        )
+        .unwrap();
+        let b: ServerTelemetry = serde_json::from_value(
+            json!({"counter_increase": {"vllm:num_preemptions_total": 2.0},
+                       "max_kv_usage": 0.97, "max_waiting": 4.0}),
+        )
+        .unwrap();
         let c = ServerCounters::from_telemetry([Some(&a), None, Some(&b)].into_iter());
         assert_eq!(c.preemptions, Some(5.0));
         assert_eq!(c.prefix_cache_hits, Some(100.0));

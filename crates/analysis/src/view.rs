@@ -3,7 +3,7 @@
 //! The caller loads an experiment directory (a matrix or a sweep) and lends its runs here;
 //! nothing in this crate reads files.
 
-use serde_json::Value;
+use servebench_metrics::result::{PlanSection, RunMetadata, ServerTelemetry};
 use servebench_metrics::{RequestRecord, RunSummary};
 
 /// One measured run.
@@ -15,13 +15,13 @@ pub struct RunView<'a> {
     pub summary: &'a RunSummary,
     /// Its per-request records (may be empty when they were not kept).
     pub records: &'a [RequestRecord],
-    /// The result file's `metadata` object (command line, target, ...).
-    pub metadata: &'a Value,
-    /// The result file's `plan` object (dataset lengths, rate, concurrency, prefix), when known.
-    pub plan: Option<&'a Value>,
-    /// The result file's `server_telemetry` object (scraped gauges, counter increases), when
-    /// the server exposed metrics.
-    pub telemetry: Option<&'a Value>,
+    /// The result file's `metadata` (command line, target, ...).
+    pub metadata: &'a RunMetadata,
+    /// The result file's `plan` (dataset lengths, rate, concurrency, prefix), when known.
+    pub plan: Option<&'a PlanSection>,
+    /// The result file's `server_telemetry` (scraped gauges, counter increases), when the
+    /// server exposed metrics.
+    pub telemetry: Option<&'a ServerTelemetry>,
 }
 
 /// A workload row of a matrix, or one load level of a sweep: runs of one configuration under
@@ -94,7 +94,7 @@ impl<'a> ExperimentView<'a> {
     }
 
     /// The first run's metadata, for facts shared by the whole experiment (the target).
-    pub fn first_metadata(&self) -> Option<&'a Value> {
+    pub fn first_metadata(&self) -> Option<&'a RunMetadata> {
         self.groups()
             .into_iter()
             .flat_map(|g| g.runs.iter())

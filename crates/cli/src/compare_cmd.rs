@@ -2,6 +2,7 @@
 //! by row) side by side on every axis, with the ratio, a Mann–Whitney U test on the
 //! per-request samples, and `--fail-if` gates that turn the comparison into an exit code.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -10,10 +11,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use serde_json::{Map, Value};
-use servebench_analysis::compare::{
-    mann_whitney_u, metric_value, parse_gates, Gate, GateOutcome, MannWhitney,
-};
+use servebench_analysis::compare::{mann_whitney_u, parse_gates, Gate, GateOutcome, MannWhitney};
 use servebench_metrics::{aggregate, RunSummary};
 use servebench_report::render::charts::{point_label, samples_ms};
 use servebench_report::render::format::{load, ms, rate};
@@ -185,9 +183,10 @@ fn gpus_of(runs: &[RunData], flag: Option<u32>) -> Option<u32> {
     flag.or_else(|| {
         runs.first()?
             .metadata
-            .pointer("/target/sim_config/tensor_parallel_size")?
-            .as_u64()
-            .and_then(|n| u32::try_from(n).ok())
+            .target
+            .sim_config
+            .as_ref()?
+            .tensor_parallel_size
     })
 }
 
@@ -200,13 +199,13 @@ const LATENCY: [(&str, &str); 4] = [
 
 /// The figures of a group of runs under the names gates use (`p99_ttft_ms`,
 /// `output_throughput`, ...); repeats give their mean.
-pub fn gate_figures(runs: &[RunData], gpus: Option<u32>) -> Map<String, Value> {
+pub fn gate_figures(runs: &[RunData], gpus: Option<u32>) -> BTreeMap<String, f64> {
     let summaries: Vec<RunSummary> = runs.iter().map(|r| r.summary.clone()).collect();
     let agg = aggregate(&summaries);
-    let mut doc = Map::new();
+    let mut doc = BTreeMap::new();
     let mut put = |name: String, v: Option<f64>| {
         if let Some(v) = v.filter(|v| v.is_finite()) {
-            doc.insert(name, Value::from(v));
+            doc.insert(name, v);
         }
     };
     for f in &agg.figures {
@@ -281,8 +280,7 @@ fn compare_pair(pair: &Pair<'_>, args: &CompareArgs, gates: &[Gate]) -> Result<P
     let per_gpu = gpus_a.is_some() && gpus_b.is_some();
     let fa = gate_figures(pair.a, if per_gpu { gpus_a } else { None });
     let fb = gate_figures(pair.b, if per_gpu { gpus_b } else { None });
-    let doc_a = Value::Object(fa);
-    let doc_b = Value::Object(fb);
+    let figure = |figures: &BTreeMap<String, f64>, metric: &str| figures.get(metric).copied();
 
     let mut tests: Vec<MetricTest> = LATENCY
         .iter()
@@ -322,8 +320,8 @@ fn compare_pair(pair: &Pair<'_>, args: &CompareArgs, gates: &[Gate]) -> Result<P
 
     let mut axes = Vec::new();
     let mut axis = |metric: String, label: String, test: Option<&str>| {
-        let a = metric_value(&doc_a, &metric);
-        let b = metric_value(&doc_b, &metric);
+        let a = figure(&fa, &metric);
+        let b = figure(&fb, &metric);
         axes.push(Axis {
             ratio: match (a, b) {
                 (Some(a), Some(b)) if a != 0.0 => Some(b / a),
@@ -385,10 +383,7 @@ fn compare_pair(pair: &Pair<'_>, args: &CompareArgs, gates: &[Gate]) -> Result<P
     let mut outcomes = Vec::new();
     for gate in gates {
         let known = || {
-            let mut names: Vec<&String> = doc_a
-                .as_object()
-                .map(|m| m.keys().collect())
-                .unwrap_or_default();
+            let mut names: Vec<&String> = fa.keys().collect();
             names.sort();
             names
                 .iter()
@@ -396,14 +391,14 @@ fn compare_pair(pair: &Pair<'_>, args: &CompareArgs, gates: &[Gate]) -> Result<P
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let Some(b) = metric_value(&doc_b, &gate.metric) else {
+        let Some(b) = figure(&fb, &gate.metric) else {
             bail!(
                 "gate {gate}: B has no figure '{}' (known: {})",
                 gate.metric,
                 known()
             );
         };
-        let a = metric_value(&doc_a, &gate.metric);
+        let a = figure(&fa, &gate.metric);
         if a.is_none() {
             bail!(
                 "gate {gate}: A has no figure '{}' (known: {})",

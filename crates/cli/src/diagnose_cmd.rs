@@ -1,18 +1,17 @@
 //! `servebench diagnose DIR`: the method's symptom → regime table over a matrix or sweep,
 //! the bandwidth check and (with a price) the cost per token, written to `interpretation.md`.
 //!
-//! Also home of what `diagnose` and `decide` share: loading an experiment with the parts of
-//! each result the report model does not keep (`plan`, `server_telemetry`), resolving the GPU
-//! and model the predictions are for, and the price flags.
+//! Also home of what `diagnose` and `decide` share: loading an experiment with its
+//! `environment.json` and sweep state, resolving the GPU and model the predictions are for,
+//! and the price flags.
 
-use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use serde_json::Value;
+use serde::de::DeserializeOwned;
 use servebench_analysis::bandwidth::deployment_from_sim_config;
 use servebench_analysis::decision::{
     accepted_tokens_per_s, cost_section_markdown, run_cost, CostParams,
@@ -22,6 +21,7 @@ use servebench_analysis::diagnose::{
     RowFigures, RunView, SweepView,
 };
 use servebench_analysis::frontier::{parse_slos, LoadKind, Slo};
+use servebench_metrics::result::{EnvironmentFile, ExperimentFile, RunMetadata};
 use servebench_report::{ExperimentReport, RunData};
 use servebench_roofline::{Catalog, Deployment, Dtype, KvDtype};
 
@@ -55,22 +55,27 @@ impl TargetArgs {
     /// The deployment to predict for: the flags when `--gpu` or `--model-preset` is given
     /// (the other one from the simulator's configuration), else the simulator's own
     /// configuration from the first run's metadata, else none.
-    pub fn resolve(&self, metadata: Option<&Value>) -> Result<Option<KnownTarget>> {
+    pub fn resolve(&self, metadata: Option<&RunMetadata>) -> Result<Option<KnownTarget>> {
         let mut catalog = Catalog::builtin();
         if let Some(path) = &self.catalog {
             catalog
                 .merge_file(path)
                 .with_context(|| format!("loading the catalog {}", path.display()))?;
         }
-        let sim_config = metadata
-            .map(|m| &m["target"]["sim_config"])
-            .filter(|c| c.is_object());
+        let sim_config = metadata.and_then(|m| m.target.sim_config.as_ref());
         if self.gpu.is_some() || self.model_preset.is_some() {
-            let from_sim = |key: &str| sim_config.and_then(|c| c[key].as_str()).map(str::to_owned);
-            let Some(gpu) = self.gpu.clone().or_else(|| from_sim("gpu")) else {
+            let Some(gpu) = self
+                .gpu
+                .clone()
+                .or_else(|| sim_config.and_then(|c| c.gpu.clone()))
+            else {
                 bail!("--model-preset needs --gpu too (the results do not name their GPU)");
             };
-            let Some(model) = self.model_preset.clone().or_else(|| from_sim("model")) else {
+            let Some(model) = self
+                .model_preset
+                .clone()
+                .or_else(|| sim_config.and_then(|c| c.model.clone()))
+            else {
                 bail!("--gpu needs --model-preset too (the results do not name their model)");
             };
             let deployment = Deployment::new(
@@ -136,6 +141,23 @@ pub fn parse_contract(slo: &[String]) -> Result<Vec<Slo>> {
     Ok(parse_slos(&slo.join(" "))?)
 }
 
+/// A JSON file of the experiment directory, when it is there.
+fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let value = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a valid {}", path.display(), file_name(path)))?;
+    Ok(Some(value))
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
 /// An experiment loaded with what the rules need beyond the report model.
 #[derive(Debug)]
 pub struct LoadedExperiment {
@@ -145,10 +167,8 @@ pub struct LoadedExperiment {
     pub dir: PathBuf,
     /// The report model.
     pub report: ExperimentReport,
-    /// Each run's `plan` and `server_telemetry`, by run path.
-    extras: BTreeMap<String, (Value, Value)>,
     /// `environment.json`, when present.
-    pub environment: Option<Value>,
+    pub environment: Option<EnvironmentFile>,
     /// Whether the sweep recorded an early stop.
     stopped_early: bool,
 }
@@ -162,57 +182,27 @@ impl LoadedExperiment {
         } else {
             path.to_path_buf()
         };
-        let mut extras = BTreeMap::new();
-        for run in all_runs(&report) {
-            let file = if path.is_file() {
-                path.to_path_buf()
-            } else {
-                dir.join(&run.path)
-            };
-            let text = std::fs::read_to_string(&file)
-                .with_context(|| format!("reading {}", file.display()))?;
-            let doc: Value = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not JSON", file.display()))?;
-            extras.insert(
-                run.path.clone(),
-                (doc["plan"].clone(), doc["server_telemetry"].clone()),
-            );
-        }
-        let read_json = |name: &str| -> Result<Option<Value>> {
-            let p = dir.join(name);
-            if !p.is_file() {
-                return Ok(None);
-            }
-            let text =
-                std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-            Ok(Some(
-                serde_json::from_str(&text)
-                    .with_context(|| format!("{} is not JSON", p.display()))?,
-            ))
-        };
-        let environment = read_json("environment.json")?;
-        let stopped_early = read_json("experiment.json")?
-            .is_some_and(|e| e["sweep"]["stopped_early"].as_bool() == Some(true));
+        let environment: Option<EnvironmentFile> = read_json(&dir.join("environment.json"))?;
+        let stopped_early = read_json::<ExperimentFile>(&dir.join("experiment.json"))?
+            .and_then(|e| e.sweep)
+            .is_some_and(|s| s.stopped_early);
         Ok(LoadedExperiment {
             path: path.to_path_buf(),
             dir,
             report,
-            extras,
             environment,
             stopped_early,
         })
     }
 
     fn run_view<'a>(&'a self, run: &'a RunData) -> RunView<'a> {
-        let extra = self.extras.get(&run.path);
-        let present = |v: &'a Value| (!v.is_null()).then_some(v);
         RunView {
             path: &run.path,
             summary: &run.summary,
             records: &run.records,
             metadata: &run.metadata,
-            plan: extra.and_then(|(p, _)| present(p)),
-            telemetry: extra.and_then(|(_, t)| present(t)),
+            plan: run.plan.as_ref(),
+            telemetry: run.telemetry.as_ref(),
         }
     }
 
@@ -276,15 +266,6 @@ impl LoadedExperiment {
             .map(|s| s.slos.clone())
             .unwrap_or_default()
     }
-}
-
-fn all_runs(report: &ExperimentReport) -> impl Iterator<Item = &RunData> {
-    report.rows.iter().flat_map(|r| r.runs.iter()).chain(
-        report
-            .sweep
-            .iter()
-            .flat_map(|s| s.points.iter().flat_map(|p| p.runs.iter())),
-    )
 }
 
 fn trim(v: f64) -> String {

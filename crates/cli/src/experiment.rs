@@ -6,128 +6,23 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Deserializer};
-use serde_json::Value;
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use servebench_analysis::frontier::{
     best_under_slos, knee, parse_slos, LatencyMetric, LatencyStat, LoadKind, SweepPoint,
 };
-use servebench_metrics::{read_jsonl, RunSummary};
+use servebench_metrics::read_jsonl;
+use servebench_metrics::result::{ExperimentFile, RunResult, EXPERIMENT_SCHEMA, RESULT_SCHEMA};
 use servebench_report::render::{sweep_axes, GroupFigures};
 use servebench_report::{
     ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,
 };
 
-/// The schema name of `experiment.json`.
-pub const EXPERIMENT_SCHEMA: &str = "servebench.experiment/v1";
-/// The schema name of a run's `*.servebench.json`.
-pub const RESULT_SCHEMA: &str = "servebench.result/v1";
 /// Extra Markdown files of an experiment directory shown as report sections, with headings.
 const EXTRA_FILES: [(&str, &str); 2] = [
     ("interpretation.md", "Interpretation"),
     ("decision.md", "Decision"),
 ];
-
-/// `experiment.json`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct ExperimentFile {
-    /// `servebench.experiment/v1`.
-    #[serde(default)]
-    pub schema: String,
-    /// `matrix` or `sweep`.
-    pub kind: String,
-    /// Numbers from a shortened run.
-    #[serde(default)]
-    pub quick: bool,
-    /// Report title.
-    #[serde(default)]
-    pub title: String,
-    /// Workload rows.
-    #[serde(default)]
-    pub rows: Vec<RowEntry>,
-    /// The sweep, for a sweep.
-    #[serde(default)]
-    pub sweep: Option<SweepEntry>,
-    /// Notes the experiment recorded (quick run, virtual time, ...).
-    #[serde(default)]
-    pub notes: Vec<String>,
-}
-
-/// A row of `experiment.json`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct RowEntry {
-    /// Row id.
-    pub id: String,
-    /// Short name.
-    #[serde(default)]
-    pub name: String,
-    /// The question the row answers.
-    #[serde(default)]
-    pub hypothesis: String,
-    /// Run files, relative to the experiment directory.
-    #[serde(default)]
-    pub runs: Vec<String>,
-}
-
-/// The sweep of `experiment.json`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct SweepEntry {
-    /// The swept row's id.
-    #[serde(default)]
-    pub row: String,
-    /// `request_rate` or `max_concurrency`.
-    pub variable: String,
-    /// SLO strings (`ttft:p99:500`).
-    #[serde(default)]
-    pub slos: Vec<String>,
-    /// The points in sweep order.
-    #[serde(default)]
-    pub points: Vec<PointEntry>,
-    /// Did the sweep stop before its last point?
-    #[serde(default)]
-    pub stopped_early: bool,
-    /// Why it stopped.
-    #[serde(default)]
-    pub stop_reason: Option<String>,
-    /// The frontier's latency percentile (`ttft:p99`).
-    #[serde(default)]
-    pub latency_metric: Option<String>,
-    /// The knee the sweep found (index into `points`); recomputed when absent.
-    #[serde(default)]
-    pub knee: Option<usize>,
-    /// The sweep's headline; recomputed from the SLOs when absent.
-    #[serde(default)]
-    pub headline: Option<String>,
-}
-
-/// One sweep point of `experiment.json`.
-#[derive(Debug, Clone, Deserialize)]
-pub struct PointEntry {
-    /// The swept value (`"inf"` or `null` for an unlimited request rate).
-    #[serde(deserialize_with = "load_value")]
-    pub value: f64,
-    /// Run files, relative to the experiment directory.
-    #[serde(default)]
-    pub runs: Vec<String>,
-}
-
-fn load_value<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
-    match Value::deserialize(d)? {
-        Value::Null => Ok(f64::INFINITY),
-        Value::Number(n) => n
-            .as_f64()
-            .ok_or_else(|| serde::de::Error::custom("sweep value out of range")),
-        Value::String(s) if matches!(s.trim(), "inf" | "Infinity" | "unlimited") => {
-            Ok(f64::INFINITY)
-        }
-        Value::String(s) => s
-            .trim()
-            .parse()
-            .map_err(|_| serde::de::Error::custom(format!("sweep value '{s}' is not a number"))),
-        other => Err(serde::de::Error::custom(format!(
-            "sweep value {other} is not a number"
-        ))),
-    }
-}
 
 /// Reads one run's `*.servebench.json` and its per-request records (when the JSONL is
 /// there; a missing JSONL leaves the records empty, a corrupt one is an error). `label` is
@@ -135,26 +30,31 @@ fn load_value<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Er
 pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the result file {}", path.display()))?;
-    let doc: Value =
-        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
-    if let Some(schema) = doc.get("schema").and_then(Value::as_str) {
-        if schema != RESULT_SCHEMA {
-            bail!(
-                "{} has schema '{schema}', expected '{RESULT_SCHEMA}'",
-                path.display()
-            );
-        }
+    // The schema and the summary are checked first so that another kind of file (vLLM's
+    // result, a newer schema) gets a message naming what it is, not a missing field.
+    #[derive(Deserialize)]
+    struct Head {
+        schema: Option<String>,
+        summary: Option<IgnoredAny>,
     }
-    let summary_value = doc.get("summary").cloned().with_context(|| {
-        format!(
+    let head: Head =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    if let Some(schema) = head.schema.filter(|s| s != RESULT_SCHEMA) {
+        bail!(
+            "{} has schema '{schema}', expected '{RESULT_SCHEMA}'",
+            path.display()
+        );
+    }
+    if head.summary.is_none() {
+        bail!(
             "{} has no 'summary': is it a servebench result (*.servebench.json)? \
              vLLM's result JSON holds no per-request records to report from",
             path.display()
-        )
-    })?;
-    let summary: RunSummary = serde_json::from_value(summary_value)
-        .with_context(|| format!("reading the summary of {}", path.display()))?;
-    let records = match doc.get("records_path").and_then(Value::as_str) {
+        );
+    }
+    let result: RunResult = serde_json::from_str(&text)
+        .with_context(|| format!("reading the result {}", path.display()))?;
+    let records = match &result.records_path {
         Some(rel) => {
             let jsonl = path.parent().unwrap_or(Path::new(".")).join(rel);
             if jsonl.exists() {
@@ -169,9 +69,11 @@ pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
     };
     Ok(RunData {
         path: label.to_owned(),
-        summary,
+        summary: result.summary,
         records,
-        metadata: doc.get("metadata").cloned().unwrap_or(Value::Null),
+        metadata: result.metadata,
+        plan: result.plan,
+        telemetry: result.server_telemetry,
     })
 }
 
@@ -246,12 +148,7 @@ fn load_single(path: &Path) -> Result<ExperimentReport> {
 /// Notes every report of these runs should carry (simulated target, failures).
 fn run_notes(runs: &[RunData]) -> Vec<String> {
     let mut notes = Vec::new();
-    let simulated = runs.iter().any(|r| {
-        r.metadata
-            .pointer("/target/kind")
-            .and_then(Value::as_str)
-            .is_some_and(|k| k.starts_with("sim"))
-    });
+    let simulated = runs.iter().any(|r| r.metadata.target.is_simulator());
     if simulated {
         notes.push(
             "Target: servebench's simulated engine; figures are the cost model's, not a GPU's."
@@ -260,7 +157,7 @@ fn run_notes(runs: &[RunData]) -> Vec<String> {
     }
     let virtual_clock = runs
         .iter()
-        .any(|r| r.metadata.pointer("/target/clock").and_then(Value::as_str) == Some("virtual"));
+        .any(|r| r.metadata.target.clock.as_deref() == Some("virtual"));
     if virtual_clock {
         notes.push("Run in virtual time (no real network or waiting).".to_owned());
     }
@@ -324,13 +221,11 @@ pub fn from_experiment_file(dir: &Path, file: ExperimentFile) -> Result<Experime
             row: s.row.clone(),
             variable: s.variable.clone(),
             slos: s.slos.clone(),
-            latency_metric: s.latency_metric.clone().filter(|m| !m.is_empty()),
+            latency_metric: Some(s.latency_metric.clone()).filter(|m| !m.is_empty()),
             points,
             knee: None,
             headline: None,
-            stop_reason: s
-                .stop_reason
-                .clone()
+            stop_reason: Some(s.stop_reason.clone())
                 .filter(|r| !r.is_empty())
                 .or_else(|| s.stopped_early.then(|| "stopped early".to_owned())),
         };

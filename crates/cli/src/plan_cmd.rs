@@ -81,10 +81,8 @@ pub fn plan_input(args: &PlanArgs) -> Result<(PlanInput, Option<MeasuredThroughp
         (Some(path), None) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading {}", path.display()))?;
-            let doc: serde_json::Value = serde_json::from_str(&text)
-                .with_context(|| format!("{} is not valid JSON", path.display()))?;
-            let m =
-                measured_throughput(&doc).with_context(|| format!("reading {}", path.display()))?;
+            let m = measured_throughput(&text)
+                .with_context(|| format!("reading {}", path.display()))?;
             let source = format!(
                 "{} ({}, {} completed requests)",
                 path.display(),

@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::clock::RunClock;
 use crate::target::Target;
 
@@ -42,28 +40,7 @@ const COUNTERS: &[&str] = &[
     "tgi_request_count",
 ];
 
-/// One scrape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TelemetrySample {
-    /// ns from the run start.
-    pub t: u64,
-    pub running: Option<f64>,
-    pub waiting: Option<f64>,
-    /// 0–1.
-    pub kv_usage: Option<f64>,
-}
-
-/// Everything scraped during one run.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ServerTelemetry {
-    pub samples: Vec<TelemetrySample>,
-    /// Increase of each known counter from the first to the last scrape.
-    pub counter_increase: BTreeMap<String, f64>,
-    pub max_waiting: Option<f64>,
-    pub max_kv_usage: Option<f64>,
-    /// Scrapes that failed (no `/metrics`, or an error).
-    pub failed_scrapes: u64,
-}
+pub use servebench_metrics::result::{ServerTelemetry, TelemetrySample};
 
 /// Parse Prometheus text exposition into `name → sum over label sets`.
 pub fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {

@@ -10,11 +10,13 @@
 //! - [`repeat`]: repeated runs, mean ± std per figure.
 //! - [`io`]: reading records back from JSONL.
 //! - [`units`]: ns/ms/s conversions, used across the workspace.
+//! - [`result`]: the result files (`*.servebench.json`, `experiment.json`) as types.
 
 pub mod derived;
 pub mod io;
 pub mod record;
 pub mod repeat;
+pub mod result;
 pub mod stats;
 pub mod summary;
 pub mod units;

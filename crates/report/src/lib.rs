@@ -11,4 +11,6 @@ pub use model::{
     ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,
 };
 pub use pyjson::{to_python_json, OrderedObject};
+/// The result files' types, owned by `servebench-metrics` and re-exported for renderers.
+pub use servebench_metrics::result;
 pub use vllm::{vllm_result, VllmRunInfo, PERCENTILE_METRICS};

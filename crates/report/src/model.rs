@@ -6,6 +6,7 @@
 //! analysis layer.
 
 use serde::{Deserialize, Serialize};
+use servebench_metrics::result::{PlanSection, RunMetadata, ServerTelemetry};
 use servebench_metrics::{RequestRecord, RunSummary};
 
 /// What kind of experiment produced the report.
@@ -41,8 +42,14 @@ pub struct RunData {
     pub summary: RunSummary,
     /// The run's per-request records (may be empty when the JSONL was not found).
     pub records: Vec<RequestRecord>,
-    /// The result file's `metadata` object (date, command line, target, ...).
-    pub metadata: serde_json::Value,
+    /// The result file's `metadata` (date, command line, target, ...).
+    pub metadata: RunMetadata,
+    /// The result file's `plan` (the workload as planned), when it has one.
+    #[serde(default)]
+    pub plan: Option<PlanSection>,
+    /// The result file's `server_telemetry`, when the server was scraped.
+    #[serde(default)]
+    pub telemetry: Option<ServerTelemetry>,
 }
 
 /// One workload row of a matrix (or the sole row of a single-run report).

@@ -148,7 +148,7 @@ fn opt(v: Option<f64>) -> String {
 /// percentiles with their 95 % confidence intervals, failures by kind and client health.
 pub fn servebench_block(
     s: &servebench_metrics::RunSummary,
-    health: &Value,
+    health: &servebench_metrics::result::ClientHealth,
     simulated: bool,
 ) -> String {
     let mut out = String::new();
@@ -245,27 +245,26 @@ pub fn servebench_block(
     if !srcs.is_empty() {
         line(&mut out, "Output token counts from:", srcs.join(", "));
     }
-    if health.get("virtual_time").is_none() {
+    if let Some(h) = health.measured() {
         header(&mut out, "Client health", '-');
-        let f = |k: &str| health.get(k).and_then(Value::as_f64);
         let _ = writeln!(
             out,
             "{:<40} {:<10}",
             "Dispatch lag p50/p99/max (ms):",
             format!(
                 "{}/{}/{}",
-                opt(f("dispatch_lag_p50_ms")),
-                opt(f("dispatch_lag_p99_ms")),
-                opt(f("dispatch_lag_max_ms"))
+                opt(h.dispatch_lag_p50_ms),
+                opt(h.dispatch_lag_p99_ms),
+                opt(h.dispatch_lag_max_ms)
             )
         );
         let _ = writeln!(
             out,
             "{:<40} {:<10}",
             "Client CPU (% of one core):",
-            opt(f("cpu_percent"))
+            opt(Some(h.cpu_percent))
         );
-        if health.get("client_limited").and_then(Value::as_bool) == Some(true) {
+        if h.client_limited {
             let _ = writeln!(
                 out,
                 "WARNING: the CLIENT limited this run (late dispatch or saturated CPU): the server was \

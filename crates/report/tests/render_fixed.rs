@@ -54,12 +54,15 @@ fn run(path: &str, n: u64, ttft_ms: u64, gap_ms: u64) -> RunData {
         path: path.into(),
         summary: summarize(&records, &SummaryOptions::default()),
         records,
-        metadata: serde_json::json!({
+        metadata: serde_json::from_value(serde_json::json!({
             "model_id": "llama-3.1-8b",
             "date": "20260101-120000",
             "command_line": ["servebench", "run", "--virtual-time"],
             "target": {"kind": "simulator", "clock": "virtual", "sim_spec": "llama-3.1-8b --gpu h100"}
-        }),
+        }))
+        .expect("metadata"),
+        plan: None,
+        telemetry: None,
     }
 }
 

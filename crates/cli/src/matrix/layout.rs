@@ -5,126 +5,15 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde::Serialize;
+use servebench_metrics::result::{to_sorted_json_pretty, EnvironmentFile, HostInfo, TargetInfo};
 
 use super::bench::{dir_name, Bench};
 
-/// Schema of `experiment.json`.
-pub const EXPERIMENT_SCHEMA: &str = "servebench.experiment/v1";
-/// Schema of `environment.json`.
-pub const ENVIRONMENT_SCHEMA: &str = "servebench.environment/v1";
-
-/// `experiment.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ExperimentFile {
-    /// Always [`EXPERIMENT_SCHEMA`].
-    pub schema: String,
-    /// `matrix` or `sweep`.
-    pub kind: String,
-    /// Numbers from a quick (shortened) run.
-    pub quick: bool,
-    /// Report title.
-    pub title: String,
-    /// Rows in order (a sweep has its one row here too, with every point's runs).
-    pub rows: Vec<RowEntry>,
-    /// The sweep, for a sweep experiment.
-    pub sweep: Option<SweepEntry>,
-    /// Runs per row or point.
-    #[serde(default = "one")]
-    pub repeat: usize,
-    /// Things a reader should know (skipped rows, interruptions).
-    #[serde(default)]
-    pub notes: Vec<String>,
-}
-
-fn one() -> usize {
-    1
-}
-
-/// One row of `experiment.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RowEntry {
-    /// Row id.
-    pub id: String,
-    /// Row name.
-    pub name: String,
-    /// The question the row answers.
-    pub hypothesis: String,
-    /// `*.servebench.json` files of the row's runs, relative to the experiment directory.
-    pub runs: Vec<String>,
-    /// `repeat.json` (mean ± std across runs), when the row was repeated.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repeat_summary: Option<String>,
-}
-
-/// The `sweep` object of `experiment.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SweepEntry {
-    /// The swept row's id.
-    pub row: String,
-    /// `request_rate` or `max_concurrency`.
-    pub variable: String,
-    /// SLOs as given (`ttft:p99:500`).
-    pub slos: Vec<String>,
-    /// The latency percentile of the frontier (`ttft:p99`).
-    pub latency_metric: String,
-    /// Points in sweep order.
-    pub points: Vec<PointEntry>,
-    /// Whether the sweep stopped before its last planned point.
-    pub stopped_early: bool,
-    /// Why it stopped early (empty when it did not).
-    pub stop_reason: String,
-    /// Index into `points` of the frontier's knee.
-    pub knee: Option<usize>,
-    /// Indices into `points` on the throughput–latency frontier, by latency.
-    pub frontier: Vec<usize>,
-    /// Index of the first saturated point.
-    pub saturation: Option<usize>,
-    /// Index of the highest-throughput point meeting every SLO.
-    pub best_under_slo: Option<usize>,
-    /// The one-sentence answer under the SLOs.
-    pub headline: Option<String>,
-    /// The closed-loop probe that found the saturation rate (`--request-rate auto`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probe: Option<ProbeEntry>,
-}
-
-/// One sweep point of `experiment.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PointEntry {
-    /// The swept variable's value; an unlimited rate is `null` (JSON has no infinity).
-    #[serde(serialize_with = "inf_as_null", deserialize_with = "null_as_inf")]
-    pub value: f64,
-    /// Runs at this point, relative paths.
-    pub runs: Vec<String>,
-    /// `repeat.json` when repeated.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repeat_summary: Option<String>,
-}
-
-/// The auto sweep's probe.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProbeEntry {
-    /// Concurrency cap of the closed-loop probe.
-    pub max_concurrency: usize,
-    /// Requests per second it sustained.
-    pub request_throughput: f64,
-    /// Its result file.
-    pub run: String,
-}
-
-fn inf_as_null<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-    if v.is_finite() {
-        s.serialize_f64(*v)
-    } else {
-        s.serialize_none()
-    }
-}
-
-fn null_as_inf<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
-}
+pub use servebench_metrics::result::{
+    ExperimentFile, PointEntry, ProbeEntry, RowEntry, SweepEntry, ENVIRONMENT_SCHEMA,
+    EXPERIMENT_SCHEMA,
+};
 
 /// Creates `<root>/<model>/<hardware>/<timestamp>/` (a suffix keeps two experiments started
 /// in the same second apart).
@@ -151,28 +40,33 @@ pub fn create_experiment_dir(root: &Path, bench: &Bench) -> Result<PathBuf> {
 /// `environment.json`: versions, masked command line, host, the server's answers, the
 /// simulator's configuration.
 pub fn write_environment(dir: &Path, bench: &Bench, command_line: &[String]) -> Result<()> {
-    let env = json!({
-        "schema": ENVIRONMENT_SCHEMA,
-        "servebench_version": env!("CARGO_PKG_VERSION"),
-        "date": chrono::Local::now().to_rfc3339(),
-        "command_line": crate::redact_argv(command_line),
-        "host": host_info(),
-        "model": bench.model,
-        "target": bench.environment,
-    });
-    write_json(&dir.join("environment.json"), &env)
+    let target: TargetInfo = serde_json::from_value(bench.environment.clone())
+        .context("reading the target's description")?;
+    let env = EnvironmentFile {
+        schema: ENVIRONMENT_SCHEMA.to_owned(),
+        servebench_version: env!("CARGO_PKG_VERSION").to_owned(),
+        date: chrono::Local::now().to_rfc3339(),
+        command_line: crate::redact_argv(command_line),
+        host: host_info(),
+        model: bench.model.clone(),
+        target,
+    };
+    let path = dir.join("environment.json");
+    let text =
+        to_sorted_json_pretty(&env).with_context(|| format!("serializing {}", path.display()))?;
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-fn host_info() -> Value {
+fn host_info() -> HostInfo {
     let hostname = std::fs::read_to_string("/etc/hostname")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default();
-    json!({
-        "hostname": hostname,
-        "os": std::env::consts::OS,
-        "arch": std::env::consts::ARCH,
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
-    })
+    HostInfo {
+        hostname,
+        os: std::env::consts::OS.to_owned(),
+        arch: std::env::consts::ARCH.to_owned(),
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u64),
+    }
 }
 
 /// Writes pretty JSON.

@@ -237,9 +237,11 @@ pub async fn execute(
             for r in &records {
                 sink.append(r)?;
             }
-            let meta = serde_json::json!({
-                "kind": "simulator", "clock": "virtual", "sim_spec": spec, "sim_config": sim.config_json,
-            });
+            let meta = servebench_metrics::result::TargetInfo::simulator(
+                "virtual",
+                spec,
+                output::sim_config(&sim.config_json)?,
+            );
             return output::write_results(
                 &finish,
                 &records,
@@ -372,7 +374,7 @@ pub async fn execute(
     }
     let server = output::ServerInfo::fetch(client.target(), sim_info).await;
     let simulated = server.sim.is_some();
-    let meta = server.to_json(&client.target().base_url);
+    let meta = server.target_info(&client.target().base_url)?;
     output::write_results(
         &finish,
         &outcome.records,

@@ -6,10 +6,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+use serde_json::Value;
 use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_loadgen::{
     BackendClient, JsonlSink, LoadOutcome, Prepared, RunClock, StopSignal, Target,
+};
+use servebench_metrics::result::{
+    to_sorted_json_pretty, ClientHealth, MeasuredHealth, PlanSection, RunMetadata, RunResult,
+    ServerReply, SimConfig, TargetInfo, RESULT_SCHEMA,
 };
 use servebench_metrics::summary::{summarize, Slo, SummaryOptions};
 use servebench_metrics::{RequestRecord, RunSummary};
@@ -19,9 +23,6 @@ use servebench_tokenizer::Tokenizer;
 use super::args::RunArgs;
 use super::options::python_float;
 use super::target::SimInfo;
-
-/// Version of servebench's own result schema (`*.servebench.json`).
-pub const RESULT_SCHEMA: &str = "servebench.result/v1";
 
 /// vLLM's result file name and servebench's file stem.
 pub struct FileNames {
@@ -70,44 +71,42 @@ impl FileNames {
 /// What the server says about itself (for metadata).
 #[derive(Debug, Default)]
 pub struct ServerInfo {
-    pub version: Option<Value>,
-    pub models: Option<Value>,
+    pub version: Option<ServerReply>,
+    pub models: Option<ServerReply>,
     pub sim: Option<SimInfo>,
 }
 
 impl ServerInfo {
     /// Result metadata about the target; the simulator's own configuration when it was one.
-    pub fn to_json(&self, base_url: &str) -> Value {
-        match &self.sim {
-            Some(sim) => json!({
-                "kind": "simulator",
-                "clock": "real",
-                "sim_spec": sim.spec,
-                "sim_config": sim.config,
-                "server_version": self.version,
-                "server_models": self.models,
-            }),
-            None => json!({
-                "kind": "server",
-                "base_url": base_url,
-                "server_version": self.version,
-                "server_models": self.models,
-            }),
-        }
+    pub fn target_info(&self, base_url: &str) -> Result<TargetInfo> {
+        let mut target = match &self.sim {
+            Some(sim) => TargetInfo::simulator("real", &sim.spec, sim_config(&sim.config)?),
+            None => TargetInfo::server(base_url),
+        };
+        target.server_version = Some(self.version.clone());
+        target.server_models = Some(self.models.clone());
+        Ok(target)
     }
 
     pub async fn fetch(target: &Target, sim: Option<SimInfo>) -> Self {
         let t = Duration::from_secs(5);
+        let get = |path: &'static str| async move {
+            servebench_loadgen::probe::get_json(target, path, t)
+                .await
+                .ok()
+                .map(ServerReply)
+        };
         ServerInfo {
-            version: servebench_loadgen::probe::get_json(target, "/version", t)
-                .await
-                .ok(),
-            models: servebench_loadgen::probe::get_json(target, "/v1/models", t)
-                .await
-                .ok(),
+            version: get("/version").await,
+            models: get("/v1/models").await,
             sim,
         }
     }
+}
+
+/// The simulator's configuration (as the simulator reports it) in a result's terms.
+pub fn sim_config(config: &Value) -> Result<SimConfig> {
+    serde_json::from_value(config.clone()).context("reading the simulator's configuration")
 }
 
 /// Send the first request until it succeeds or the timeout passes (vLLM's ready check).
@@ -204,7 +203,7 @@ pub fn write_results(
     duration_ns: u64,
     load: Option<&LoadOutcome>,
     telemetry: Option<&ServerTelemetry>,
-    target_meta: Value,
+    target: TargetInfo,
     simulated: bool,
 ) -> Result<super::RunOutcome> {
     let args = f.args;
@@ -247,7 +246,7 @@ pub fn write_results(
     let vllm = vllm_result(&info, records);
     let health = match load {
         Some(o) => client_health(o, &summary),
-        None => json!({"virtual_time": true}),
+        None => ClientHealth::virtual_time(),
     };
 
     if f.print {
@@ -278,50 +277,32 @@ pub fn write_results(
     let native_path = args
         .output_dir
         .join(format!("{}.servebench.json", f.names.stem));
-    let native = json!({
-        "schema": RESULT_SCHEMA,
-        "servebench_version": env!("CARGO_PKG_VERSION"),
-        "simulated": simulated,
-        "metadata": {
-            "date": f.names.date,
-            "command_line": f.command_line,
-            "backend": args.backend.as_str(),
-            "label": args.label,
-            "model_id": f.model_id,
-            "tokenizer": f.tokenizer.name(),
-            "seed": args.seed,
-            "host": hostname(),
-            "user_metadata": f.metadata.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
-            "target": target_meta,
+    let native = RunResult {
+        schema: RESULT_SCHEMA.to_owned(),
+        servebench_version: env!("CARGO_PKG_VERSION").to_owned(),
+        simulated,
+        metadata: RunMetadata {
+            date: f.names.date.clone(),
+            command_line: f.command_line.clone(),
+            backend: args.backend.as_str().to_owned(),
+            label: args.label.clone(),
+            model_id: f.model_id.clone(),
+            tokenizer: f.tokenizer.name().to_owned(),
+            seed: args.seed,
+            host: hostname(),
+            user_metadata: f.metadata.iter().cloned().collect(),
+            target,
         },
-        "plan": {
-            "dataset_name": format!("{:?}", args.dataset_name).to_lowercase(),
-            "dataset_path": args.dataset_path,
-            "num_prompts": args.num_prompts,
-            "request_rate": python_float(args.request_rate),
-            "burstiness": args.burstiness,
-            "max_concurrency": args.max_concurrency,
-            "ramp_up": f.ramp_up,
-            "duration_s": args.duration,
-            "random_input_len": args.input_len.unwrap_or(args.random_input_len),
-            "random_output_len": args.output_len.map(|v| v.max(0) as u64).unwrap_or(args.random_output_len),
-            "random_range_ratio": args.random_range_ratio,
-            "random_prefix_len": args.random_prefix_len,
-            "random_prefix_mode": match args.random_prefix_mode {
-                super::args::PrefixModeArg::Shared => "shared",
-                super::args::PrefixModeArg::PerRequest => "per-request",
-            },
-            "num_warmups": args.num_warmups,
-            "percentile_metrics": f.percentile_metrics,
-            "metric_percentiles": f.percentiles,
-            "goodput": f.goodput.iter().map(|g| format!("{}:{}", g.metric.as_str(), g.threshold_ms)).collect::<Vec<_>>(),
-        },
-        "summary": summary,
-        "client_health": health,
-        "server_telemetry": telemetry,
-        "records_path": f.jsonl_path.file_name().map(|n| n.to_string_lossy().into_owned()),
-    });
-    let text = serde_json::to_vec_pretty(&native).context("serializing the servebench result")?;
+        plan: Some(plan_section(f)),
+        summary,
+        client_health: Some(health),
+        server_telemetry: telemetry.cloned(),
+        records_path: f
+            .jsonl_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned()),
+    };
+    let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)
         .with_context(|| format!("writing {}", native_path.display()))?;
     if f.print {
@@ -329,6 +310,7 @@ pub fn write_results(
         eprintln!("per-request records: {}", f.jsonl_path.display());
     }
 
+    let summary = native.summary;
     let mut exit = ExitCode::SUCCESS;
     if summary.completed == 0 {
         let reasons: Vec<String> = summary
@@ -382,8 +364,46 @@ fn hostname() -> String {
         .unwrap_or_default()
 }
 
+/// The `plan` section: the workload as the flags asked for it.
+fn plan_section(f: &Finish<'_>) -> PlanSection {
+    let args = f.args;
+    PlanSection {
+        dataset_name: format!("{:?}", args.dataset_name).to_lowercase(),
+        dataset_path: args
+            .dataset_path
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned()),
+        num_prompts: args.num_prompts as u64,
+        request_rate: servebench_metrics::result::RequestRate(python_float(args.request_rate)),
+        burstiness: args.burstiness,
+        max_concurrency: args.max_concurrency.map(|c| c as u64),
+        ramp_up: f.ramp_up.clone(),
+        duration_s: args.duration,
+        random_input_len: args.input_len.unwrap_or(args.random_input_len),
+        random_output_len: args
+            .output_len
+            .map(|v| v.max(0) as u64)
+            .unwrap_or(args.random_output_len),
+        random_range_ratio: args.random_range_ratio,
+        random_prefix_len: args.random_prefix_len,
+        random_prefix_mode: match args.random_prefix_mode {
+            super::args::PrefixModeArg::Shared => "shared",
+            super::args::PrefixModeArg::PerRequest => "per-request",
+        }
+        .to_owned(),
+        num_warmups: args.num_warmups as u64,
+        percentile_metrics: f.percentile_metrics.clone(),
+        metric_percentiles: f.percentiles.clone(),
+        goodput: f
+            .goodput
+            .iter()
+            .map(|g| format!("{}:{}", g.metric.as_str(), g.threshold_ms))
+            .collect(),
+    }
+}
+
 /// Client health of a real run: dispatch lag, CPU, and whether the client limited the run.
-pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary) -> Value {
+pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary) -> ClientHealth {
     let lag = &summary.dispatch_lag;
     let lag_p = |p: f64| lag.percentile(p).map(|s| s.value);
     let wall = outcome.duration_ns as f64 / 1e9;
@@ -392,15 +412,15 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary) -> Value {
     let cpu_pct = if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 };
     let saturated_cpu = cpu_pct > 90.0 * cpus as f64;
     let lagging = lag_p(99.0).map(|l| l > 10.0).unwrap_or(false);
-    json!({
-        "dispatch_lag_p50_ms": lag_p(50.0),
-        "dispatch_lag_p99_ms": lag_p(99.0),
-        "dispatch_lag_max_ms": lag.max,
-        "cpu_user_s": outcome.cpu.user_s,
-        "cpu_system_s": outcome.cpu.system_s,
-        "cpu_percent": cpu_pct,
-        "cpus": cpus,
-        "client_limited": saturated_cpu || lagging,
-        "not_dispatched": outcome.not_dispatched,
+    ClientHealth::Measured(MeasuredHealth {
+        dispatch_lag_p50_ms: lag_p(50.0),
+        dispatch_lag_p99_ms: lag_p(99.0),
+        dispatch_lag_max_ms: lag.max,
+        cpu_user_s: outcome.cpu.user_s,
+        cpu_system_s: outcome.cpu.system_s,
+        cpu_percent: cpu_pct,
+        cpus: cpus as u64,
+        client_limited: saturated_cpu || lagging,
+        not_dispatched: outcome.not_dispatched as u64,
     })
 }

@@ -83,17 +83,6 @@ fn opt(v: Option<f64>) -> String {
     v.map_or_else(String::new, num)
 }
 
-fn meta_str(run: &RunData, path: &[&str]) -> String {
-    let mut v = &run.metadata;
-    for p in path {
-        match v.get(p) {
-            Some(next) => v = next,
-            None => return String::new(),
-        }
-    }
-    v.as_str().map_or_else(String::new, str::to_owned)
-}
-
 fn latency_cell(s: &RunSummary, metric: &str, stat: &str) -> String {
     let Some(m) = s.metric(metric) else {
         return String::new();
@@ -123,16 +112,12 @@ fn cell(name: &str, ctx: &Context<'_>, run: &RunData) -> String {
         "sweep_value" => ctx.sweep.map_or_else(String::new, |(_, x)| num(x)),
         "run_index" => ctx.index.to_string(),
         "run_path" => run.path.clone(),
-        "model" => meta_str(run, &["model_id"]),
-        "target" => {
-            let spec = meta_str(run, &["target", "sim_spec"]);
-            if spec.is_empty() {
-                meta_str(run, &["target", "kind"])
-            } else {
-                format!("sim: {spec}")
-            }
-        }
-        "date" => meta_str(run, &["date"]),
+        "model" => run.metadata.model_id.clone(),
+        "target" => match &run.metadata.target.sim_spec {
+            Some(spec) if !spec.is_empty() => format!("sim: {spec}"),
+            _ => run.metadata.target.kind.clone(),
+        },
+        "date" => run.metadata.date.clone(),
         "completed" => s.completed.to_string(),
         "failed" => s.failed.to_string(),
         "duration_s" => num(s.duration_s),

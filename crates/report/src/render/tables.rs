@@ -360,15 +360,14 @@ pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
         ),
     ));
     let md = &run.metadata;
-    let text = |v: Option<&serde_json::Value>| v.and_then(|x| x.as_str()).map(str::to_owned);
-    if let Some(m) = text(md.get("model_id")) {
+    let present = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    if let Some(m) = present(&md.model_id) {
         out.push(("model".into(), m));
     }
-    let target = md.get("target");
-    if let Some(kind) = text(target.and_then(|t| t.get("kind"))) {
-        let clock = text(target.and_then(|t| t.get("clock"))).unwrap_or_default();
-        let spec = text(target.and_then(|t| t.get("sim_spec"))).unwrap_or_default();
-        let mut v = kind;
+    let target = &md.target;
+    if let Some(mut v) = present(&target.kind) {
+        let clock = target.clock.as_deref().unwrap_or_default();
+        let spec = target.sim_spec.as_deref().unwrap_or_default();
         if !spec.is_empty() {
             let _ = write!(v, " ({spec})");
         }
@@ -377,12 +376,11 @@ pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
         }
         out.push(("target".into(), v));
     }
-    if let Some(d) = text(md.get("date")) {
+    if let Some(d) = present(&md.date) {
         out.push(("date".into(), d));
     }
-    if let Some(cmd) = md.get("command_line").and_then(|c| c.as_array()) {
-        let words: Vec<&str> = cmd.iter().filter_map(|w| w.as_str()).collect();
-        out.push(("command line".into(), words.join(" ")));
+    if !md.command_line.is_empty() {
+        out.push(("command line".into(), md.command_line.join(" ")));
     }
     out
 }
