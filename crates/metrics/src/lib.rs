@@ -15,6 +15,7 @@ pub mod io;
 pub mod record;
 pub mod repeat;
 pub mod stats;
+pub mod steady_state;
 pub mod summary;
 pub mod vllm;
 
