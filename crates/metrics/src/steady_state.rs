@@ -22,13 +22,6 @@ pub const MSER_BATCH: usize = 5;
 /// Fewest batches MSER needs to say anything: with fewer, the series is kept whole.
 pub const MSER_MIN_BATCHES: usize = 4;
 
-/// Fewest batches before a minimum at the half-way boundary is called "not steady". On white
-/// noise the boundary wins by chance in 40 % of 20-sample series, 7 % at 60, 2–3 % at 100–120
-/// and none of 5 000 at 300, so shorter series are truncated but never judged. Even so, the
-/// flag is a report, not a verdict: the validity verdict tests stationarity by throughput
-/// drift, which has a threshold on the size of the effect.
-pub const MSER_JUDGE_BATCHES: usize = 20;
-
 /// Relative size, against the squared range of the batch means, below which two MSER
 /// statistics count as equal; ties go to the earlier truncation (keep more data), so a
 /// constant series is never truncated because of rounding.
@@ -65,10 +58,11 @@ pub struct Truncation {
     pub index: usize,
     /// Mean of the samples from `index` on; `None` for an empty series.
     pub steady_mean: Option<f64>,
-    /// `false` when the MSER minimum sat at the half-way boundary of the search (the
-    /// transient may last longer than half the series). Series shorter than
-    /// [`MSER_JUDGE_BATCHES`] batches count as steady: their shortness is reported by the
-    /// sample and duration checks.
+    /// `false` when the MSER minimum sat at the half-way boundary of the search: the
+    /// transient may last longer than half the series, or the series changed level in its
+    /// middle. Stationary noise also lands there by chance (in 40 % of 20-sample series, 7 %
+    /// at 60, 2–3 % at 100, none of 5 000 at 300), so the flag is no verdict on its own: it
+    /// only stops the truncation from being applied (see [`SteadyState::excluded_s`]).
     pub steady: bool,
 }
 
@@ -122,7 +116,7 @@ pub fn mser(series: &[f64], batch: usize) -> Truncation {
         }
     }
     // A constant series has no transient, whatever rounding says about the boundary.
-    let steady = best_d < last || range == 0.0 || k < MSER_JUDGE_BATCHES;
+    let steady = best_d < last || range == 0.0;
     let index = best_d * batch;
     Truncation {
         len: series.len(),
@@ -154,7 +148,10 @@ pub struct SteadyState {
     /// The warm-up transient: the later of the two truncation points, seconds from the
     /// series origin.
     pub warmup_s: f64,
-    /// Seconds actually excluded: `warmup_s` in `auto` mode, 0 in `off` mode.
+    /// Seconds actually excluded: `warmup_s` in `auto` mode when both series reached a
+    /// steady state, else 0. A "transient" that fills half the window is no warm-up: cutting
+    /// it would hide a level change (say, throughput halving mid-run) from the drift rule,
+    /// which then judges the whole window instead.
     pub excluded_s: f64,
     /// Both series reached a steady state within their first half.
     pub steady: bool,
@@ -181,6 +178,7 @@ pub fn steady_state(ts: &TimeSeries, until_ns: Option<u64>, mode: SteadyStateMod
     let warmup_s = in_flight
         .seconds(bucket_s)
         .max(output_throughput.seconds(bucket_s));
+    let steady = in_flight.steady && output_throughput.steady;
     SteadyState {
         mode,
         bucket_s,
@@ -188,10 +186,10 @@ pub fn steady_state(ts: &TimeSeries, until_ns: Option<u64>, mode: SteadyStateMod
         output_throughput,
         warmup_s,
         excluded_s: match mode {
-            SteadyStateMode::Auto => warmup_s,
-            SteadyStateMode::Off => 0.0,
+            SteadyStateMode::Auto if steady => warmup_s,
+            SteadyStateMode::Auto | SteadyStateMode::Off => 0.0,
         },
-        steady: in_flight.steady && output_throughput.steady,
+        steady,
     }
 }
 
@@ -217,7 +215,10 @@ mod tests {
     #[test]
     fn empty_short_and_constant_series_are_not_truncated() {
         let empty = mser5(&[]);
-        assert_eq!((empty.index, empty.steady_mean, empty.steady), (0, None, true));
+        assert_eq!(
+            (empty.index, empty.steady_mean, empty.steady),
+            (0, None, true)
+        );
         let short = mser5(&[0.0, 10.0, 10.0, 10.0, 10.0, 10.0, 10.0]);
         assert_eq!(short.index, 0);
         assert_eq!(short.steady_mean, Some(60.0 / 7.0));
@@ -313,5 +314,17 @@ mod tests {
         // A cut that leaves too few batches is ignored.
         let ignored = steady_state(&ts, Some(5_000_000_000), SteadyStateMode::Auto);
         assert_eq!(ignored.in_flight.len, 100);
+    }
+
+    #[test]
+    fn a_level_change_in_the_middle_is_not_cut_away() {
+        // Throughput halves at 50 s: MSER's best cut is the boundary, which is no warm-up.
+        let mut tok: Vec<f64> = noise(5, 50).iter().map(|e| 1000.0 + 5.0 * e).collect();
+        tok.extend(noise(6, 50).iter().map(|e| 500.0 + 5.0 * e));
+        let ts = series(vec![8.0; 100], tok);
+        let s = steady_state(&ts, None, SteadyStateMode::Auto);
+        assert!(!s.steady, "{s:?}");
+        assert_eq!(s.warmup_s, 50.0);
+        assert_eq!(s.excluded_s, 0.0);
     }
 }
