@@ -328,3 +328,80 @@ mod tests {
         assert_eq!(s.excluded_s, 0.0);
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn shifting_a_series_shifts_only_its_mean(
+            xs in prop::collection::vec(0u32..100, 0..300),
+            shift in -1000i32..1000,
+        ) {
+            let a: Vec<f64> = xs.iter().map(|&x| f64::from(x)).collect();
+            let b: Vec<f64> = a.iter().map(|x| x + f64::from(shift)).collect();
+            let (ta, tb) = (mser5(&a), mser5(&b));
+            prop_assert_eq!(ta.index, tb.index);
+            prop_assert_eq!(ta.steady, tb.steady);
+            if let (Some(ma), Some(mb)) = (ta.steady_mean, tb.steady_mean) {
+                prop_assert!((ma + f64::from(shift) - mb).abs() < 1e-9);
+            }
+        }
+
+        #[test]
+        fn scaling_a_series_changes_nothing_but_its_mean(
+            xs in prop::collection::vec(-1e6f64..1e6, 0..300),
+            power in -20i32..20,
+        ) {
+            // Powers of two scale every intermediate exactly.
+            let scale = 2f64.powi(power);
+            let scaled: Vec<f64> = xs.iter().map(|x| x * scale).collect();
+            let (a, b) = (mser5(&xs), mser5(&scaled));
+            prop_assert_eq!(a.index, b.index);
+            prop_assert_eq!(a.steady_mean.map(|m| m * scale), b.steady_mean);
+        }
+
+        #[test]
+        fn a_ramp_then_a_flat_plateau_is_cut_within_a_batch_of_the_ramp_end(
+            ramp in 10usize..60,
+            plateau in 100usize..300,
+            level in 1.0f64..1e4,
+        ) {
+            let mut s: Vec<f64> = (0..ramp).map(|i| level * i as f64 / ramp as f64).collect();
+            s.extend(std::iter::repeat_n(level, plateau));
+            let t = mser5(&s);
+            prop_assert!(
+                t.index + MSER_BATCH >= ramp && t.index <= ramp + MSER_BATCH,
+                "ramp {} cut at {}", ramp, t.index
+            );
+        }
+
+        #[test]
+        fn a_noisy_plateau_loses_its_ramp_and_keeps_its_mean(
+            ramp in 10usize..60,
+            noise in prop::collection::vec(-1.0f64..1.0, 130..300),
+        ) {
+            // On noise MSER may cut a few batches late (a lucky quiet stretch lowers the
+            // statistic), which costs data but no bias; it must never keep the ramp.
+            let mut s: Vec<f64> = (0..ramp).map(|i| 100.0 * i as f64 / ramp as f64).collect();
+            s.extend(noise.iter().map(|e| 100.0 + 2.0 * e));
+            let t = mser5(&s);
+            prop_assert!(t.index + MSER_BATCH >= ramp, "ramp {} cut at {}", ramp, t.index);
+            let mean = t.steady_mean.unwrap();
+            prop_assert!((mean - 100.0).abs() < 1.0, "steady mean {}", mean);
+        }
+
+        #[test]
+        fn the_cut_is_a_whole_number_of_batches_within_the_first_half(
+            xs in prop::collection::vec(-1e3f64..1e3, 0..400),
+        ) {
+            let t = mser5(&xs);
+            prop_assert_eq!(t.index % MSER_BATCH, 0);
+            prop_assert!(t.index <= xs.len() / 2);
+            prop_assert_eq!(t.len, xs.len());
+            prop_assert_eq!(t.steady_mean.is_none(), xs.is_empty());
+        }
+    }
+}

@@ -923,3 +923,70 @@ mod tests {
         assert_eq!(more_requests_for(4000, 20, 10_000), Some(30));
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn more_requests_is_the_fewest_that_reach_the_required_count(
+            samples in 1u64..2_000_000,
+            requests in 1u64..200_000,
+            required in 1u64..2_000_000,
+        ) {
+            let more = more_requests_for(samples, requests, required).unwrap();
+            // At this run's yield of samples per request, `requests + more` reach `required`
+            // and one fewer does not.
+            let reach = |extra: u64| {
+                u128::from(samples) * u128::from(requests + extra)
+                    >= u128::from(required) * u128::from(requests)
+            };
+            prop_assert!(reach(more));
+            if more > 0 {
+                prop_assert!(!reach(more - 1));
+            } else {
+                prop_assert!(samples >= required);
+            }
+        }
+
+        #[test]
+        fn required_samples_is_ten_over_one_minus_p(p in 0.0f64..99.99) {
+            let n = required_samples(p).unwrap() as f64;
+            let exact = 10.0 / (1.0 - p / 100.0);
+            prop_assert!(n >= exact * (1.0 - 1e-9), "p{}: {} < {}", p, n, exact);
+            prop_assert!(n - 1.0 < exact, "p{}: {} not the fewest for {}", p, n, exact);
+        }
+
+        #[test]
+        fn adding_samples_never_hurts_the_verdict(
+            samples in 0u64..3000,
+            extra in 0u64..3000,
+        ) {
+            let facts = |n: u64| RunFacts {
+                requests: 3000,
+                failed: 0,
+                duration_s: 300.0,
+                percentiles: vec![PercentileSamples { metric: "ttft".into(), p: 99.0, samples: n }],
+                dispatch_lag_p99_ms: None,
+                client_cpu_share: None,
+                load: None,
+                halves: None,
+                output_lengths: None,
+                steady_state: None,
+            };
+            let t = Thresholds::default();
+            let (a, b) = (judge(&facts(samples), &t), judge(&facts(samples + extra), &t));
+            prop_assert!(!a.is_valid() || b.is_valid());
+            prop_assert_eq!(a.is_valid(), samples >= 1000);
+            // No number at all (no sample yet) is the largest shortfall.
+            let more = |v: &Verdict| match v.needed {
+                _ if v.is_valid() => 0,
+                Some(n) => n.more_requests,
+                None => u64::MAX,
+            };
+            prop_assert!(more(&b) <= more(&a));
+        }
+    }
+}

@@ -248,3 +248,35 @@ pub(crate) mod tests {
         assert!(!load_verdict(Some(4.0), &one).overloaded);
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::tests::capped_run;
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_client_that_keeps_its_schedule_is_never_overloaded(
+            gaps_ms in prop::collection::vec(1u64..2000, 2..300),
+            lag_ms in 0u64..50,
+        ) {
+            let mut due = Vec::with_capacity(gaps_ms.len());
+            let mut t = 0;
+            for g in gaps_ms {
+                t += g;
+                due.push(t);
+            }
+            // Gaps of at least 1 ms and 10 ms requests: at most 10 in flight, so nobody waits
+            // for one of 16 slots; every send is late by the same lag.
+            let mut records = capped_run(&due, 10, 16);
+            prop_assert!(records.iter().all(|r| !r.waited_for_slot));
+            for r in &mut records {
+                r.sent += lag_ms * 1_000_000;
+            }
+            let v = load_verdict(Some(1.0), &records);
+            prop_assert!(!v.overloaded, "{:?}", v);
+            prop_assert!(v.queue_growth.is_none_or(|g| g.abs() < 1e-9), "{:?}", v);
+        }
+    }
+}
