@@ -925,6 +925,7 @@ mod tests {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod props {
     use super::*;
     use proptest::prelude::*;

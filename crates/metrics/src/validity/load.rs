@@ -250,6 +250,7 @@ pub(crate) mod tests {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod props {
     use super::tests::capped_run;
     use super::*;
