@@ -883,6 +883,14 @@ mod tests {
         assert_eq!(json["reasons"][0]["required"], 1000);
         assert_eq!(json["reasons"][1]["kind"], "too_short");
         assert_eq!(json["needed"]["more_requests"], 980);
+        // The example in docs/verdicts.md.
+        assert_eq!(
+            json,
+            serde_json::json!({"status": "not_enough_data",
+             "reasons": [{"kind": "too_few_samples", "metric": "ttft", "p": 99.0, "samples": 20, "required": 1000},
+                         {"kind": "too_short", "duration_s": 20.0, "min_duration_s": 60.0}],
+             "needed": {"more_requests": 980, "more_seconds": 980.0}})
+        );
         let back: Verdict = serde_json::from_value(json).unwrap();
         assert_eq!(back, v);
         let valid = serde_json::to_value(judge(&good(), &Thresholds::default())).unwrap();
