@@ -491,7 +491,13 @@ pub fn judge(facts: &RunFacts, t: &Thresholds) -> Verdict {
     if facts.requests == 0 {
         reasons.push(Reason::NoRequests);
     }
-    for ps in &facts.percentiles {
+    // Without requests there is nothing to count samples of: one reason says it all.
+    let asked = if facts.requests == 0 {
+        &[][..]
+    } else {
+        &facts.percentiles[..]
+    };
+    for ps in asked {
         let Some(required) = required_samples(ps.p) else {
             continue;
         };
@@ -752,7 +758,6 @@ mod tests {
         let empty = RunFacts {
             requests: 0,
             duration_s: 0.0,
-            percentiles: Vec::new(),
             ..good()
         };
         let v = judge(&empty, &Thresholds::default());
