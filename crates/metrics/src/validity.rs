@@ -446,8 +446,8 @@ pub struct RunFacts {
 /// Samples a percentile `p` (in %) needs to be stable: the smallest `n` with
 /// `n ≥ 10 / (1 − p)` (p50 → 20, p90 → 100, p99 → 1000, p99.9 → 10 000). The quotient is
 /// snapped to a whole number when it is one up to rounding: in binary, `10 / (1 − 0.9)` is
-/// 100.00000000000003, and a plain ceiling would ask for 101. `None` for p ≥ 100: the maximum never becomes a stable
-/// estimate, so it takes no part in the verdict.
+/// 100.00000000000003, and a plain ceiling would ask for 101. `None` for p ≥ 100: the
+/// maximum never becomes a stable estimate, so it takes no part in the verdict.
 pub fn required_samples(p: f64) -> Option<u64> {
     let q = p / 100.0;
     if q >= 1.0 || q.is_nan() {
@@ -482,22 +482,37 @@ pub fn more_requests_for(samples: u64, requests: u64, required: u64) -> Option<u
 
 /// Apply the rules to the facts.
 pub fn judge(facts: &RunFacts, t: &Thresholds) -> Verdict {
-    let mut reasons = Vec::new();
-    let mut more_requests: Option<u64> = None;
-    let mut more_seconds: Option<f64> = None;
-    let pace = (facts.requests > 0 && facts.duration_s > 0.0)
-        .then(|| facts.requests as f64 / facts.duration_s);
-
-    if facts.requests == 0 {
-        reasons.push(Reason::NoRequests);
-    }
-    // Without requests there is nothing to count samples of: one reason says it all.
-    let asked = if facts.requests == 0 {
-        &[][..]
+    let (mut reasons, needed) = data_shortfall(facts, t);
+    reasons.extend(steadiness(facts, t));
+    let status = if reasons
+        .iter()
+        .any(|r| r.status() == VerdictStatus::NotEnoughData)
+    {
+        VerdictStatus::NotEnoughData
+    } else if reasons.is_empty() {
+        VerdictStatus::Valid
     } else {
-        &facts.percentiles[..]
+        VerdictStatus::NotSteady
     };
-    for ps in asked {
+    Verdict {
+        status,
+        reasons,
+        needed,
+    }
+}
+
+/// The NOT ENOUGH DATA rules, and the largest shortfall among them.
+fn data_shortfall(facts: &RunFacts, t: &Thresholds) -> (Vec<Reason>, Option<Needed>) {
+    if facts.requests == 0 {
+        // Nothing to count samples of: one reason says it all.
+        return (vec![Reason::NoRequests], None);
+    }
+    let mut reasons = Vec::new();
+    let mut more_requests = 0u64;
+    let mut more_seconds: Option<f64> = None;
+    let pace = (facts.duration_s > 0.0).then(|| facts.requests as f64 / facts.duration_s);
+
+    for ps in &facts.percentiles {
         let Some(required) = required_samples(ps.p) else {
             continue;
         };
@@ -511,10 +526,10 @@ pub fn judge(facts: &RunFacts, t: &Thresholds) -> Verdict {
             required,
         });
         if let Some(more) = more_requests_for(ps.samples, facts.requests, required) {
-            more_requests = Some(more_requests.map_or(more, |m| m.max(more)));
+            more_requests = more_requests.max(more);
         }
     }
-    if facts.requests > 0 && facts.duration_s < t.min_duration_s {
+    if facts.duration_s < t.min_duration_s {
         reasons.push(Reason::TooShort {
             duration_s: facts.duration_s,
             min_duration_s: t.min_duration_s,
@@ -522,21 +537,26 @@ pub fn judge(facts: &RunFacts, t: &Thresholds) -> Verdict {
         let short_s = t.min_duration_s - facts.duration_s;
         more_seconds = Some(short_s);
         if let Some(pace) = pace {
-            let more = (short_s * pace).ceil() as u64;
-            more_requests = Some(more_requests.map_or(more, |m| m.max(more)));
+            more_requests = more_requests.max((short_s * pace).ceil() as u64);
         }
     }
-    let needed = more_requests.filter(|&m| m > 0).map(|more| {
-        let by_requests = pace.map(|pace| more as f64 / pace);
+
+    let needed = (more_requests > 0).then(|| {
+        let by_requests = pace.map(|pace| more_requests as f64 / pace);
         Needed {
-            more_requests: more,
+            more_requests,
             more_seconds: match (by_requests, more_seconds) {
                 (Some(a), Some(b)) => Some(a.max(b)),
                 (a, b) => a.or(b),
             },
         }
     });
+    (reasons, needed)
+}
 
+/// The NOT STEADY rules.
+fn steadiness(facts: &RunFacts, t: &Thresholds) -> Vec<Reason> {
+    let mut reasons = Vec::new();
     if let Some(load) = facts.load.filter(|l| l.overloaded) {
         reasons.push(Reason::Overloaded {
             reference_rate: load.reference_rate(),
@@ -590,24 +610,7 @@ pub fn judge(facts: &RunFacts, t: &Thresholds) -> Verdict {
             max_share: t.max_length_miss_share,
         });
     }
-
-    let status = if reasons
-        .iter()
-        .any(|r| r.status() == VerdictStatus::NotEnoughData)
-    {
-        VerdictStatus::NotEnoughData
-    } else if reasons.is_empty() {
-        VerdictStatus::Valid
-    } else {
-        VerdictStatus::NotSteady
-    };
-    Verdict {
-        status,
-        reasons,
-        needed: (status == VerdictStatus::NotEnoughData)
-            .then_some(needed)
-            .flatten(),
-    }
+    reasons
 }
 
 #[cfg(test)]
