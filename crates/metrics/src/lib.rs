@@ -6,6 +6,8 @@
 //! - [`derived`]: per-request metrics (TTFT, ITL, TPOT, queue, dispatch lag, stalls).
 //! - [`stats`]: NumPy-exact mean/median/std/percentile and percentile CIs.
 //! - [`summary`]: one run's [`RunSummary`].
+//! - [`steady_state`]: MSER-5 warm-up detection on the per-second series.
+//! - [`validity`]: per-run verdicts (VALID / NOT ENOUGH DATA / NOT STEADY) and overload.
 //! - [`vllm`]: the figures and vectors `vllm bench serve` reports, by vLLM's definitions.
 //! - [`repeat`]: repeated runs, mean ± std per figure.
 //! - [`io`]: reading records back from JSONL.
@@ -18,15 +20,22 @@ pub mod record;
 pub mod repeat;
 pub mod result;
 pub mod stats;
+pub mod steady_state;
 pub mod summary;
 pub mod units;
+pub mod validity;
 pub mod vllm;
 
 pub use io::{read_jsonl, MetricsError};
 pub use record::{CountSource, Failure, FailureKind, RequestRecord, TokenEvent};
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;
+pub use steady_state::{mser5, steady_state, SteadyState, SteadyStateMode, Truncation};
 pub use summary::{
     summarize, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric, SummaryOptions,
     TimeSeries,
+};
+pub use validity::{
+    judge, load_verdict, run_facts, FactsOptions, LoadVerdict, Needed, Reason, RunFacts,
+    Thresholds, Verdict, VerdictStatus,
 };
