@@ -18,7 +18,7 @@ pub mod stats;
 pub mod summary;
 pub mod vllm;
 
-pub use io::{read_jsonl, MetricsError};
+pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use record::{CountSource, Failure, FailureKind, RequestRecord, TokenEvent};
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;
