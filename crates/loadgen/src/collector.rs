@@ -2,7 +2,7 @@
 //! (an interrupted run keeps everything it measured) and reports live progress.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -11,11 +11,16 @@ use tokio::sync::mpsc;
 
 use crate::LoadgenError;
 
-/// Appends one JSON line per record and flushes it before taking the next.
+/// Appends one JSON line per record. Each record is serialized to a whole line in memory and
+/// handed to the OS in one write before the next is taken, so a process killed at any moment
+/// leaves at most one partial line, at the end of the file (no user-space buffer holds records
+/// across requests).
 #[derive(Debug)]
 pub struct JsonlSink {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: File,
+    /// Reused between records so serializing does not allocate per request.
+    line: Vec<u8>,
 }
 
 impl JsonlSink {
@@ -26,7 +31,8 @@ impl JsonlSink {
         let file = File::create(path).map_err(|e| LoadgenError::io(path, e))?;
         Ok(JsonlSink {
             path: path.to_owned(),
-            out: BufWriter::with_capacity(256 * 1024, file),
+            out: file,
+            line: Vec::with_capacity(4096),
         })
     }
 
@@ -35,10 +41,12 @@ impl JsonlSink {
     }
 
     pub fn append(&mut self, record: &RequestRecord) -> Result<(), LoadgenError> {
-        serde_json::to_writer(&mut self.out, record)
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, record)
             .map_err(|e| LoadgenError::io(&self.path, std::io::Error::other(e)))?;
+        self.line.push(b'\n');
         self.out
-            .write_all(b"\n")
+            .write_all(&self.line)
             .map_err(|e| LoadgenError::io(&self.path, e))?;
         self.out
             .flush()
@@ -122,5 +130,58 @@ fn print_progress(
         }
     } else {
         let _ = writeln!(err, "{line}");
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use servebench_metrics::CountSource;
+
+    fn record(id: u64) -> RequestRecord {
+        RequestRecord {
+            id,
+            intended: 0,
+            released: 0,
+            sent: 0,
+            first_token: None,
+            end: None,
+            done: Some(1),
+            waited_for_slot: false,
+            events: Vec::new(),
+            input_tokens: 1,
+            input_source: CountSource::Usage,
+            output_tokens: 0,
+            output_source: CountSource::Usage,
+            intended_input_tokens: 1,
+            max_tokens: None,
+            cached_tokens: None,
+            finish_reason: None,
+            text: Some("x".repeat(100_000)),
+            failure: None,
+        }
+    }
+
+    /// A killed process loses only what is still in its own memory: each record must be in the
+    /// file, whole, as soon as `append` returns, not held in a buffer until the sink is dropped.
+    #[test]
+    fn each_record_is_on_disk_whole_when_append_returns() {
+        let dir = std::env::temp_dir().join(format!("servebench-sink-{}", std::process::id()));
+        let path = dir.join("r.requests.jsonl");
+        let mut sink = JsonlSink::create(&path).unwrap();
+        for id in 0..5 {
+            sink.append(&record(id)).unwrap();
+            let on_disk = std::fs::read(&path).unwrap();
+            assert_eq!(on_disk.last(), Some(&b'\n'));
+            let lines: Vec<&[u8]> = on_disk
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .collect();
+            assert_eq!(lines.len() as u64, id + 1);
+            let last: RequestRecord = serde_json::from_slice(lines[lines.len() - 1]).unwrap();
+            assert_eq!(last, record(id));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -37,9 +37,32 @@ pub enum MetricsError {
     },
 }
 
+/// The records of a JSONL file, and what was left out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonlRecords {
+    /// Every complete record, in file order.
+    pub records: Vec<RequestRecord>,
+    /// Bytes of a final line that had no newline and did not parse: the record a killed writer
+    /// was cut off in the middle of. 0 when the file ends cleanly.
+    pub partial_tail_bytes: usize,
+}
+
+impl JsonlRecords {
+    /// Whether a cut-off final line was dropped.
+    pub fn had_partial_tail(&self) -> bool {
+        self.partial_tail_bytes > 0
+    }
+}
+
 /// Read a JSONL file of records, one per line (blank lines are skipped). An error names the
-/// file and the line.
+/// file and the line. A final line without newline that does not parse (a writer killed in the
+/// middle of a record) is dropped; [`read_jsonl_counted`] tells the caller when that happened.
 pub fn read_jsonl(path: impl AsRef<Path>) -> Result<Vec<RequestRecord>, MetricsError> {
+    read_jsonl_counted(path).map(|read| read.records)
+}
+
+/// [`read_jsonl`], also reporting a dropped partial final line.
+pub fn read_jsonl_counted(path: impl AsRef<Path>) -> Result<JsonlRecords, MetricsError> {
     let path = path.as_ref();
     let io_err = |source| MetricsError::Io {
         path: path.to_path_buf(),
@@ -55,24 +78,35 @@ pub fn read_jsonl(path: impl AsRef<Path>) -> Result<Vec<RequestRecord>, MetricsE
             break;
         }
         line += 1;
-        let Ok(text) = std::str::from_utf8(&buf) else {
-            return Err(MetricsError::Utf8 {
+        // Only the last line can lack its newline; a complete line always has one.
+        let cut_off = buf.last() != Some(&b'\n');
+        let parsed = match std::str::from_utf8(&buf) {
+            Ok(text) if text.trim().is_empty() => continue,
+            Ok(text) => serde_json::from_str(text.trim()).map_err(|source| MetricsError::Parse {
                 path: path.to_path_buf(),
                 line,
-            });
+                source,
+            }),
+            Err(_) => Err(MetricsError::Utf8 {
+                path: path.to_path_buf(),
+                line,
+            }),
         };
-        let text = text.trim();
-        if text.is_empty() {
-            continue;
+        match parsed {
+            Ok(record) => records.push(record),
+            Err(_) if cut_off => {
+                return Ok(JsonlRecords {
+                    records,
+                    partial_tail_bytes: buf.len(),
+                })
+            }
+            Err(e) => return Err(e),
         }
-        let record = serde_json::from_str(text).map_err(|source| MetricsError::Parse {
-            path: path.to_path_buf(),
-            line,
-            source,
-        })?;
-        records.push(record);
     }
-    Ok(records)
+    Ok(JsonlRecords {
+        records,
+        partial_tail_bytes: 0,
+    })
 }
 
 #[cfg(test)]
@@ -125,5 +159,56 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("cannot read"));
+    }
+
+    #[test]
+    fn partial_final_line_is_dropped_and_counted() {
+        let a = serde_json::to_string(&record(0, 0, &[100], 1)).unwrap();
+        let b = serde_json::to_string(&record(1, 0, &[100], 1)).unwrap();
+        // Cut the second record at every byte: the first always survives, the tail is counted.
+        for cut in 1..b.len() {
+            let text = format!("{a}\n{}", &b[..cut]);
+            let path = temp_file("cut.jsonl", text.as_bytes());
+            let read = read_jsonl_counted(&path).unwrap();
+            assert_eq!(read.records.len(), 1, "cut at {cut}");
+            assert_eq!(read.partial_tail_bytes, cut, "cut at {cut}");
+            assert!(read.had_partial_tail());
+            assert_eq!(read_jsonl(&path).unwrap().len(), 1);
+        }
+        // A complete final record without its newline still counts as a record.
+        let path = temp_file("nonl.jsonl", format!("{a}\n{b}").as_bytes());
+        let read = read_jsonl_counted(&path).unwrap();
+        assert_eq!(read.records.len(), 2);
+        assert!(!read.had_partial_tail());
+    }
+
+    #[test]
+    fn partial_final_line_cut_inside_a_utf8_character_is_dropped() {
+        let mut r = record(0, 0, &[100], 1);
+        r.text = Some("héllo".to_owned());
+        let a = serde_json::to_string(&r).unwrap();
+        let cut = a.find('é').unwrap() + 1;
+        let mut bytes = format!("{a}\n").into_bytes();
+        bytes.extend_from_slice(&a.as_bytes()[..cut]);
+        let path = temp_file("cut-utf8-raw.jsonl", &bytes);
+        let read = read_jsonl_counted(&path).unwrap();
+        assert_eq!(read.records.len(), 1);
+        assert_eq!(read.partial_tail_bytes, cut);
+    }
+
+    #[test]
+    fn malformed_line_before_the_end_still_errors() {
+        let a = serde_json::to_string(&record(0, 0, &[100], 1)).unwrap();
+        // A complete (newline-terminated) bad last line is not a cut-off write.
+        let path = temp_file("bad-last.jsonl", format!("{a}\n{{\"id\"\n").as_bytes());
+        assert!(matches!(
+            read_jsonl(&path).unwrap_err(),
+            MetricsError::Parse { line: 2, .. }
+        ));
+        // A partial line followed by more lines is corruption, not a cut.
+        let path = temp_file("bad-middle.jsonl", format!("{{\"id\"\n{a}").as_bytes());
+        let err = read_jsonl(&path).unwrap_err();
+        assert!(matches!(err, MetricsError::Parse { line: 1, .. }), "{err}");
+        assert!(err.to_string().contains("bad-middle.jsonl:1:"), "{err}");
     }
 }

@@ -26,7 +26,7 @@ pub mod units;
 pub mod validity;
 pub mod vllm;
 
-pub use io::{read_jsonl, MetricsError};
+pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use record::{CountSource, Failure, FailureKind, RequestRecord, TokenEvent};
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;

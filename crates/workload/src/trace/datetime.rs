@@ -12,7 +12,12 @@ pub(crate) fn parse_ns(s: &str) -> Option<i128> {
     let year: i64 = d.next()?.parse().ok()?;
     let month: u32 = d.next()?.parse().ok()?;
     let day: u32 = d.next()?.parse().ok()?;
-    if d.next().is_some() || !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+    // Four-digit years keep the day arithmetic far from overflow.
+    if d.next().is_some()
+        || !(0..=9999).contains(&year)
+        || !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+    {
         return None;
     }
     let (hms, frac) = match time.split_once('.') {
@@ -23,7 +28,11 @@ pub(crate) fn parse_ns(s: &str) -> Option<i128> {
     let hour: i64 = t.next()?.parse().ok()?;
     let minute: i64 = t.next()?.parse().ok()?;
     let second: i64 = t.next()?.parse().ok()?;
-    if t.next().is_some() || hour > 23 || minute > 59 || second > 60 {
+    if t.next().is_some()
+        || !(0..=23).contains(&hour)
+        || !(0..=59).contains(&minute)
+        || !(0..=60).contains(&second)
+    {
         return None;
     }
     if !frac.bytes().all(|b| b.is_ascii_digit()) {
@@ -83,5 +92,21 @@ mod tests {
         ] {
             assert_eq!(parse_ns(s), None, "{s:?}");
         }
+    }
+
+    #[test]
+    fn out_of_range_components_are_rejected_without_overflow() {
+        for s in [
+            "1970-1-1 0:-153722867280912931:0.",
+            "2023-11-16 -9223372036854775808:00:00",
+            "2023-11-16 00:00:-9223372036854775808",
+            "2023-11-16 -1:00:00",
+            "9223372036854775807-01-01 00:00:00",
+            "10000-01-01 00:00:00",
+        ] {
+            assert_eq!(parse_ns(s), None, "{s:?}");
+        }
+        assert!(parse_ns("9999-12-31 23:59:60.999999999").is_some());
+        assert!(parse_ns("0000-01-01 00:00:00").is_some());
     }
 }
