@@ -129,14 +129,34 @@ pub fn sorted_copy(xs: &[f64]) -> Vec<f64> {
     v
 }
 
-/// Is a percentile `p` (in %) backed by too few samples to be stable (`n < 10 / (1 − p)`)?
-/// p99 needs 1000 samples, p99.9 needs 10 000; p100 is always flagged.
-pub fn is_unstable(n: usize, p: f64) -> bool {
+/// Samples a percentile `p` (in %) needs to be stable: the smallest `n` with
+/// `n ≥ 10 / (1 − p)` (p50 → 20, p90 → 100, p99 → 1000, p99.9 → 10 000). The quotient is
+/// snapped to a whole number when it is one up to rounding: in binary, `10 / (1 − 0.9)` is
+/// 100.00000000000003, and a plain ceiling would ask for 101. `None` for p ≥ 100: the
+/// maximum never becomes a stable estimate, so it takes no part in the verdict.
+pub fn required_samples(p: f64) -> Option<u64> {
     let q = p / 100.0;
-    if q >= 1.0 {
-        return true;
+    if q >= 1.0 || q.is_nan() {
+        return None;
     }
-    (n as f64) < 10.0 / (1.0 - q)
+    let exact = 10.0 / (1.0 - q);
+    let whole = exact.round();
+    let need = if (exact - whole).abs() <= 1e-9 * whole {
+        whole
+    } else {
+        exact.ceil()
+    };
+    // Below p0 the rule asks for fewer than 10; never less than one sample.
+    Some((need as u64).max(1))
+}
+
+/// Is a percentile `p` (in %) backed by too few samples to be stable (`n < 10 / (1 − p)`,
+/// by [`required_samples`])? p99 needs 1000 samples, p99.9 needs 10 000; p100 is always flagged.
+pub fn is_unstable(n: usize, p: f64) -> bool {
+    match required_samples(p) {
+        Some(need) => (n as u64) < need,
+        None => true,
+    }
 }
 
 /// Samples above which [`percentile_ci_ranks`] uses the normal approximation.
@@ -240,8 +260,11 @@ pub fn percentile_stat(sorted: &[f64], p: f64) -> Option<PercentileStat> {
     Some(PercentileStat {
         p,
         value,
-        ci_low: lo.map(|r| sorted[r - 1]),
-        ci_high: hi.map(|r| sorted[r - 1]),
+        // The order-statistic bounds cover the population quantile; the interpolated estimate
+        // can fall just outside them at extreme p with few samples (p0.1 of two samples lies
+        // above the minimum that bounds it). Widening to include the estimate keeps coverage.
+        ci_low: lo.map(|r| sorted[r - 1].min(value)),
+        ci_high: hi.map(|r| sorted[r - 1].max(value)),
         unstable: is_unstable(sorted.len(), p),
     })
 }
@@ -341,6 +364,25 @@ mod tests {
             assert!(d(el, al) <= 2, "p{p}: {el:?} vs {al:?}");
             assert!(d(eu, au) <= 2, "p{p}: {eu:?} vs {au:?}");
         }
+    }
+
+    #[test]
+    fn ci_contains_the_estimate_at_extreme_percentiles() {
+        // Two samples at p0.098: the upper rank is the minimum, below the interpolated value.
+        let s = percentile_stat(&[-277_390_143.31, 0.0], 0.098).unwrap();
+        assert!(s.ci_high.unwrap() >= s.value, "{s:?}");
+        let s = percentile_stat(&[0.0, 1.0e8], 99.9).unwrap();
+        assert!(s.ci_low.is_none_or(|lo| lo <= s.value), "{s:?}");
+    }
+
+    #[test]
+    fn stability_thresholds_are_whole_numbers() {
+        assert!(!is_unstable(100, 90.0));
+        assert!(is_unstable(99, 90.0));
+        assert!(!is_unstable(1000, 99.0));
+        assert!(!is_unstable(10_000, 99.9));
+        assert!(is_unstable(9_999, 99.9));
+        assert!(is_unstable(1_000_000, 100.0));
     }
 
     #[test]

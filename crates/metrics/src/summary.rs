@@ -699,10 +699,10 @@ fn warnings(
         let Some(m) = s.metric(name) else { continue };
         for p in m.percentiles.iter().filter(|p| p.unstable) {
             unstable.push(format!(
-                "{name} p{} (n={}, needs {:.0})",
+                "{name} p{} (n={}, needs {})",
                 p.p,
                 m.n,
-                (10.0 / (1.0 - p.p / 100.0)).ceil()
+                stats::required_samples(p.p).map_or_else(|| "more".to_owned(), |k| k.to_string())
             ));
         }
     }

@@ -443,26 +443,7 @@ pub struct RunFacts {
     pub steady_state: Option<SteadyState>,
 }
 
-/// Samples a percentile `p` (in %) needs to be stable: the smallest `n` with
-/// `n ≥ 10 / (1 − p)` (p50 → 20, p90 → 100, p99 → 1000, p99.9 → 10 000). The quotient is
-/// snapped to a whole number when it is one up to rounding: in binary, `10 / (1 − 0.9)` is
-/// 100.00000000000003, and a plain ceiling would ask for 101. `None` for p ≥ 100: the
-/// maximum never becomes a stable estimate, so it takes no part in the verdict.
-pub fn required_samples(p: f64) -> Option<u64> {
-    let q = p / 100.0;
-    if q >= 1.0 || q.is_nan() {
-        return None;
-    }
-    let exact = 10.0 / (1.0 - q);
-    let whole = exact.round();
-    let need = if (exact - whole).abs() <= 1e-9 * whole {
-        whole
-    } else {
-        exact.ceil()
-    };
-    // Below p0 the rule asks for fewer than 10; never less than one sample.
-    Some((need as u64).max(1))
-}
+pub use crate::stats::required_samples;
 
 /// More requests needed to lift `samples` to `required`, if each request yields
 /// `samples / requests` samples as it did in this run; `None` when the run yielded no sample
