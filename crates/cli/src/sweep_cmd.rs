@@ -18,6 +18,8 @@ use crate::matrix::layout::{self, ExperimentFile, PointEntry, ProbeEntry, RowEnt
 use crate::matrix::plan::{run_seed, MatrixPlan, PrefixReuse, Rate, RowSpec, Scale};
 use crate::matrix::repeat::run_repeated;
 use crate::matrix::{defaults, merge_target, render, target_args};
+use crate::run::overrides::{Override, RunBase};
+use crate::run::plan::RunPlan;
 
 /// Arguments of `servebench sweep`.
 #[derive(Debug, Clone, Args)]
@@ -265,29 +267,53 @@ impl Sweep {
         s
     }
 
-    /// Flags of one run of the row with `row` adjusted for the point.
-    fn flags(&self, row: &RowSpec, args: &SweepArgs, index: usize, repeat: usize) -> Vec<String> {
+    /// What one run of the row, with `row` adjusted for the point, sets on the user's
+    /// flags: the row's workload, then the run's percentiles, seed, warm-ups and label.
+    fn overrides(
+        &self,
+        row: &RowSpec,
+        args: &SweepArgs,
+        index: usize,
+        repeat: usize,
+    ) -> (Vec<Override>, Vec<Override>) {
         let n = args.scale.prompts(row.num_prompts, row.max_concurrency);
-        let mut f = self.common.clone();
-        f.extend(row.workload_flags(n));
+        let workload = row.workload(n);
+        let mut run = Vec::new();
         if let Some(p) = extra_percentiles(&self.stats()) {
-            f.extend(["--metric-percentiles".to_owned(), p]);
+            run.push(Override::MetricPercentiles(p));
         }
         let mut warmups = args.scale.warmups(args.num_warmups);
         // A warm row's warm-up doubles as priming: its requests carry the shared prefix.
         if row.prefix == PrefixReuse::Warm {
             warmups = warmups.max(1);
         }
-        f.extend([
-            "--seed".to_owned(),
-            run_seed(args.seed, index, repeat).to_string(),
-            "--num-warmups".to_owned(),
-            warmups.to_string(),
-            "--label".to_owned(),
-            format!("sweep-{}", row.id),
+        run.extend([
+            Override::Seed(run_seed(args.seed, index, repeat)),
+            Override::NumWarmups(warmups),
+            Override::Label(format!("sweep-{}", row.id)),
         ]);
-        f
+        (workload, run)
     }
+
+    /// The plan and recorded command line of one run.
+    fn plan(
+        &self,
+        ctx: &Ctx<'_>,
+        row: &RowSpec,
+        index: usize,
+        repeat: usize,
+        dir: &Path,
+    ) -> Result<(RunPlan, Vec<String>)> {
+        let (workload, run) = self.overrides(row, ctx.args, index, repeat);
+        ctx.bench.plan(ctx.base, &workload, &run, dir)
+    }
+}
+
+/// What every run of a sweep shares: its flags, target and the user's flags parsed.
+struct Ctx<'a> {
+    args: &'a SweepArgs,
+    bench: &'a Bench,
+    base: &'a RunBase,
 }
 
 /// `servebench sweep`.
@@ -364,9 +390,13 @@ async fn run_sweep(
 ) -> Result<(PathBuf, ExitCode)> {
     let kind = sweep.variable.kind();
     // Flags are checked before any run.
-    let (checked, _) = bench.run_args(&sweep.flags(&sweep.row, args, 0, 0), Path::new("."))?;
-    crate::run::validate(&checked)?;
-    crate::run::dataset::config(&checked)?;
+    let base = bench.base(&sweep.common, &sweep.row.flags)?;
+    let ctx = Ctx {
+        args,
+        bench,
+        base: &base,
+    };
+    sweep.plan(&ctx, &sweep.row, 0, 0, Path::new("."))?;
 
     let dir = layout::create_experiment_dir(&args.results_dir, bench)?;
     eprintln!("Experiment directory: {}", dir.display());
@@ -389,7 +419,7 @@ async fn run_sweep(
         Variable::Rates(v) => v.clone(),
         Variable::Concurrency(v) => v.iter().map(|&c| c as f64).collect(),
         Variable::AutoRates => {
-            let (entry, rate) = run_probe(sweep, args, bench, &dir, stop).await?;
+            let (entry, rate) = run_probe(sweep, &ctx, &dir, stop).await?;
             probe = Some(entry);
             auto_rates(rate, args.points)
         }
@@ -421,7 +451,7 @@ async fn run_sweep(
             &dir,
             &base,
             args.repeat,
-            |k| sweep.flags(&row, args, i, k),
+            |k, run_dir: &Path| sweep.plan(&ctx, &row, i, k, run_dir),
             stop,
             &format!("point {i}"),
         )
@@ -577,12 +607,12 @@ const PROBE_SEED_INDEX: usize = 999;
 /// throughput is the saturation rate.
 async fn run_probe(
     sweep: &Sweep,
-    args: &SweepArgs,
-    bench: &Bench,
+    ctx: &Ctx<'_>,
     dir: &Path,
     stop: &StopSignal,
 ) -> Result<(ProbeEntry, f64)> {
-    let cap = args
+    let cap = ctx
+        .args
         .probe_concurrency
         .or(sweep.row.max_concurrency)
         .unwrap_or(64);
@@ -592,12 +622,12 @@ async fn run_probe(
     // Enough requests that the cap stays full for most of the probe.
     row.num_prompts = row.num_prompts.max(4 * cap);
     eprintln!("Probe: unlimited rate at concurrency {cap} to find the saturation rate");
-    let outcome = bench
-        .measure(
-            &sweep.flags(&row, args, PROBE_SEED_INDEX, 0),
-            &dir.join("probe"),
-            stop,
-        )
+    let (plan, command_line) = sweep
+        .plan(ctx, &row, PROBE_SEED_INDEX, 0, &dir.join("probe"))
+        .context("the saturation probe")?;
+    let outcome = ctx
+        .bench
+        .measure(&plan, command_line, stop)
         .await
         .context("the saturation probe")?;
     let rate = outcome.summary.request_throughput;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
-use crate::client::{BackendClient, Prepared};
+use crate::backend::Backend;
 use crate::clock::RunClock;
 use crate::collector::{collect, JsonlSink, Progress};
 use crate::health::{process_cpu_times, CpuTimes};
@@ -50,9 +50,9 @@ pub struct LoadOutcome {
 }
 
 /// Run `requests` on `client` following `spec`. Records stream into `sink` as they finish.
-pub async fn run_load(
-    client: Arc<BackendClient>,
-    requests: Vec<Prepared>,
+pub async fn run_load<B: Backend>(
+    client: Arc<B>,
+    requests: Vec<B::Request>,
     spec: LoadSpec,
     sink: Option<JsonlSink>,
     stop: StopSignal,
@@ -74,13 +74,15 @@ pub async fn run_load(
     let started_at = SystemTime::now();
     let clock = RunClock::start_now();
     let total = requests.len();
-    let scraper = spec
-        .scrape_every
-        .map(|every| Scraper::start(client.target().clone(), clock, every));
+    let scraper = spec.scrape_every.and_then(|every| {
+        client
+            .telemetry_target()
+            .map(|target| Scraper::start(target.clone(), clock, every))
+    });
 
     // Requests that found every slot taken wait here, in arrival order (FIFO), for a slot.
     let queued = Arc::new(AtomicUsize::new(0));
-    let (queue_tx, mut queue_rx) = mpsc::unbounded_channel::<(Prepared, u64)>();
+    let (queue_tx, mut queue_rx) = mpsc::unbounded_channel::<(B::Request, u64)>();
     let releaser = semaphore.clone().map(|sem| {
         let (client, tx, stop, queued) = (
             Arc::clone(&client),
@@ -173,12 +175,12 @@ pub async fn run_load(
 
 /// Start one request: `released` is now; the permit (if any) is held until it ends.
 #[allow(clippy::too_many_arguments)]
-fn spawn_request(
-    client: &Arc<BackendClient>,
+fn spawn_request<B: Backend>(
+    client: &Arc<B>,
     tx: &mpsc::UnboundedSender<RequestRecord>,
     stop: &StopSignal,
     clock: RunClock,
-    prepared: Prepared,
+    prepared: B::Request,
     intended: u64,
     permit: Option<OwnedSemaphorePermit>,
     waited: bool,
@@ -195,9 +197,9 @@ fn spawn_request(
 }
 
 /// Send `count` unrecorded requests (warm-up), `max_concurrency` at a time.
-pub async fn warm_up(
-    client: Arc<BackendClient>,
-    prepared: Prepared,
+pub async fn warm_up<B: Backend>(
+    client: Arc<B>,
+    prepared: B::Request,
     count: usize,
     max_concurrency: Option<usize>,
     stop: &StopSignal,
@@ -231,4 +233,218 @@ pub async fn warm_up(
 /// Grace period helper for callers wiring Ctrl-C: stop dispatching now, cancel later.
 pub fn grace_period_default() -> Duration {
     Duration::from_secs(10)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Mutex;
+
+    use servebench_metrics::{CountSource, Failure, FailureKind};
+
+    use super::*;
+    use crate::stop::stop_pair;
+
+    const MS: u64 = 1_000_000;
+
+    /// Answers every request after `service` of (paused) tokio time; cancellation cuts it
+    /// short. Remembers when each request was released and how many ran at once.
+    struct Dummy {
+        service: Duration,
+        in_flight: AtomicUsize,
+        peak: AtomicUsize,
+        released: Mutex<Vec<(u64, u64)>>,
+    }
+
+    impl Dummy {
+        fn new(service_ms: u64) -> Arc<Self> {
+            Arc::new(Dummy {
+                service: Duration::from_millis(service_ms),
+                in_flight: AtomicUsize::new(0),
+                peak: AtomicUsize::new(0),
+                released: Mutex::new(Vec::new()),
+            })
+        }
+    }
+
+    impl Backend for Dummy {
+        type Request = u64;
+
+        async fn execute(
+            &self,
+            clock: &RunClock,
+            id: &u64,
+            intended: u64,
+            released: u64,
+            waited_for_slot: bool,
+            stop: &StopSignal,
+        ) -> RequestRecord {
+            self.released.lock().unwrap().push((*id, released));
+            let now = self.in_flight.fetch_add(1, Ordering::AcqRel) + 1;
+            self.peak.fetch_max(now, Ordering::AcqRel);
+            let sent = clock.now_ns();
+            let cancelled = tokio::select! {
+                _ = tokio::time::sleep(self.service) => false,
+                _ = stop.cancelled() => true,
+            };
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            let end = clock.now_ns();
+            RequestRecord {
+                id: *id,
+                intended,
+                released,
+                sent,
+                first_token: (!cancelled).then_some(end),
+                end: (!cancelled).then_some(end),
+                done: Some(end),
+                waited_for_slot,
+                events: Vec::new(),
+                input_tokens: 1,
+                input_source: CountSource::Dataset,
+                output_tokens: u64::from(!cancelled),
+                output_source: CountSource::Events,
+                intended_input_tokens: 1,
+                max_tokens: Some(1),
+                cached_tokens: None,
+                finish_reason: None,
+                text: None,
+                failure: cancelled.then(|| Failure {
+                    kind: FailureKind::Cancelled,
+                    status: None,
+                    message: "cancelled".into(),
+                }),
+            }
+        }
+    }
+
+    fn spec(schedule_ms: &[u64], max_concurrency: Option<usize>) -> LoadSpec {
+        LoadSpec {
+            schedule: schedule_ms.iter().map(|ms| ms * MS).collect(),
+            max_concurrency,
+            progress: None,
+            scrape_every: Some(Duration::from_secs(1)),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn arrivals_are_released_at_their_intended_times() {
+        let backend = Dummy::new(5);
+        let schedule = [0, 10, 250, 1000];
+        let out = run_load(
+            Arc::clone(&backend),
+            (0..4).collect(),
+            spec(&schedule, None),
+            None,
+            StopSignal::never(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.records.len(), 4);
+        for (r, ms) in out.records.iter().zip(schedule) {
+            assert_eq!(r.intended, ms * MS);
+            // Paused time: released exactly at the deadline, not a tick later.
+            assert_eq!(r.released, ms * MS, "request {}", r.id);
+            assert!(!r.waited_for_slot);
+        }
+        assert_eq!(out.duration_ns, 1005 * MS);
+        assert_eq!(out.not_dispatched, 0);
+        // A backend without a server has nothing to scrape.
+        assert!(out.telemetry.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_concurrency_cap_queues_in_arrival_order_and_drops_nothing() {
+        let backend = Dummy::new(100);
+        let out = run_load(
+            Arc::clone(&backend),
+            (0..5).collect(),
+            spec(&[0, 0, 0, 0, 0], Some(2)),
+            None,
+            StopSignal::never(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.records.len(), 5);
+        assert_eq!(backend.peak.load(Ordering::Acquire), 2);
+        let released: Vec<u64> = out.records.iter().map(|r| r.released / MS).collect();
+        assert_eq!(released, vec![0, 0, 100, 100, 200]);
+        let waited: Vec<bool> = out.records.iter().map(|r| r.waited_for_slot).collect();
+        assert_eq!(waited, vec![false, false, true, true, true]);
+        // First come, first served: the queue never lets a later arrival overtake.
+        let order: Vec<u64> = backend
+            .released
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(order, vec![0, 1, 2, 3, 4]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_dispatch_keeps_in_flight_requests_and_counts_the_rest() {
+        let backend = Dummy::new(50);
+        let (handle, stop) = stop_pair();
+        let run = tokio::spawn(run_load(
+            Arc::clone(&backend),
+            (0..4).collect(),
+            spec(&[0, 100, 200, 300], None),
+            None,
+            stop,
+        ));
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        handle.stop_dispatch();
+        let out = run.await.unwrap().unwrap();
+        assert_eq!(out.records.len(), 2);
+        assert!(out.records.iter().all(|r| r.failure.is_none()));
+        assert_eq!(out.not_dispatched, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cancelling_ends_in_flight_requests_as_failed_records() {
+        let backend = Dummy::new(10_000);
+        let (handle, stop) = stop_pair();
+        let run = tokio::spawn(run_load(
+            Arc::clone(&backend),
+            (0..3).collect(),
+            spec(&[0, 0, 0], Some(1)),
+            None,
+            stop,
+        ));
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        handle.cancel();
+        let out = run.await.unwrap().unwrap();
+        // The one in flight is a record; the two queued behind the cap were never sent.
+        assert_eq!(out.records.len(), 1);
+        assert_eq!(
+            out.records[0].failure.as_ref().map(|f| f.kind),
+            Some(FailureKind::Cancelled)
+        );
+        assert_eq!(out.not_dispatched, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn warm_up_respects_the_cap_and_counts_successes() {
+        let backend = Dummy::new(10);
+        let ok = warm_up(Arc::clone(&backend), 7, 5, Some(2), &StopSignal::never()).await;
+        assert_eq!(ok, 5);
+        assert_eq!(backend.peak.load(Ordering::Acquire), 2);
+    }
+
+    #[tokio::test]
+    async fn a_schedule_of_the_wrong_length_is_refused() {
+        let err = run_load(
+            Dummy::new(1),
+            vec![0, 1],
+            spec(&[0], None),
+            None,
+            StopSignal::never(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("1 entries for 2 requests"),
+            "{err}"
+        );
+    }
 }

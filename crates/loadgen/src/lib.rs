@@ -1,7 +1,8 @@
-//! The load generator: dispatcher (open-loop arrivals, concurrency cap), backend client
-//! (HTTP + SSE, a timestamp on every chunk), collector (JSONL as records arrive) and client
+//! The load generator: dispatcher (open-loop arrivals, concurrency cap), the `Backend` it
+//! drives (the HTTP + SSE client, a timestamp on every chunk), collector (JSONL as records arrive) and client
 //! health.
 
+pub mod backend;
 pub mod client;
 pub mod clock;
 pub mod collector;
@@ -15,6 +16,7 @@ pub mod stream;
 pub mod target;
 pub mod telemetry;
 
+pub use backend::Backend;
 pub use client::{BackendClient, ClientOptions, Prepared};
 pub use clock::RunClock;
 pub use collector::{JsonlSink, Progress};

@@ -11,8 +11,11 @@ use serde_json::{json, Value};
 use servebench_loadgen::{ApiKind, StopSignal, Target};
 use servebench_sim::ShutdownHandle;
 
-use crate::run::args::RunArgs;
+use crate::run::http_run::HttpTarget;
+use crate::run::overrides::{Override, RunBase};
+use crate::run::plan::RunPlan;
 use crate::run::target::{resolve_sim, SimInfo};
+use crate::run::virtual_run::VirtualTarget;
 use crate::run::{execute, RunOutcome, RunTarget};
 
 /// Where an experiment's runs go (shared by `matrix` and `sweep`).
@@ -100,10 +103,10 @@ impl Bench {
                     url.trim_start_matches("http://")
                         .trim_start_matches("https://"),
                 ),
-                target: RunTarget::Http {
+                target: RunTarget::Http(HttpTarget {
                     base_url: url.clone(),
                     sim: None,
-                },
+                }),
                 guard: None,
                 model,
                 target_flags,
@@ -126,10 +129,10 @@ impl Bench {
             target_flags.push("--virtual-time".to_owned());
             eprintln!("Target: simulator in virtual time ({spec})");
             return Ok(Bench {
-                target: RunTarget::Virtual {
+                target: RunTarget::Virtual(VirtualTarget {
                     sim: Box::new(resolved),
                     spec: spec.clone(),
-                },
+                }),
                 guard: None,
                 model,
                 hardware,
@@ -155,13 +158,13 @@ impl Bench {
             .await
             .ok();
         Ok(Bench {
-            target: RunTarget::Http {
+            target: RunTarget::Http(HttpTarget {
                 base_url: url,
                 sim: Some(SimInfo {
                     spec: spec.clone(),
                     config: config.clone(),
                 }),
-            },
+            }),
             guard: Some(guard),
             model,
             hardware,
@@ -176,38 +179,40 @@ impl Bench {
 
     /// Whether runs go to the simulator's engine core in virtual time.
     pub fn is_virtual(&self) -> bool {
-        matches!(self.target, RunTarget::Virtual { .. })
+        self.target.is_virtual()
     }
 
-    /// The `servebench run` arguments of one run: target flags, then `flags`, then the
-    /// output directory. The API key is set on the parsed arguments, never in the flags.
-    pub fn run_args(&self, flags: &[String], output_dir: &Path) -> Result<(RunArgs, Vec<String>)> {
-        let mut all = self.target_flags.clone();
-        all.extend(flags.iter().cloned());
-        all.extend([
-            "--disable-tqdm".to_owned(),
-            "--output-dir".to_owned(),
-            output_dir.display().to_string(),
-        ]);
-        let mut args = RunArgs::from_flags(&all).map_err(|e| anyhow::anyhow!("{e}"))?;
-        // from_flags also reads OPENAI_API_KEY; the experiment's own key wins.
-        if self.api_key.is_some() {
-            args.api_key = self.api_key.clone();
-        }
+    /// The user's flags of a row: the target's, `common` (defaults for every row), then
+    /// `row_flags` (which win over the row's own values). Parsed once.
+    pub fn base(&self, common: &[String], row_flags: &[String]) -> Result<RunBase> {
+        let mut flags = self.target_flags.clone();
+        flags.extend(common.iter().cloned());
+        RunBase::parse(&flags, row_flags)
+    }
+
+    /// The plan of one run and the command line recorded with it (API key masked; the key
+    /// itself is set on the plan, never written in flags).
+    pub fn plan(
+        &self,
+        base: &RunBase,
+        workload: &[Override],
+        run: &[Override],
+        output_dir: &Path,
+    ) -> Result<(RunPlan, Vec<String>)> {
+        let (plan, flags) = base.plan(workload, run, output_dir, self.api_key.as_deref())?;
         let mut command_line = vec!["servebench".to_owned(), "run".to_owned()];
-        command_line.extend(crate::redact_argv(&all));
-        Ok((args, command_line))
+        command_line.extend(crate::redact_argv(&flags));
+        Ok((plan, command_line))
     }
 
-    /// One measured run with `flags`, its files in `output_dir`.
+    /// One measured run of `plan`.
     pub async fn measure(
         &self,
-        flags: &[String],
-        output_dir: &Path,
+        plan: &RunPlan,
+        command_line: Vec<String>,
         stop: &StopSignal,
     ) -> Result<RunOutcome> {
-        let (args, command_line) = self.run_args(flags, output_dir)?;
-        execute(&args, &self.target, command_line, stop, false).await
+        execute(plan, &self.target, command_line, stop, false).await
     }
 
     /// Stops the in-process simulator, if one was started.

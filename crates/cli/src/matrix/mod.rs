@@ -23,6 +23,7 @@ use self::bench::{Bench, TargetArgs};
 use self::layout::{ExperimentFile, RowEntry, EXPERIMENT_SCHEMA};
 use self::plan::{run_seed, MatrixPlan, RowSpec, Scale};
 use self::repeat::{run_repeated, Repeated};
+use crate::run::overrides::{Override, RunBase};
 
 /// Arguments of `servebench matrix`.
 #[derive(Debug, Clone, Args)]
@@ -162,56 +163,55 @@ pub async fn matrix(args: MatrixArgs, command_line: Vec<String>) -> Result<ExitC
     Ok(exit)
 }
 
-/// Checks every row's flags before anything runs, so a typo in row E does not surface after
-/// rows A–D have run.
-fn check_rows(plan: &MatrixPlan, bench: &Bench) -> Result<()> {
+/// Parses every row's flags and checks its plan before anything runs, so a typo in row E
+/// does not surface after rows A–D have run.
+fn row_bases(plan: &MatrixPlan, bench: &Bench) -> Result<Vec<RunBase>> {
+    let mut bases = Vec::new();
     for (i, row) in plan.rows.iter().enumerate() {
-        let flags = row_flags(plan, row, i, 0, None);
-        let (args, _) = bench.run_args(&flags, Path::new("."))?;
-        crate::run::validate(&args).with_context(|| format!("row {}", row.id))?;
-        if row.trace.is_none() {
-            crate::run::dataset::config(&args).with_context(|| format!("row {}", row.id))?;
-        }
+        let base = bench.base(&plan.defaults.flags, &row.flags)?;
+        let (workload, run) = row_overrides(plan, row, i, 0, None);
+        bench
+            .plan(&base, &workload, &run, Path::new("."))
+            .with_context(|| format!("row {}", row.id))?;
+        bases.push(base);
     }
-    Ok(())
+    Ok(bases)
 }
 
-/// The flags of run `repeat` of row `index`: defaults, the row's workload, seed, warm-ups.
-fn row_flags(
+/// What run `repeat` of row `index` sets on the row's flags: the row's workload, then the
+/// run's seed, warm-ups and label.
+fn row_overrides(
     plan: &MatrixPlan,
     row: &RowSpec,
     index: usize,
     repeat: usize,
     trace: Option<&trace_row::TraceDataset>,
-) -> Vec<String> {
+) -> (Vec<Override>, Vec<Override>) {
     let d = &plan.defaults;
     let n = d.scale.prompts(row.num_prompts, row.max_concurrency);
-    let mut flags = d.flags.clone();
-    match trace {
+    let workload = match trace {
         Some(t) => {
             let mut trace_row = row.clone();
             if trace_row.request_rate.0.is_infinite() {
                 trace_row.request_rate = plan::Rate(t.mean_rate);
             }
-            flags.extend(trace_row::dataset_flags(t));
-            flags.extend(trace_row.workload_flags(t.requests));
+            let mut w = vec![trace_row::dataset(t)];
+            w.extend(trace_row.workload(t.requests));
+            w
         }
-        None => flags.extend(row.workload_flags(n)),
-    }
+        None => row.workload(n),
+    };
     let mut warmups = d.scale.warmups(d.num_warmups);
     // A warm row's warm-up doubles as priming: its requests carry the shared prefix.
     if row.prefix == plan::PrefixReuse::Warm {
         warmups = warmups.max(1);
     }
-    flags.extend([
-        "--seed".to_owned(),
-        run_seed(d.seed, index, repeat).to_string(),
-        "--num-warmups".to_owned(),
-        warmups.to_string(),
-        "--label".to_owned(),
-        format!("row-{}", row.id),
-    ]);
-    flags
+    let run = vec![
+        Override::Seed(run_seed(d.seed, index, repeat)),
+        Override::NumWarmups(warmups),
+        Override::Label(format!("row-{}", row.id)),
+    ];
+    (workload, run)
 }
 
 /// Runs every row of `plan` into a new experiment directory under `root`; returns the
@@ -223,7 +223,7 @@ pub async fn run_matrix(
     command_line: &[String],
     stop: &servebench_loadgen::StopSignal,
 ) -> Result<(PathBuf, ExitCode)> {
-    check_rows(plan, bench)?;
+    let bases = row_bases(plan, bench)?;
     let dir = layout::create_experiment_dir(root, bench)?;
     eprintln!("Experiment directory: {}", dir.display());
     std::fs::write(dir.join("plan.toml"), plan.to_toml()?).context("writing plan.toml")?;
@@ -312,13 +312,16 @@ pub async fn run_matrix(
                 String::new()
             },
         );
-        let flags_for = |k: usize| row_flags(plan, row, i, k, trace.as_ref());
+        let plan_for = |k: usize, run_dir: &Path| {
+            let (workload, run) = row_overrides(plan, row, i, k, trace.as_ref());
+            bench.plan(&bases[i], &workload, &run, run_dir)
+        };
         let rep = run_repeated(
             bench,
             &dir,
             &row_dir,
             plan.defaults.repeat,
-            flags_for,
+            plan_for,
             stop,
             &format!("row {}", row.id),
         )

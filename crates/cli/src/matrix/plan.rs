@@ -24,6 +24,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use servebench_workload::PrefixMode;
+
+use crate::run::overrides::Override;
 
 /// A whole matrix: what to run, where, and with which defaults.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -327,32 +330,36 @@ impl RowSpec {
         Ok(())
     }
 
-    /// The `servebench run` flags of this row's workload (dataset, traffic), without the
-    /// target, seed, warm-ups or output directory. `num_prompts` is the scaled count.
-    pub fn workload_flags(&self, num_prompts: usize) -> Vec<String> {
-        let mut f: Vec<String> = Vec::new();
-        let mut push = |k: &str, v: String| {
-            f.push(k.to_owned());
-            f.push(v);
-        };
+    /// What this row sets on its runs (dataset, traffic), without the target, seed,
+    /// warm-ups or output directory. `num_prompts` is the scaled count.
+    pub fn workload(&self, num_prompts: usize) -> Vec<Override> {
+        let mut w = Vec::new();
         if self.trace.is_none() {
-            push(
-                "--random-input-len",
-                (self.input_len - self.prefix_len).to_string(),
-            );
-            push("--random-output-len", self.output_len.to_string());
-            push("--random-prefix-len", self.prefix_len.to_string());
-            let mode = match self.prefix {
-                PrefixReuse::Cold => "per-request",
-                PrefixReuse::Warm => "shared",
-            };
-            push("--random-prefix-mode", mode.to_owned());
+            w.extend([
+                Override::RandomInputLen(self.input_len - self.prefix_len),
+                Override::RandomOutputLen(self.output_len),
+                Override::RandomPrefixLen(self.prefix_len),
+                Override::RandomPrefixMode(match self.prefix {
+                    PrefixReuse::Cold => PrefixMode::PerRequest,
+                    PrefixReuse::Warm => PrefixMode::Shared,
+                }),
+            ]);
         }
-        push("--num-prompts", num_prompts.to_string());
-        push("--request-rate", self.request_rate.to_string());
+        w.push(Override::NumPrompts(num_prompts));
+        w.push(Override::RequestRate(self.request_rate.0));
         if let Some(c) = self.max_concurrency {
-            push("--max-concurrency", c.to_string());
+            w.push(Override::MaxConcurrency(c));
         }
+        w
+    }
+
+    /// The row's workload as `servebench run` flags, its own `flags` last (they win).
+    pub fn workload_flags(&self, num_prompts: usize) -> Vec<String> {
+        let mut f: Vec<String> = self
+            .workload(num_prompts)
+            .iter()
+            .flat_map(Override::flags)
+            .collect();
         f.extend(self.flags.iter().cloned());
         f
     }

@@ -9,6 +9,8 @@ use servebench_loadgen::StopSignal;
 use servebench_metrics::repeat::{aggregate, RepeatSummary};
 use servebench_metrics::RunSummary;
 
+use crate::run::plan::RunPlan;
+
 use super::bench::Bench;
 use super::layout::{relative, run_dir, write_json};
 
@@ -32,14 +34,15 @@ impl Repeated {
     }
 }
 
-/// Runs `repeat` measured runs under `base` (`base/repeat-<k>/` when repeating), the flags
-/// of run `k` given by `flags_for(k)`. Stops early (keeping what ran) once `stop` fires.
+/// Runs `repeat` measured runs under `base` (`base/repeat-<k>/` when repeating), the plan
+/// and recorded command line of run `k` given by `plan_for(k, its directory)`. Stops early
+/// (keeping what ran) once `stop` fires.
 pub async fn run_repeated(
     bench: &Bench,
     experiment_dir: &Path,
     base: &Path,
     repeat: usize,
-    flags_for: impl Fn(usize) -> Vec<String>,
+    plan_for: impl Fn(usize, &Path) -> Result<(RunPlan, Vec<String>)>,
     stop: &StopSignal,
     label: &str,
 ) -> Result<Repeated> {
@@ -52,7 +55,8 @@ pub async fn run_repeated(
         if repeat > 1 {
             eprintln!("  {label}: run {}/{repeat}", k + 1);
         }
-        let outcome = bench.measure(&flags_for(k), &dir, stop).await?;
+        let (plan, command_line) = plan_for(k, &dir)?;
+        let outcome = bench.measure(&plan, command_line, stop).await?;
         if outcome.exit != ExitCode::SUCCESS {
             out.all_failed_run = true;
         }

@@ -10,6 +10,8 @@ use anyhow::{bail, Context, Result};
 use servebench_tokenizer::Tokenizer;
 use servebench_workload::trace::{synthesize, ReplayConfig};
 
+use crate::run::overrides::Override;
+
 /// What the trace row runs.
 #[derive(Debug, Clone)]
 pub struct TraceDataset {
@@ -101,16 +103,9 @@ fn nearest_rank(sorted: &[u64], p: f64) -> u64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// The `servebench run` flags of the trace dataset.
-pub fn dataset_flags(d: &TraceDataset) -> Vec<String> {
-    vec![
-        "--dataset-name".into(),
-        "custom".into(),
-        "--dataset-path".into(),
-        d.path.display().to_string(),
-        "--custom-output-len".into(),
-        "-1".into(),
-    ]
+/// The trace's prepared file as the run's dataset.
+pub fn dataset(d: &TraceDataset) -> Override {
+    Override::TraceDataset(d.path.clone())
 }
 
 #[cfg(test)]

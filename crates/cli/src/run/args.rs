@@ -292,12 +292,20 @@ struct RunArgsOnly {
 }
 
 impl RunArgs {
-    /// Parse `servebench run` flags from a list (for commands that run workloads themselves:
-    /// matrix rows, sweep points). Unsupported vLLM flags are refused as on the command line.
-    pub fn from_flags<S: AsRef<str>>(flags: &[S]) -> Result<RunArgs, String> {
+    /// What clap read from `flags` (after refusing unsupported vLLM flags).
+    pub(crate) fn matches<S: AsRef<str>>(flags: &[S]) -> Result<clap::ArgMatches, String> {
         let flags: Vec<String> = flags.iter().map(|s| s.as_ref().to_owned()).collect();
         check_unsupported(&flags)?;
-        <RunArgsOnly as clap::Parser>::try_parse_from(&flags)
+        <RunArgsOnly as clap::CommandFactory>::command()
+            .try_get_matches_from(&flags)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Parse `servebench run` flags from a list (the user's own flags of matrix rows and sweep
+    /// points). Unsupported vLLM flags are refused as on the command line.
+    pub fn from_flags<S: AsRef<str>>(flags: &[S]) -> Result<RunArgs, String> {
+        let m = RunArgs::matches(flags)?;
+        <RunArgsOnly as clap::FromArgMatches>::from_arg_matches(&m)
             .map(|w| w.args)
             .map_err(|e| e.to_string())
     }

@@ -1,26 +1,19 @@
 //! Which server a run measures: an external one, the simulator started in-process, or the
 //! simulator's engine core in virtual time.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde_json::Value;
 use servebench_sim::args::SimArgs;
 use servebench_sim::server::{spawn_in_process, ShutdownHandle};
 use servebench_sim::ResolvedSim;
 
-use super::args::RunArgs;
+use super::http_run::HttpTarget;
+use super::plan::TargetChoice;
+use super::virtual_run::VirtualTarget;
+use super::RunTarget;
 
 /// The default simulator when `--sim` is absent.
 pub const DEFAULT_SIM_SPEC: &str = "llama-3.1-8b --gpu h100";
-
-pub enum TargetMode {
-    External(String),
-    InProcess {
-        url: String,
-        info: SimInfo,
-        guard: ShutdownHandle,
-    },
-    Virtual(Box<ResolvedSim>),
-}
 
 /// What a result says about the simulator it measured.
 #[derive(Debug, Clone)]
@@ -36,43 +29,45 @@ pub fn resolve_sim(spec: Option<&str>) -> Result<(String, ResolvedSim)> {
     Ok((spec, resolved))
 }
 
-pub async fn resolve_target(args: &RunArgs) -> Result<TargetMode> {
-    let external = args.base_url.is_some() || args.host.is_some() || args.port.is_some();
-    if args.virtual_time {
-        if external {
-            bail!("--virtual-time runs the simulator's engine core without a server: drop --base-url/--host/--port");
+/// The target a plan names, started when it is the in-process simulator (the handle stops
+/// it).
+pub async fn resolve_target(choice: &TargetChoice) -> Result<(RunTarget, Option<ShutdownHandle>)> {
+    match choice {
+        TargetChoice::VirtualTime { spec } => {
+            let (spec, resolved) = resolve_sim(spec.as_deref())?;
+            eprintln!("Target: simulator in virtual time ({spec})");
+            Ok((
+                RunTarget::Virtual(VirtualTarget {
+                    sim: Box::new(resolved),
+                    spec,
+                }),
+                None,
+            ))
         }
-        let (spec, resolved) = resolve_sim(args.sim.as_deref())?;
-        eprintln!("Target: simulator in virtual time ({spec})");
-        return Ok(TargetMode::Virtual(Box::new(resolved)));
-    }
-    if external {
-        if args.sim.is_some() {
-            bail!("--sim starts a simulator in-process; it cannot be combined with --base-url/--host/--port");
+        TargetChoice::Server { base_url } => Ok((
+            RunTarget::Http(HttpTarget {
+                base_url: base_url.clone(),
+                sim: None,
+            }),
+            None,
+        )),
+        TargetChoice::Simulator { spec } => {
+            let (spec, resolved) = resolve_sim(spec.as_deref())?;
+            let config = resolved.config_json.clone();
+            let (addr, guard) = spawn_in_process(resolved)
+                .await
+                .context("starting the in-process simulator")?;
+            let url = format!("http://{addr}");
+            eprintln!(
+                "Target: in-process simulator ({spec}) at {url} — pass --base-url to measure a real server"
+            );
+            Ok((
+                RunTarget::Http(HttpTarget {
+                    base_url: url,
+                    sim: Some(SimInfo { spec, config }),
+                }),
+                Some(guard),
+            ))
         }
-        let url = match &args.base_url {
-            Some(u) => servebench_loadgen::target::normalize_base_url(u),
-            None => format!(
-                "http://{}:{}",
-                args.host.as_deref().unwrap_or("127.0.0.1"),
-                args.port.unwrap_or(8000)
-            ),
-        };
-        servebench_loadgen::target::parse_uri(&url)?;
-        return Ok(TargetMode::External(url));
     }
-    let (spec, resolved) = resolve_sim(args.sim.as_deref())?;
-    let config = resolved.config_json.clone();
-    let (addr, guard) = spawn_in_process(resolved)
-        .await
-        .context("starting the in-process simulator")?;
-    let url = format!("http://{addr}");
-    eprintln!(
-        "Target: in-process simulator ({spec}) at {url} — pass --base-url to measure a real server"
-    );
-    Ok(TargetMode::InProcess {
-        url,
-        info: SimInfo { spec, config },
-        guard,
-    })
 }

@@ -13,6 +13,56 @@ use servebench_sim::virtual_time::{
 use servebench_sim::ResolvedSim;
 use servebench_workload::RequestSpec;
 
+use super::executor::{Executor, Workload};
+use super::plan::RunPlan;
+use super::{output, RunOutcome};
+
+/// The simulator's engine core in virtual time: the whole schedule is simulated at once (no
+/// server, no sleeping), then the records go through the same writers as a real run.
+pub struct VirtualTarget {
+    pub sim: Box<ResolvedSim>,
+    /// The `--sim` spec it was resolved from (recorded in results).
+    pub spec: String,
+}
+
+impl Executor for VirtualTarget {
+    async fn measure(
+        &self,
+        plan: &RunPlan,
+        work: Workload,
+        command_line: Vec<String>,
+        _stop: &servebench_loadgen::StopSignal,
+        print: bool,
+    ) -> anyhow::Result<RunOutcome> {
+        let (records, duration_ns, telemetry) =
+            simulate(&self.sim, plan, &work.requests, &work.schedule)?;
+        let model_id = plan
+            .model
+            .clone()
+            .unwrap_or_else(|| self.sim.served_model_name.clone());
+        let report_args = plan.to_args();
+        let (finish, mut sink) =
+            output::Finish::open(&report_args, model_id, &work.tokenizer, command_line, print)?;
+        for r in &records {
+            sink.append(r)?;
+        }
+        let meta = servebench_metrics::result::TargetInfo::simulator(
+            "virtual",
+            &self.spec,
+            output::sim_config(&self.sim.config_json)?,
+        );
+        output::write_results(
+            &finish,
+            &records,
+            duration_ns,
+            None,
+            Some(&telemetry),
+            meta,
+            true,
+        )
+    }
+}
+
 /// Token ids for each request: a shared prefix (the same ids in every request, so the prefix
 /// cache sees the reuse the dataset intends) followed by unique ids, at the dataset's exact
 /// lengths. Ids are drawn from the tokenizer's ordinary (non-special) vocabulary.
@@ -43,18 +93,17 @@ pub fn prompt_ids(sim: &ResolvedSim, requests: &[RequestSpec], seed: u64) -> Vec
 }
 
 /// Run the workload through the engine core in virtual time; one record per request.
-#[allow(clippy::too_many_arguments)]
 pub fn simulate(
     sim: &ResolvedSim,
+    plan: &RunPlan,
     requests: &[RequestSpec],
     schedule: &[u64],
-    max_concurrency: Option<usize>,
-    ignore_eos: bool,
-    seed: u64,
-    num_warmups: usize,
-    cold: bool,
 ) -> anyhow::Result<(Vec<RequestRecord>, u64, ServerTelemetry)> {
-    let ids = prompt_ids(sim, requests, seed);
+    let ignore_eos = plan.ignore_eos();
+    let max_concurrency = plan.traffic.max_concurrency;
+    let num_warmups = plan.traffic.num_warmups;
+    let cold = plan.random.prefix_mode == servebench_workload::PrefixMode::PerRequest;
+    let ids = prompt_ids(sim, requests, plan.seed);
     let arrivals = requests
         .iter()
         .zip(ids)

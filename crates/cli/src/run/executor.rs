@@ -1,0 +1,36 @@
+//! The seam between a plan and what measures it: the HTTP load generator against a server,
+//! or the simulator's engine core in virtual time. Both take the same plan and workload and
+//! leave the same result files.
+
+use anyhow::Result;
+use servebench_loadgen::StopSignal;
+use servebench_tokenizer::Tokenizer;
+use servebench_workload::RequestSpec;
+
+use super::plan::RunPlan;
+use super::RunOutcome;
+
+/// A plan's requests, built and scheduled before anything is sent.
+pub struct Workload {
+    /// One request per schedule entry (cycled to the schedule's length).
+    pub requests: Vec<RequestSpec>,
+    /// Intended send offsets in ns from the run start, non-decreasing.
+    pub schedule: Vec<u64>,
+    /// The tokenizer prompt lengths were counted with.
+    pub tokenizer: Tokenizer,
+}
+
+/// Measures one workload and writes its results.
+// Executors run on the caller's task and are never spawned, so their futures need no `Send`.
+#[allow(async_fn_in_trait)]
+pub trait Executor {
+    /// `print` shows the terminal report and progress notes.
+    async fn measure(
+        &self,
+        plan: &RunPlan,
+        work: Workload,
+        command_line: Vec<String>,
+        stop: &StopSignal,
+        print: bool,
+    ) -> Result<RunOutcome>;
+}

@@ -1,0 +1,176 @@
+//! A plan measured over HTTP: the load generator's dispatcher drives the HTTP client
+//! (`BackendClient`) against a server — an external one or the simulator in-process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use servebench_loadgen::{
+    run_load, warm_up, BackendClient, ClientOptions, LoadSpec, Progress, StopSignal, Target,
+};
+use servebench_workload::PrefixMode;
+
+use super::executor::{Executor, Workload};
+use super::plan::RunPlan;
+use super::target::SimInfo;
+use super::{output, RunOutcome};
+
+/// A server at `base_url`; `sim` when it is a simulator servebench started.
+pub struct HttpTarget {
+    pub base_url: String,
+    pub sim: Option<SimInfo>,
+}
+
+impl Executor for HttpTarget {
+    async fn measure(
+        &self,
+        plan: &RunPlan,
+        work: Workload,
+        command_line: Vec<String>,
+        stop: &StopSignal,
+        print: bool,
+    ) -> Result<RunOutcome> {
+        let Workload {
+            requests,
+            schedule,
+            tokenizer,
+        } = work;
+        let mut target = Target {
+            base_url: self.base_url.clone(),
+            endpoint: plan.endpoint.path.clone(),
+            api: plan.endpoint.api,
+            model: String::new(),
+            headers: plan.headers.clone(),
+            api_key: plan.api_key.clone(),
+            extra_body: plan.extra_body.clone(),
+            ignore_eos: plan.ignore_eos(),
+        };
+        let model_id = match &plan.model {
+            Some(m) => m.clone(),
+            None => {
+                let m = servebench_loadgen::probe::first_model(&target, Duration::from_secs(30))
+                    .await?;
+                if print {
+                    eprintln!("Model not specified; using the server's first model: {m}");
+                }
+                m
+            }
+        };
+        target.model = plan
+            .served_model_name
+            .clone()
+            .unwrap_or_else(|| model_id.clone());
+
+        let client = Arc::new(BackendClient::new(
+            target,
+            ClientOptions {
+                request_timeout: plan.request_timeout,
+                keep_text: plan.report.save_detailed,
+                tokenizer: Some(tokenizer.clone()),
+            },
+        )?);
+        let prepared: Vec<_> = requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| client.prepare(i as u64, &r.prompt, r.prompt_tokens, r.max_tokens))
+            .collect();
+
+        if let Some(timeout) = plan.ready_check_timeout {
+            output::ready_check(&client, &prepared[0], timeout, stop).await?;
+        }
+        let warmups = plan.traffic.num_warmups;
+        if warmups > 0 {
+            if print {
+                eprintln!("Warming up with {warmups} requests...");
+            }
+            let ok = warm_up(
+                Arc::clone(&client),
+                prepared[0].clone(),
+                warmups,
+                plan.traffic.max_concurrency,
+                stop,
+            )
+            .await;
+            if print {
+                eprintln!("Warm-up completed ({ok}/{warmups} succeeded).");
+            }
+        }
+
+        // Cold prefixes must stay cold: the warm-up request's prefix would otherwise be cached
+        // for the first measured request. Best effort: not every server has the endpoint.
+        if warmups > 0 && plan.random.prefix_mode == PrefixMode::PerRequest {
+            let status = servebench_loadgen::probe::post_status(
+                client.target(),
+                "/reset_prefix_cache",
+                Duration::from_secs(10),
+            )
+            .await;
+            if print && !matches!(status, Ok(200)) {
+                eprintln!("note: the server did not reset its prefix cache after warm-up; the first request may hit the cache");
+            }
+        }
+        let report_args = plan.to_args();
+        let (finish, sink) =
+            output::Finish::open(&report_args, model_id, &tokenizer, command_line, print)?;
+        if print {
+            print_traffic(plan);
+        }
+        let spec = LoadSpec {
+            schedule,
+            max_concurrency: plan.traffic.max_concurrency,
+            progress: plan.report.progress.then(|| Progress {
+                total: Some(prepared.len()),
+                label: "run".into(),
+            }),
+            scrape_every: Some(Duration::from_secs(1)),
+        };
+        let outcome = run_load(
+            Arc::clone(&client),
+            prepared,
+            spec,
+            Some(sink),
+            stop.clone(),
+        )
+        .await?;
+        if let Some(e) = &outcome.write_error {
+            eprintln!(
+                "warning: writing {} failed: {e}",
+                finish.jsonl_path.display()
+            );
+        }
+        let server = output::ServerInfo::fetch(client.target(), self.sim.clone()).await;
+        let simulated = server.sim.is_some();
+        let meta = server.target_info(&client.target().base_url)?;
+        output::write_results(
+            &finish,
+            &outcome.records,
+            outcome.duration_ns,
+            Some(&outcome),
+            outcome.telemetry.as_ref(),
+            meta,
+            simulated,
+        )
+    }
+}
+
+fn print_traffic(plan: &RunPlan) {
+    let t = &plan.traffic;
+    if let Some((s, a, b)) = t.ramp_up.map(|r| r.described()) {
+        eprintln!("Traffic ramp-up strategy: {s}, from {a} to {b} RPS over the run.");
+    } else {
+        eprintln!(
+            "Traffic request rate: {}",
+            super::options::python_float(t.request_rate)
+        );
+    }
+    let dist = if t.burstiness == 1.0 {
+        "Poisson process"
+    } else {
+        "Gamma distribution"
+    };
+    eprintln!("Burstiness factor: {} ({dist})", t.burstiness);
+    match t.max_concurrency {
+        Some(c) => eprintln!("Maximum request concurrency: {c}"),
+        None => eprintln!("Maximum request concurrency: None"),
+    }
+}

@@ -1,0 +1,640 @@
+//! `RunPlan`: everything one measured run needs, validated once from the `servebench run`
+//! flags. Nothing downstream parses a flag again: `run`, `--repeat`, matrix rows and sweep
+//! points all hand a `RunPlan` to `execute`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use http::{HeaderName, HeaderValue};
+use serde_json::{Map, Value};
+use servebench_loadgen::ApiKind;
+use servebench_metrics::summary::Slo;
+use servebench_workload::{PrefixMode, RampUpStrategy};
+
+use super::args::{self, DatasetName, PrefixModeArg, RampUp as RampArg, RunArgs};
+use super::options;
+
+/// vLLM's `--backend` (the API flavour a run speaks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiFlavor {
+    /// `/v1/completions` (OpenAI-compatible).
+    Openai,
+    /// The same API under vLLM's name.
+    Vllm,
+    /// `/v1/chat/completions`.
+    OpenaiChat,
+}
+
+impl ApiFlavor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiFlavor::Openai => "openai",
+            ApiFlavor::Vllm => "vllm",
+            ApiFlavor::OpenaiChat => "openai-chat",
+        }
+    }
+}
+
+/// Which server a run measures.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TargetChoice {
+    /// A server at this (normalized) base URL.
+    Server { base_url: String },
+    /// The simulator, started in-process (`None`: the default simulator).
+    Simulator { spec: Option<String> },
+    /// The simulator's engine core in virtual time.
+    VirtualTime { spec: Option<String> },
+}
+
+/// The endpoint requests go to and the API it speaks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    pub flavor: ApiFlavor,
+    pub path: String,
+    pub api: ApiKind,
+}
+
+/// Where prompts come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DatasetChoice {
+    /// Synthetic prompts at the lengths of [`RandomShape`].
+    Random,
+    /// ShareGPT conversations; `output_len` replaces the dataset's lengths.
+    ShareGpt {
+        path: PathBuf,
+        output_len: Option<u64>,
+    },
+    /// A custom JSONL file; `output_len` −1 keeps the file's own lengths.
+    Custom { path: PathBuf, output_len: i64 },
+}
+
+impl DatasetChoice {
+    /// vLLM's `--dataset-name`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            DatasetChoice::Random => "random",
+            DatasetChoice::ShareGpt { .. } => "sharegpt",
+            DatasetChoice::Custom { .. } => "custom",
+        }
+    }
+
+    pub fn path(&self) -> Option<&PathBuf> {
+        match self {
+            DatasetChoice::Random => None,
+            DatasetChoice::ShareGpt { path, .. } | DatasetChoice::Custom { path, .. } => Some(path),
+        }
+    }
+}
+
+/// The random dataset's lengths (recorded in every result, as vLLM does).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RandomShape {
+    /// Tokens after the prefix (`--random-input-len`, or `--input-len`).
+    pub input_len: u64,
+    pub output_len: u64,
+    pub range_ratio: f64,
+    pub prefix_len: u64,
+    pub prefix_mode: PrefixMode,
+}
+
+/// A rate that grows over the run instead of `--request-rate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RampUpPlan {
+    pub strategy: RampUpStrategy,
+    pub start_rps: u64,
+    pub end_rps: u64,
+}
+
+impl RampUpPlan {
+    /// The form result files and file names use: `("linear", 1, 10)`.
+    pub fn described(&self) -> (String, u64, u64) {
+        let name = match self.strategy {
+            RampUpStrategy::Linear => "linear",
+            RampUpStrategy::Exponential => "exponential",
+        };
+        (name.to_owned(), self.start_rps, self.end_rps)
+    }
+}
+
+/// How requests arrive.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Traffic {
+    /// Requests per second; infinite sends everything at time 0.
+    pub request_rate: f64,
+    pub burstiness: f64,
+    pub ramp_up: Option<RampUpPlan>,
+    pub max_concurrency: Option<usize>,
+    pub num_warmups: usize,
+    /// Run by time instead of by count (seconds, as given).
+    pub duration_s: Option<f64>,
+}
+
+/// What a run reports and where its files go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportPlan {
+    pub percentile_metrics: Vec<String>,
+    pub metric_percentiles: Vec<f64>,
+    pub goodput: Vec<Slo>,
+    pub metadata: Vec<(String, String)>,
+    pub save_result: bool,
+    pub save_detailed: bool,
+    pub append_result: bool,
+    pub result_dir: Option<PathBuf>,
+    pub result_filename: Option<String>,
+    pub label: Option<String>,
+    /// Live progress while the load runs.
+    pub progress: bool,
+    pub output_dir: PathBuf,
+}
+
+/// One measured run, validated.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    pub target: TargetChoice,
+    pub endpoint: Endpoint,
+    /// `--model`; `None` asks the server for its first model.
+    pub model: Option<String>,
+    pub served_model_name: Option<String>,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    pub api_key: Option<String>,
+    pub ready_check_timeout: Option<Duration>,
+    pub request_timeout: Option<Duration>,
+    /// `--tokenizer`; `None` is the built-in tokenizer.
+    pub tokenizer: Option<String>,
+    pub dataset: DatasetChoice,
+    pub random: RandomShape,
+    pub num_prompts: usize,
+    pub seed: u64,
+    pub traffic: Traffic,
+    /// `--ignore-eos` as given (see [`RunPlan::ignore_eos`]).
+    pub ignore_eos_flag: bool,
+    /// Sampling flags and `--extra-body`, merged into every request body.
+    pub extra_body: Map<String, Value>,
+    pub report: ReportPlan,
+    /// `--repeat`: how many times the whole measurement runs.
+    pub repeat: u32,
+}
+
+impl RunPlan {
+    /// Validate `servebench run` flags into a plan. Every flag error surfaces here.
+    pub fn from_args(a: &RunArgs) -> Result<RunPlan> {
+        let ramp_up = ramp_up(a)?;
+        let percentile_metrics = options::percentile_metrics(a.percentile_metrics.as_deref())?;
+        let metric_percentiles = options::metric_percentiles(&a.metric_percentiles)?;
+        let goodput = options::goodput(&a.goodput)?;
+        let metadata = options::key_values("--metadata", &a.metadata)?;
+        let headers = options::headers(&a.header)?;
+        let extra_body = options::extra_body(a)?;
+        let traffic = Traffic {
+            request_rate: a.request_rate,
+            burstiness: a.burstiness,
+            ramp_up,
+            max_concurrency: a.max_concurrency,
+            num_warmups: a.num_warmups,
+            duration_s: a.duration,
+        };
+        check_traffic(&traffic)?;
+        let target = target(a)?;
+        let dataset = dataset(a)?;
+        check_duration(&traffic)?;
+        let endpoint = endpoint(a, &target)?;
+        Ok(RunPlan {
+            target,
+            endpoint,
+            model: a.model.clone(),
+            served_model_name: a.served_model_name.clone(),
+            headers,
+            api_key: a.api_key.clone(),
+            ready_check_timeout: (a.ready_check_timeout_sec > 0)
+                .then(|| Duration::from_secs(a.ready_check_timeout_sec)),
+            request_timeout: a.request_timeout.map(Duration::from_secs_f64),
+            tokenizer: a.tokenizer.clone(),
+            dataset,
+            random: RandomShape {
+                input_len: a.input_len.unwrap_or(a.random_input_len),
+                output_len: a
+                    .output_len
+                    .map(|v| v.max(0) as u64)
+                    .unwrap_or(a.random_output_len),
+                range_ratio: a.random_range_ratio,
+                prefix_len: a.random_prefix_len,
+                prefix_mode: match a.random_prefix_mode {
+                    PrefixModeArg::Shared => PrefixMode::Shared,
+                    PrefixModeArg::PerRequest => PrefixMode::PerRequest,
+                },
+            },
+            num_prompts: a.num_prompts,
+            seed: a.seed,
+            traffic,
+            ignore_eos_flag: a.ignore_eos,
+            extra_body,
+            report: ReportPlan {
+                percentile_metrics,
+                metric_percentiles,
+                goodput,
+                metadata,
+                save_result: a.save_result,
+                save_detailed: a.save_detailed,
+                append_result: a.append_result,
+                result_dir: a.result_dir.clone(),
+                result_filename: a.result_filename.clone(),
+                label: a.label.clone(),
+                progress: !a.disable_tqdm,
+                output_dir: a.output_dir.clone(),
+            },
+            repeat: a.repeat,
+        })
+    }
+
+    /// Checks of the values matrix rows and sweep points change after validation (rate,
+    /// concurrency cap, ramp-up, duration), with the flags' messages.
+    pub fn check(&self) -> Result<()> {
+        if self.traffic.ramp_up.is_some() && self.traffic.request_rate.is_finite() {
+            bail!("when using ramp-up, do not specify --request-rate: the rate is controlled by the ramp-up parameters");
+        }
+        check_traffic(&self.traffic)?;
+        check_duration(&self.traffic)
+    }
+
+    /// vLLM: the random dataset ignores EOS so generations run to the requested length.
+    pub fn ignore_eos(&self) -> bool {
+        self.ignore_eos_flag || self.dataset == DatasetChoice::Random
+    }
+
+    pub fn is_virtual(&self) -> bool {
+        matches!(self.target, TargetChoice::VirtualTime { .. })
+    }
+
+    /// The plan as `servebench run` flags: the form the result writers read their fields
+    /// from. `RunPlan::from_args(&plan.to_args())` gives the plan back.
+    pub fn to_args(&self) -> RunArgs {
+        let (base_url, sim, virtual_time) = match &self.target {
+            TargetChoice::Server { base_url } => (Some(base_url.clone()), None, false),
+            TargetChoice::Simulator { spec } => (None, spec.clone(), false),
+            TargetChoice::VirtualTime { spec } => (None, spec.clone(), true),
+        };
+        let (dataset_name, dataset_path, sharegpt_output_len, custom_output_len) =
+            match &self.dataset {
+                DatasetChoice::Random => (DatasetName::Random, None, None, 256),
+                DatasetChoice::ShareGpt { path, output_len } => {
+                    (DatasetName::Sharegpt, Some(path.clone()), *output_len, 256)
+                }
+                DatasetChoice::Custom { path, output_len } => {
+                    (DatasetName::Custom, Some(path.clone()), None, *output_len)
+                }
+            };
+        let t = &self.traffic;
+        let r = &self.report;
+        RunArgs {
+            backend: match self.endpoint.flavor {
+                ApiFlavor::Openai => args::Backend::Openai,
+                ApiFlavor::Vllm => args::Backend::Vllm,
+                ApiFlavor::OpenaiChat => args::Backend::OpenaiChat,
+            },
+            base_url,
+            host: None,
+            port: None,
+            endpoint: Some(self.endpoint.path.clone()),
+            model: self.model.clone(),
+            served_model_name: self.served_model_name.clone(),
+            header: self
+                .headers
+                .iter()
+                .map(|(k, v)| format!("{k}={}", String::from_utf8_lossy(v.as_bytes())))
+                .collect(),
+            api_key: self.api_key.clone(),
+            ready_check_timeout_sec: self.ready_check_timeout.map_or(0, |d| d.as_secs()),
+            request_timeout: self.request_timeout.map(|d| d.as_secs_f64()),
+            sim,
+            virtual_time,
+            tokenizer: self.tokenizer.clone(),
+            dataset_name,
+            dataset_path,
+            num_prompts: self.num_prompts,
+            seed: self.seed,
+            input_len: None,
+            output_len: None,
+            random_input_len: self.random.input_len,
+            random_output_len: self.random.output_len,
+            random_range_ratio: self.random.range_ratio,
+            random_prefix_len: self.random.prefix_len,
+            random_prefix_mode: match self.random.prefix_mode {
+                PrefixMode::Shared => PrefixModeArg::Shared,
+                PrefixMode::PerRequest => PrefixModeArg::PerRequest,
+            },
+            sharegpt_output_len,
+            custom_output_len,
+            request_rate: t.request_rate,
+            burstiness: t.burstiness,
+            max_concurrency: t.max_concurrency,
+            ramp_up_strategy: t.ramp_up.map(|r| match r.strategy {
+                RampUpStrategy::Linear => RampArg::Linear,
+                RampUpStrategy::Exponential => RampArg::Exponential,
+            }),
+            ramp_up_start_rps: t.ramp_up.map(|r| r.start_rps),
+            ramp_up_end_rps: t.ramp_up.map(|r| r.end_rps),
+            num_warmups: t.num_warmups,
+            duration: t.duration_s,
+            ignore_eos: self.ignore_eos_flag,
+            temperature: None,
+            top_p: None,
+            top_k: None,
+            min_p: None,
+            frequency_penalty: None,
+            presence_penalty: None,
+            repetition_penalty: None,
+            // The merged body goes back whole through --extra-body (merged last), which
+            // reproduces it whatever mix of sampling flags built it.
+            extra_body: (!self.extra_body.is_empty())
+                .then(|| Value::Object(self.extra_body.clone()).to_string()),
+            percentile_metrics: Some(r.percentile_metrics.join(",")),
+            metric_percentiles: r
+                .metric_percentiles
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            goodput: r
+                .goodput
+                .iter()
+                .map(|g| format!("{}:{}", g.metric.as_str(), g.threshold_ms))
+                .collect(),
+            save_result: r.save_result,
+            save_detailed: r.save_detailed,
+            append_result: r.append_result,
+            result_dir: r.result_dir.clone(),
+            result_filename: r.result_filename.clone(),
+            metadata: r.metadata.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            label: r.label.clone(),
+            disable_tqdm: !r.progress,
+            repeat: self.repeat,
+            output_dir: r.output_dir.clone(),
+        }
+    }
+}
+
+fn ramp_up(a: &RunArgs) -> Result<Option<RampUpPlan>> {
+    Ok(
+        options::check_ramp_up(a)?.map(|(name, start_rps, end_rps)| RampUpPlan {
+            strategy: if name == "exponential" {
+                RampUpStrategy::Exponential
+            } else {
+                RampUpStrategy::Linear
+            },
+            start_rps,
+            end_rps,
+        }),
+    )
+}
+
+fn check_traffic(t: &Traffic) -> Result<()> {
+    if t.max_concurrency == Some(0) {
+        bail!("--max-concurrency must be greater than 0");
+    }
+    if t.burstiness.is_nan() || t.burstiness <= 0.0 {
+        bail!(
+            "--burstiness must be positive (1 = Poisson), got {}",
+            t.burstiness
+        );
+    }
+    if t.request_rate.is_nan() || t.request_rate <= 0.0 {
+        bail!(
+            "--request-rate must be positive or inf, got {}",
+            t.request_rate
+        );
+    }
+    Ok(())
+}
+
+fn check_duration(t: &Traffic) -> Result<()> {
+    if let Some(secs) = t.duration_s {
+        if secs.is_nan() || secs <= 0.0 || !secs.is_finite() {
+            bail!("--duration must be a positive number of seconds");
+        }
+        if t.request_rate.is_infinite() && t.ramp_up.is_none() {
+            bail!("--duration needs a finite --request-rate (with an infinite rate every request would arrive at once)");
+        }
+    }
+    Ok(())
+}
+
+fn target(a: &RunArgs) -> Result<TargetChoice> {
+    let external = a.base_url.is_some() || a.host.is_some() || a.port.is_some();
+    if a.virtual_time {
+        if external {
+            bail!("--virtual-time runs the simulator's engine core without a server: drop --base-url/--host/--port");
+        }
+        return Ok(TargetChoice::VirtualTime {
+            spec: a.sim.clone(),
+        });
+    }
+    if !external {
+        return Ok(TargetChoice::Simulator {
+            spec: a.sim.clone(),
+        });
+    }
+    if a.sim.is_some() {
+        bail!("--sim starts a simulator in-process; it cannot be combined with --base-url/--host/--port");
+    }
+    let base_url = match &a.base_url {
+        Some(u) => servebench_loadgen::target::normalize_base_url(u),
+        None => format!(
+            "http://{}:{}",
+            a.host.as_deref().unwrap_or("127.0.0.1"),
+            a.port.unwrap_or(8000)
+        ),
+    };
+    servebench_loadgen::target::parse_uri(&base_url)?;
+    Ok(TargetChoice::Server { base_url })
+}
+
+fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
+    Ok(match a.dataset_name {
+        DatasetName::Random => {
+            if let Some(p) = &a.dataset_path {
+                bail!("cannot use the random dataset with --dataset-path {}: pick --dataset-name sharegpt or custom", p.display());
+            }
+            if matches!(a.output_len, Some(v) if v < 0) {
+                bail!("--output-len must be non-negative for the random dataset")
+            }
+            DatasetChoice::Random
+        }
+        DatasetName::Sharegpt => DatasetChoice::ShareGpt {
+            path: a
+                .dataset_path
+                .clone()
+                .context("--dataset-name sharegpt needs --dataset-path FILE.json")?,
+            output_len: match a.output_len {
+                Some(v) if v >= 0 => Some(v as u64),
+                _ => a.sharegpt_output_len,
+            },
+        },
+        DatasetName::Custom => DatasetChoice::Custom {
+            path: a
+                .dataset_path
+                .clone()
+                .context("--dataset-name custom needs --dataset-path FILE.jsonl")?,
+            output_len: a.output_len.unwrap_or(a.custom_output_len),
+        },
+    })
+}
+
+fn endpoint(a: &RunArgs, target: &TargetChoice) -> Result<Endpoint> {
+    let flavor = match a.backend {
+        args::Backend::Openai => ApiFlavor::Openai,
+        args::Backend::Vllm => ApiFlavor::Vllm,
+        args::Backend::OpenaiChat => ApiFlavor::OpenaiChat,
+    };
+    let path = a.endpoint.clone().unwrap_or_else(|| match flavor {
+        ApiFlavor::OpenaiChat => "/v1/chat/completions".into(),
+        _ => "/v1/completions".into(),
+    });
+    let api = servebench_loadgen::client::api_for_endpoint(&path);
+    // The engine core in virtual time takes token ids, not an API: the endpoint is unused.
+    let virtual_time = matches!(target, TargetChoice::VirtualTime { .. });
+    if !virtual_time && (flavor == ApiFlavor::OpenaiChat) != (api == ApiKind::Chat) {
+        bail!(
+            "--backend {} does not match --endpoint {path}: use openai-chat with /v1/chat/completions and openai/vllm with /v1/completions",
+            flavor.as_str()
+        );
+    }
+    Ok(Endpoint { flavor, path, api })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn plan(flags: &[&str]) -> Result<RunPlan> {
+        RunPlan::from_args(&RunArgs::from_flags(flags).map_err(anyhow::Error::msg)?)
+    }
+
+    #[test]
+    fn defaults_are_vllms() {
+        let p = plan(&[]).unwrap();
+        assert_eq!(p.target, TargetChoice::Simulator { spec: None });
+        assert_eq!(p.endpoint.path, "/v1/completions");
+        assert_eq!(p.dataset, DatasetChoice::Random);
+        assert!(p.ignore_eos());
+        assert!(p.traffic.request_rate.is_infinite());
+        assert_eq!(p.report.metric_percentiles, vec![99.0]);
+        assert_eq!(p.report.percentile_metrics, vec!["ttft", "tpot", "itl"]);
+        assert_eq!((p.random.input_len, p.random.output_len), (1024, 128));
+    }
+
+    #[test]
+    fn errors_keep_the_flag_messages() {
+        let msg = |f: &[&str]| plan(f).unwrap_err().to_string();
+        assert!(
+            msg(&["--max-concurrency", "0"]).contains("--max-concurrency must be greater than 0")
+        );
+        assert!(msg(&["--request-rate", "0"]).contains("--request-rate must be positive"));
+        assert!(msg(&["--virtual-time", "--port", "1"]).contains("--virtual-time runs"));
+        assert!(msg(&["--dataset-name", "sharegpt"]).contains("needs --dataset-path"));
+        assert!(msg(&["--duration", "5"]).contains("--duration needs a finite --request-rate"));
+        assert!(msg(&[
+            "--backend",
+            "openai-chat",
+            "--endpoint",
+            "/v1/completions",
+            "--base-url",
+            "http://h:1"
+        ])
+        .contains("does not match --endpoint"));
+        assert!(msg(&["--output-len=-1"]).contains("non-negative"));
+        // The engine core takes no endpoint, so a mismatch does not matter there.
+        assert!(plan(&[
+            "--backend",
+            "openai-chat",
+            "--endpoint",
+            "/v1/completions",
+            "--virtual-time"
+        ])
+        .is_ok());
+    }
+
+    #[test]
+    fn to_args_gives_the_same_plan_back() {
+        let flags = [
+            "--base-url",
+            "http://gpu:8000/",
+            "--backend",
+            "openai-chat",
+            "--header",
+            "x-a=1",
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            "d.jsonl",
+            "--custom-output-len",
+            "-1",
+            "--request-rate",
+            "2.5",
+            "--burstiness",
+            "0.5",
+            "--max-concurrency",
+            "4",
+            "--temperature",
+            "0",
+            "--extra-body",
+            "{\"seed\": 3}",
+            "--goodput",
+            "ttft:500",
+            "itl:12.5",
+            "--metric-percentiles",
+            "50,99.9",
+            "--metadata",
+            "a=b=c",
+            "--percentile-metrics",
+            "ttft,e2el",
+            "--label",
+            "x",
+            "--seed",
+            "9",
+            "--disable-tqdm",
+            "--ready-check-timeout-sec",
+            "3",
+            "--request-timeout",
+            "1.5",
+        ];
+        let p = plan(&flags).unwrap();
+        let back = RunPlan::from_args(&p.to_args()).unwrap();
+        assert_eq!(format!("{p:?}"), format!("{back:?}"));
+        let ramp = plan(&[
+            "--ramp-up-strategy",
+            "exponential",
+            "--ramp-up-start-rps",
+            "1",
+            "--ramp-up-end-rps",
+            "8",
+            "--input-len",
+            "77",
+        ])
+        .unwrap();
+        let back = RunPlan::from_args(&ramp.to_args()).unwrap();
+        assert_eq!(format!("{ramp:?}"), format!("{back:?}"));
+        assert_eq!(back.random.input_len, 77);
+    }
+
+    #[test]
+    fn check_catches_a_rate_set_beside_a_ramp() {
+        let mut p = plan(&[
+            "--ramp-up-strategy",
+            "linear",
+            "--ramp-up-start-rps",
+            "1",
+            "--ramp-up-end-rps",
+            "8",
+        ])
+        .unwrap();
+        p.check().unwrap();
+        p.traffic.request_rate = 4.0;
+        assert!(p
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("do not specify --request-rate"));
+    }
+}
