@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use servebench_loadgen::scripted::{sse_body, StreamSpec};
+use servebench_testserver::{sse_body, StreamSpec};
 use servebench_loadgen::stream::StreamState;
 use servebench_loadgen::ApiKind;
 use servebench_metrics::{CountSource, RequestRecord};

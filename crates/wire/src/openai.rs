@@ -720,6 +720,25 @@ impl ErrorResponse {
             },
         }
     }
+
+    /// The body a server answers `status` with: the `type` from
+    /// [`error_type_for_status`](crate::protocol::error_type_for_status), and the offending
+    /// request field, if one.
+    pub fn for_status(status: u16, message: impl Into<String>, param: Option<&str>) -> Self {
+        let mut e = ErrorResponse::new(
+            status,
+            crate::protocol::error_type_for_status(status),
+            message,
+        );
+        e.error.param = param.map(str::to_owned);
+        e
+    }
+
+    /// The serialized body, keys in vLLM's order: `{"error":{"message","type","param","code"}}`.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Strings, an optional string and an integer: serializing cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
 }
 
 impl<'de> Deserialize<'de> for ErrorResponse {

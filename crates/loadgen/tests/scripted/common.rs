@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use servebench_loadgen::scripted::{RequestLog, ScriptedServer};
+use servebench_testserver::{RequestLog, ScriptedServer};
 use servebench_loadgen::{
     run_load, ApiKind, BackendClient, ClientOptions, LoadOutcome, LoadSpec, Prepared, StopSignal,
     Target,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use servebench_loadgen::scripted::{Fault, Script, ScriptedServer, Trigger};
+use servebench_testserver::{Fault, Script, ScriptedServer, Trigger};
 use servebench_loadgen::{ApiKind, ClientOptions, StopSignal};
 use servebench_metrics::FailureKind;
 

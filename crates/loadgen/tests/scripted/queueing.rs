@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use servebench_loadgen::scripted::{Script, ScriptedServer};
+use servebench_testserver::{Script, ScriptedServer};
 use servebench_loadgen::{ApiKind, ClientOptions, StopSignal};
 
 use crate::common::*;
