@@ -8,14 +8,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde::Deserialize;
-use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use servebench_wire::openai::ErrorResponse;
+use servebench_wire::openai::{
+    ChatCompletionRequest, CompletionRequest, ErrorResponse, MessageContent, ModelCard, ModelList,
+    Prompt,
+};
+use servebench_wire::protocol::REQUEST_ID_HEADER;
 
 use crate::log::{LogStore, Outcome, PendingLog, RequestLog};
 use crate::plan::{plan_stream, Plan, Step, StreamSpec};
@@ -299,7 +301,7 @@ async fn read_request(
             content_length = value
                 .parse()
                 .map_err(|_| ReadError::Bad(400, format!("invalid content-length {value:?}")))?;
-        } else if name.eq_ignore_ascii_case("x-request-id") {
+        } else if name.eq_ignore_ascii_case(REQUEST_ID_HEADER) {
             request_id = Some(value.to_owned());
         } else if name.eq_ignore_ascii_case("connection") {
             close = value.eq_ignore_ascii_case("close");
@@ -343,50 +345,73 @@ async fn read_request(
     }))
 }
 
-/// The fields of a generation request the script looks at.
-#[derive(Deserialize)]
-struct GenerationRequest {
-    #[serde(default)]
-    stream: bool,
-    #[serde(default)]
-    max_tokens: Option<u64>,
-    #[serde(default)]
-    max_completion_tokens: Option<u64>,
-    #[serde(default)]
-    stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    prompt: Option<Value>,
-    #[serde(default)]
-    messages: Option<Vec<Value>>,
-}
-
-#[derive(Deserialize)]
-struct StreamOptions {
-    #[serde(default)]
-    include_usage: bool,
+/// A generation request, as wire reads the body of its endpoint.
+enum GenerationRequest {
+    Completions(CompletionRequest),
+    Chat(ChatCompletionRequest),
 }
 
 impl GenerationRequest {
+    fn parse(path: &str, body: &[u8]) -> serde_json::Result<Self> {
+        Ok(if path.contains("chat") {
+            GenerationRequest::Chat(serde_json::from_slice(body)?)
+        } else {
+            GenerationRequest::Completions(serde_json::from_slice(body)?)
+        })
+    }
+
+    fn stream(&self) -> bool {
+        match self {
+            GenerationRequest::Completions(r) => r.stream,
+            GenerationRequest::Chat(r) => r.stream,
+        }
+        .unwrap_or(false)
+    }
+
+    fn include_usage(&self) -> bool {
+        match self {
+            GenerationRequest::Completions(r) => r.stream_options,
+            GenerationRequest::Chat(r) => r.stream_options,
+        }
+        .and_then(|o| o.include_usage)
+        .unwrap_or(false)
+    }
+
+    /// `max_completion_tokens` or `max_tokens` (a negative cap counts as none).
+    fn max_tokens(&self) -> Option<u64> {
+        match self {
+            GenerationRequest::Completions(r) => r.max_tokens,
+            GenerationRequest::Chat(r) => r.effective_max_tokens(),
+        }
+        .and_then(|n| u64::try_from(n).ok())
+    }
+
     /// Prompt length for `usage`: whitespace-separated words of the prompt text (an
     /// approximation; the server has no tokenizer).
     fn prompt_words(&self) -> u64 {
-        fn words(v: &Value) -> u64 {
-            match v {
-                Value::String(s) => s.split_whitespace().count() as u64,
-                Value::Array(a) => a.iter().map(words).sum(),
-                Value::Object(o) => o.get("text").map(words).unwrap_or(0),
-                _ => 0,
-            }
+        fn words(s: &str) -> u64 {
+            s.split_whitespace().count() as u64
         }
-        let prompt = self.prompt.as_ref().map(words).unwrap_or(0);
-        let messages: u64 = self
-            .messages
-            .iter()
-            .flatten()
-            .filter_map(|m| m.get("content"))
-            .map(words)
-            .sum();
-        prompt + messages
+        match self {
+            GenerationRequest::Completions(r) => match &r.prompt {
+                Some(Prompt::Text(t)) => words(t),
+                Some(Prompt::TextBatch(v)) => v.iter().map(|t| words(t)).sum(),
+                _ => 0,
+            },
+            GenerationRequest::Chat(r) => r
+                .messages
+                .iter()
+                .map(|m| match &m.content {
+                    Some(MessageContent::Text(t)) => words(t),
+                    Some(MessageContent::Parts(parts)) => parts
+                        .iter()
+                        .filter_map(|p| p.text.as_deref())
+                        .map(words)
+                        .sum(),
+                    None => 0,
+                })
+                .sum(),
+        }
     }
 }
 
@@ -412,18 +437,18 @@ async fn respond(stream: &mut TcpStream, shared: &Arc<Shared>, req: Request) -> 
             Ok(next)
         }
         ("GET", _) if req.path == "/v1/models" => {
-            let body = serde_json::json!({
-                "object": "list",
-                "data": [{
-                    "id": shared.script.model,
-                    "object": "model",
-                    "created": shared.created,
-                    "owned_by": "vllm",
-                    "root": shared.script.model,
-                    "parent": null,
-                    "max_model_len": 131072,
+            let body = ModelList {
+                object: "list".to_owned(),
+                data: vec![ModelCard {
+                    id: shared.script.model.clone(),
+                    object: "model".to_owned(),
+                    created: shared.created,
+                    owned_by: "vllm".to_owned(),
+                    root: Some(shared.script.model.clone()),
+                    parent: None,
+                    max_model_len: Some(131_072),
                 }],
-            });
+            };
             let body = serde_json::to_vec(&body).map_err(io::Error::other)?;
             write_response(
                 stream,
@@ -490,7 +515,7 @@ async fn generate(
     let close = next == Next::Close;
     let rid = req.request_id.as_deref();
 
-    let parsed: GenerationRequest = match serde_json::from_slice(&req.body) {
+    let parsed = match GenerationRequest::parse(&req.path, &req.body) {
         Ok(p) => p,
         Err(e) => {
             let body = error_body(400, &format!("the request body is not valid JSON: {e}"));
@@ -507,7 +532,7 @@ async fn generate(
             .await;
         }
     };
-    if !parsed.stream {
+    if !parsed.stream() {
         let body = error_body(
             400,
             "this scripted server only streams: set \"stream\": true",
@@ -524,7 +549,7 @@ async fn generate(
         )
         .await;
     }
-    let max_tokens = parsed.max_completion_tokens.or(parsed.max_tokens);
+    let max_tokens = parsed.max_tokens();
     pending.entry.max_tokens = max_tokens;
     let fault = script.fault_for(index, rid).cloned();
     pending.entry.fault = fault.as_ref().map(|f| f.name().to_owned());
@@ -562,10 +587,7 @@ async fn generate(
         tokens_per_event: script.tokens_per_event.max(1),
         first_token_delay: script.first_token_delay,
         inter_token_interval: script.inter_token_interval,
-        include_usage: parsed
-            .stream_options
-            .as_ref()
-            .is_some_and(|o| o.include_usage),
+        include_usage: parsed.include_usage(),
         prompt_tokens: parsed.prompt_words(),
         finish_reason: if max_tokens == Some(tokens) {
             "length"
@@ -668,7 +690,8 @@ async fn write_response(
 fn push_common_headers(out: &mut Vec<u8>, request_id: Option<&str>, close: bool) {
     out.extend_from_slice(b"server: servebench-scripted\r\n");
     if let Some(id) = request_id {
-        out.extend_from_slice(b"x-request-id: ");
+        out.extend_from_slice(REQUEST_ID_HEADER.as_bytes());
+        out.extend_from_slice(b": ");
         out.extend_from_slice(id.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
