@@ -23,11 +23,11 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use servebench_testserver::{
-    compare_to_log, read_log_jsonl, write_log_jsonl, ErrorStats, Script, ScriptedServer,
-};
 use servebench_loadgen::{
     run_load, warm_up, ApiKind, BackendClient, ClientOptions, LoadSpec, StopSignal, Target,
+};
+use servebench_testserver::{
+    compare_to_log, read_log_jsonl, write_log_jsonl, ErrorStats, Script, ScriptedServer,
 };
 
 type Flags = HashMap<String, String>;

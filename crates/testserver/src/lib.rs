@@ -29,7 +29,7 @@ pub use accuracy::{compare_to_log, Accuracy, ErrorStats};
 pub use log::{read_log_jsonl, write_log_jsonl, Outcome, RequestLog};
 pub use plan::{sse_body, StreamSpec};
 pub use script::{ChunkShape, Fault, FaultRule, OutputLength, Script, Trigger};
-pub use server::{error_body, ScriptedServer};
 pub use servebench_wire::protocol::{
     DEFAULT_COMPLETION_MAX_TOKENS as DEFAULT_MAX_TOKENS, REQUEST_ID_PREFIX,
 };
+pub use server::{error_body, ScriptedServer};

@@ -151,5 +151,4 @@ mod tests {
         assert_eq!(back, vec![entry]);
         assert_eq!(back[0].record_id(), Some(41));
     }
-
 }

@@ -424,5 +424,4 @@ mod tests {
         );
         assert!(matches!(stall.steps[1], Step::Stall(d) if d == Duration::from_secs(3)));
     }
-
 }

@@ -273,5 +273,4 @@ mod tests {
             .count();
         assert_eq!(hits, again);
     }
-
 }

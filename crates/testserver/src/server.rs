@@ -821,5 +821,4 @@ mod tests {
         let parsed: servebench_wire::openai::ErrorResponse = serde_json::from_str(&body).unwrap();
         assert_eq!(parsed.error.message, "max_tokens is too large");
     }
-
 }

@@ -200,10 +200,15 @@ fn usage_json(out: &mut Vec<u8>, u: &Usage) {
     let _ = write!(
         Bytes(out),
         r#"{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{}"#,
-        u.prompt_tokens, u.total_tokens, u.completion_tokens
+        u.prompt_tokens,
+        u.total_tokens,
+        u.completion_tokens
     );
     if let Some(c) = u.cached_tokens() {
-        let _ = write!(Bytes(out), r#","prompt_tokens_details":{{"cached_tokens":{c}}}"#);
+        let _ = write!(
+            Bytes(out),
+            r#","prompt_tokens_details":{{"cached_tokens":{c}}}"#
+        );
     }
     out.push(b'}');
 }
@@ -252,7 +257,11 @@ mod tests {
         out.clear();
         let r = ChunkRenderer::new(head(EndpointKind::Chat), ChunkStyle::Vllm);
         r.content(&mut out, b" a", None, None);
-        assert!(text(&out).ends_with("\"finish_reason\":null}]}\n\n"), "{}", text(&out));
+        assert!(
+            text(&out).ends_with("\"finish_reason\":null}]}\n\n"),
+            "{}",
+            text(&out)
+        );
         out.clear();
         r.content(&mut out, b" a", Some("length"), None);
         assert!(text(&out).ends_with("\"finish_reason\":\"length\",\"stop_reason\":null}]}\n\n"));

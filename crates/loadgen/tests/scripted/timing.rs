@@ -64,7 +64,7 @@ fn check(
         assert!(r.is_success(), "record {} failed: {:?}", r.id, r.failure);
         assert_eq!(
             entry.request_id.as_deref(),
-            Some(format!("servebench-{}", r.id).as_str())
+            Some(servebench_wire::protocol::request_id(r.id).as_str())
         );
         assert_eq!(
             entry.max_tokens, r.max_tokens,

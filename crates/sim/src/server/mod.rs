@@ -9,6 +9,7 @@
 mod error;
 mod request;
 mod response;
+mod signal;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use tokio::time::Instant;
 
 pub use error::ApiError;
 pub use request::Endpoint;
+pub use signal::stop_requested;
 
 use crate::engine::{EngineCore, NewRequest};
 use crate::faults::{FaultInjector, FaultKind};
@@ -38,8 +40,8 @@ use crate::realtime::{self, EngineHandle};
 use crate::resolve::ResolvedSim;
 use crate::SimError;
 use request::{GenerateBody, Limits};
-use servebench_wire::openai::{ModelCard, ModelList, TokenizeRequest};
 use response::{AbortOnDrop, ChunkTemplate, StreamState};
+use servebench_wire::openai::{ModelCard, ModelList, TokenizeRequest};
 
 /// Shared state of every handler: immutable configuration plus the engine handle.
 #[derive(Debug, Clone)]

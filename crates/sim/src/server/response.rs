@@ -10,7 +10,8 @@ use bytes::Bytes;
 use tokio::sync::mpsc;
 
 use servebench_wire::openai::{
-    ChatChoice, ChatCompletionResponse, CompletionChoice, CompletionResponse, ResponseMessage, Usage,
+    ChatChoice, ChatCompletionResponse, CompletionChoice, CompletionResponse, ResponseMessage,
+    Usage,
 };
 use servebench_wire::protocol::{
     CHAT_COMPLETION_OBJECT, CHAT_ID_PREFIX, COMPLETION_ID_PREFIX, TEXT_COMPLETION_OBJECT,

@@ -11,7 +11,10 @@ use servebench_testserver::{compare_to_log, read_log_jsonl, Accuracy, ErrorStats
 /// A failure with its context, for the message on stderr.
 type Result<T> = std::result::Result<T, String>;
 
-fn context<T, E: std::fmt::Display>(r: std::result::Result<T, E>, what: impl FnOnce() -> String) -> Result<T> {
+fn context<T, E: std::fmt::Display>(
+    r: std::result::Result<T, E>,
+    what: impl FnOnce() -> String,
+) -> Result<T> {
     r.map_err(|e| format!("{}: {e}", what()))
 }
 
@@ -118,7 +121,6 @@ fn row(name: &str, stats: Option<ErrorStats>) -> String {
         None => format!("{name:<6} {:>8}\n", 0),
     }
 }
-
 
 fn main() -> ExitCode {
     match accuracy(AccuracyArgs::parse()) {

@@ -9,12 +9,18 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use servebench_testserver::{write_log_jsonl, ChunkShape, Script, ScriptedServer, DEFAULT_MAX_TOKENS};
+use servebench_sim::server::stop_requested;
+use servebench_testserver::{
+    write_log_jsonl, ChunkShape, Script, ScriptedServer, DEFAULT_MAX_TOKENS,
+};
 
 /// A failure with its context, for the message on stderr.
 type Result<T> = std::result::Result<T, String>;
 
-fn context<T, E: std::fmt::Display>(r: std::result::Result<T, E>, what: impl FnOnce() -> String) -> Result<T> {
+fn context<T, E: std::fmt::Display>(
+    r: std::result::Result<T, E>,
+    what: impl FnOnce() -> String,
+) -> Result<T> {
     r.map_err(|e| format!("{}: {e}", what()))
 }
 
@@ -116,7 +122,7 @@ async fn bench_server(args: BenchServerArgs) -> Result<ExitCode> {
     let _ = std::io::stdout().flush();
     eprintln!("Serving on {} (Ctrl-C to stop)", server.base_url());
 
-    shutdown_signal().await;
+    stop_requested().await;
     let log = server.shutdown().await;
     eprintln!(
         "Scripted server stopped after {} generation requests.",
@@ -138,28 +144,6 @@ async fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
     .next()
     .ok_or_else(|| format!("{host} resolves to no address"))
 }
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
-}
-
 
 fn main() -> ExitCode {
     let args = BenchServerArgs::parse();
@@ -230,5 +214,4 @@ mod tests {
         let err = cli.script().unwrap_err().to_string();
         assert!(err.contains("--itl-ms"), "{err}");
     }
-
 }
