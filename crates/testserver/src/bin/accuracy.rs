@@ -8,15 +8,9 @@ use clap::Parser;
 use servebench_metrics::RequestRecord;
 use servebench_testserver::{compare_to_log, read_log_jsonl, Accuracy, ErrorStats};
 
-/// A failure with its context, for the message on stderr.
-type Result<T> = std::result::Result<T, String>;
+mod support;
 
-fn context<T, E: std::fmt::Display>(
-    r: std::result::Result<T, E>,
-    what: impl FnOnce() -> String,
-) -> Result<T> {
-    r.map_err(|e| format!("{}: {e}", what()))
-}
+use support::{context, Result};
 
 /// Compare a bench-server log with servebench's per-request records: TTFT and ITL error.
 #[derive(Debug, Clone, Parser)]
@@ -123,13 +117,7 @@ fn row(name: &str, stats: Option<ErrorStats>) -> String {
 }
 
 fn main() -> ExitCode {
-    match accuracy(AccuracyArgs::parse()) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    support::exit(accuracy(AccuracyArgs::parse()))
 }
 
 #[cfg(test)]

@@ -14,15 +14,9 @@ use servebench_testserver::{
     write_log_jsonl, ChunkShape, Script, ScriptedServer, DEFAULT_MAX_TOKENS,
 };
 
-/// A failure with its context, for the message on stderr.
-type Result<T> = std::result::Result<T, String>;
+mod support;
 
-fn context<T, E: std::fmt::Display>(
-    r: std::result::Result<T, E>,
-    what: impl FnOnce() -> String,
-) -> Result<T> {
-    r.map_err(|e| format!("{}: {e}", what()))
-}
+use support::{context, Result};
 
 /// Serve a scripted OpenAI-compatible SSE server for client benchmarks (fixed first-token
 /// delay and inter-token interval, a log of every write).
@@ -147,23 +141,13 @@ async fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
 
 fn main() -> ExitCode {
     let args = BenchServerArgs::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(bench_server(args)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+        .build();
+    support::exit(
+        context(runtime, || "cannot start the async runtime".to_owned())
+            .and_then(|rt| rt.block_on(bench_server(args))),
+    )
 }
 
 #[cfg(test)]
