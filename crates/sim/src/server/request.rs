@@ -67,25 +67,23 @@ impl GenerateBody {
     }
 
     fn common(&self) -> Common<'_> {
+        // The two bodies name these fields alike but are different types.
+        macro_rules! common {
+            ($b:expr) => {
+                Common {
+                    n: $b.n,
+                    min_tokens: $b.min_tokens,
+                    ignore_eos: $b.ignore_eos,
+                    stream: $b.stream,
+                    stream_options: $b.stream_options.as_ref(),
+                    seed: $b.seed,
+                    cache_salt: $b.cache_salt.as_ref(),
+                }
+            };
+        }
         match self {
-            GenerateBody::Completions(b) => Common {
-                n: b.n,
-                min_tokens: b.min_tokens,
-                ignore_eos: b.ignore_eos,
-                stream: b.stream,
-                stream_options: b.stream_options.as_ref(),
-                seed: b.seed,
-                cache_salt: b.cache_salt.as_ref(),
-            },
-            GenerateBody::Chat(b) => Common {
-                n: b.n,
-                min_tokens: b.min_tokens,
-                ignore_eos: b.ignore_eos,
-                stream: b.stream,
-                stream_options: b.stream_options.as_ref(),
-                seed: b.seed,
-                cache_salt: b.cache_salt.as_ref(),
-            },
+            GenerateBody::Completions(b) => common!(b),
+            GenerateBody::Chat(b) => common!(b),
         }
     }
 }
