@@ -1,7 +1,6 @@
 //! The `servebench` binary: clap definitions, validation into plans, wiring of the library
 //! crates, progress and exit codes. No measurement logic lives here.
 
-pub mod bench_cmd;
 pub mod compare_cmd;
 pub mod decide_cmd;
 pub mod diagnose_cmd;
@@ -57,13 +56,6 @@ pub enum Command {
     /// Decide between configurations (one or more sweep/matrix directories) against a latency
     /// contract: accepted and rejected with their figures, cost, versions; writes decision.md.
     Decide(Box<decide_cmd::DecideArgs>),
-    /// A scripted OpenAI-compatible SSE server for client benchmarks (fixed first-token delay
-    /// and inter-token interval, a log of every write).
-    #[command(hide = true)]
-    BenchServer(bench_cmd::BenchServerArgs),
-    /// Compare a bench-server log with servebench's per-request records: TTFT and ITL error.
-    #[command(hide = true)]
-    Accuracy(bench_cmd::AccuracyArgs),
 }
 
 /// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
@@ -89,8 +81,6 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::BenchServer(args) => bench_cmd::bench_server(args).await,
-            Command::Accuracy(args) => bench_cmd::accuracy(args).await,
             Command::Run(args) => run::run(*args, redact_argv(&argv)).await,
             Command::Sim(args) => sim_cmd::serve(*args).await,
             Command::Predict(args) => predict_cmd::predict(*args),

@@ -17,28 +17,8 @@ pub async fn serve(args: SimArgs) -> Result<ExitCode> {
         eprintln!("{line}");
     }
     eprintln!("Serving on http://{addr} (Ctrl-C to stop)");
-    servebench_sim::server::serve(listener, resolved, shutdown_signal()).await?;
+    servebench_sim::server::serve(listener, resolved, servebench_sim::server::stop_requested())
+        .await?;
     eprintln!("Simulator stopped.");
     Ok(ExitCode::SUCCESS)
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
 }

@@ -23,11 +23,11 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use servebench_loadgen::scripted::{
-    compare_to_log, read_log_jsonl, write_log_jsonl, ErrorStats, Script, ScriptedServer,
-};
 use servebench_loadgen::{
     run_load, warm_up, ApiKind, BackendClient, ClientOptions, LoadSpec, StopSignal, Target,
+};
+use servebench_testserver::{
+    compare_to_log, read_log_jsonl, write_log_jsonl, ErrorStats, Script, ScriptedServer,
 };
 
 type Flags = HashMap<String, String>;
@@ -285,7 +285,7 @@ async fn accuracy(flags: &Flags) {
     // The TTFT error has two legs: the request's (sent → arrival) and the first event's
     // (write → receipt). Client and server clocks have different origins, so the request leg
     // is shown relative to the fastest request of the run.
-    let by_id: HashMap<u64, &servebench_loadgen::scripted::RequestLog> = log
+    let by_id: HashMap<u64, &servebench_testserver::RequestLog> = log
         .iter()
         .filter_map(|e| Some((e.record_id()?, e)))
         .collect();

@@ -11,10 +11,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use servebench_loadgen::scripted::{sse_body, StreamSpec};
 use servebench_loadgen::stream::StreamState;
 use servebench_loadgen::ApiKind;
 use servebench_metrics::{CountSource, RequestRecord};
+use servebench_testserver::{sse_body, StreamSpec};
 
 /// Tokens per streamed response.
 const TOKENS: u64 = 1000;

@@ -9,6 +9,7 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use servebench_metrics::{CountSource, Failure, FailureKind, RequestRecord};
 use servebench_tokenizer::Tokenizer;
+use servebench_wire::protocol::{request_id, REQUEST_ID_HEADER};
 
 use crate::clock::RunClock;
 use crate::stamped::{StampingConnector, WriteStamp};
@@ -95,7 +96,7 @@ impl BackendClient {
             .uri(self.uri.clone())
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::ACCEPT, "text/event-stream")
-            .header("x-request-id", format!("servebench-{id}"));
+            .header(REQUEST_ID_HEADER, request_id(id));
         if let Some(auth) = &self.auth {
             b = b.header(header::AUTHORIZATION, auth.clone());
         }

@@ -9,7 +9,6 @@ pub mod collector;
 pub mod dispatcher;
 pub mod health;
 pub mod probe;
-pub mod scripted;
 pub mod stamped;
 pub mod stop;
 pub mod stream;

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::Method;
 use http_body_util::BodyExt;
 use serde_json::Value;
+use servebench_wire::openai::ModelList;
 
 use crate::client::http_client;
 use crate::target::Target;
@@ -69,12 +70,10 @@ pub async fn get_text(
 /// The first model id from `/v1/models` (vLLM's default for `--model`).
 pub async fn first_model(target: &Target, timeout: Duration) -> Result<String, LoadgenError> {
     let v = get_json(target, "/v1/models", timeout).await?;
-    v.get("data")
-        .and_then(Value::as_array)
-        .and_then(|a| a.first())
-        .and_then(|m| m.get("id"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
+    serde_json::from_value::<ModelList>(v)
+        .ok()
+        .and_then(|list| list.data.into_iter().next())
+        .map(|model| model.id)
         .ok_or_else(|| {
             LoadgenError::Server(format!(
                 "{}/v1/models lists no model; pass --model",

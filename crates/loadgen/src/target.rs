@@ -3,6 +3,9 @@
 use crate::LoadgenError;
 use http::{HeaderName, HeaderValue, Uri};
 use serde_json::{Map, Value};
+use servebench_wire::openai::{
+    merge_extra_body, ChatCompletionRequest, ChatMessage, CompletionRequest, Prompt, StreamOptions,
+};
 
 /// The API flavour a run speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,33 +83,51 @@ impl Target {
             .map_err(|e| LoadgenError::Config(format!("bad request for {path}: {e}")))
     }
 
-    /// The JSON body of one streaming request.
+    /// The JSON body of one streaming request: wire's request of the run's API, with
+    /// `extra_body` merged over it last (as vLLM's client does).
     pub fn body(&self, prompt: &str, max_tokens: Option<u64>) -> Vec<u8> {
-        let mut body = Map::new();
-        body.insert("model".into(), Value::String(self.model.clone()));
+        let max_tokens = max_tokens.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let stream_options = Some(StreamOptions {
+            include_usage: Some(true),
+            continuous_usage_stats: None,
+        });
+        let ignore_eos = self.ignore_eos.then_some(true);
         match self.api {
             ApiKind::Completions => {
-                body.insert("prompt".into(), Value::String(prompt.to_owned()));
-                if let Some(n) = max_tokens {
-                    body.insert("max_tokens".into(), Value::from(n));
-                }
+                let mut r =
+                    CompletionRequest::new(self.model.clone(), Prompt::Text(prompt.to_owned()));
+                r.max_tokens = max_tokens;
+                r.stream = Some(true);
+                r.stream_options = stream_options;
+                r.ignore_eos = ignore_eos;
+                self.with_extra_body(&r)
             }
             ApiKind::Chat => {
-                let message = serde_json::json!({"role": "user", "content": prompt});
-                body.insert("messages".into(), Value::Array(vec![message]));
-                if let Some(n) = max_tokens {
-                    body.insert("max_completion_tokens".into(), Value::from(n));
-                }
+                let message = ChatMessage::new("user", prompt);
+                let mut r = ChatCompletionRequest::new(self.model.clone(), vec![message]);
+                r.max_completion_tokens = max_tokens;
+                r.stream = Some(true);
+                r.stream_options = stream_options;
+                r.ignore_eos = ignore_eos;
+                self.with_extra_body(&r)
             }
         }
-        body.insert("stream".into(), Value::Bool(true));
-        body.insert(
-            "stream_options".into(),
-            serde_json::json!({"include_usage": true}),
-        );
-        if self.ignore_eos {
-            body.insert("ignore_eos".into(), Value::Bool(true));
+    }
+
+    fn with_extra_body<T>(&self, request: &T) -> Vec<u8>
+    where
+        T: serde::Serialize + serde::de::DeserializeOwned,
+    {
+        let extra = Value::Object(self.extra_body.clone());
+        if let Ok(merged) = merge_extra_body(request, &extra) {
+            return serde_json::to_vec(&merged).unwrap_or_default();
         }
+        // A known key of the wrong type (`"max_tokens": "ten"`): send it as given, for the
+        // server to judge, rather than refuse what the user asked for.
+        let mut body = match serde_json::to_value(request) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        };
         for (k, v) in &self.extra_body {
             body.insert(k.clone(), v.clone());
         }
@@ -173,6 +194,15 @@ mod tests {
         assert_eq!(v["messages"][0]["content"], "hi");
         assert_eq!(v["max_completion_tokens"], 3);
         assert!(v.get("prompt").is_none());
+    }
+
+    #[test]
+    fn a_wrongly_typed_extra_body_key_is_sent_as_given() {
+        let mut t = target(ApiKind::Completions);
+        t.extra_body = serde_json::from_str(r#"{"max_tokens":"ten","top_k":null}"#).unwrap();
+        let v: Value = serde_json::from_slice(&t.body("hi", Some(3))).unwrap();
+        assert_eq!(v["max_tokens"], "ten");
+        assert_eq!(v["prompt"], "hi");
     }
 
     #[test]

@@ -28,7 +28,8 @@ pub struct StreamOptions {
 /// A completions prompt: text or token ids, possibly as a batch.
 ///
 /// Batches of any length deserialize; [`Prompt::single`] says whether it is one prompt (the
-/// only thing servebench sends and the simulator serves).
+/// only thing servebench sends and the simulator serves). A token id outside `u32` (vLLM reads
+/// any integer) is refused with vLLM's "out of vocabulary" wording.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum Prompt {
@@ -81,9 +82,17 @@ impl<'de> Deserialize<'de> for Prompt {
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum PromptItem {
-    Token(u32),
+    Token(i64),
     Text(String),
-    Tokens(Vec<u32>),
+    Tokens(Vec<i64>),
+}
+
+fn token_id<E: de::Error>(t: i64) -> Result<u32, E> {
+    u32::try_from(t).map_err(|_| E::custom(format!("Token id {t} is out of vocabulary")))
+}
+
+fn token_ids<E: de::Error>(ts: Vec<i64>) -> Result<Vec<u32>, E> {
+    ts.into_iter().map(token_id).collect()
 }
 
 struct PromptVisitor;
@@ -115,9 +124,9 @@ impl<'de> Visitor<'de> for PromptVisitor {
         match first {
             PromptItem::Token(t) => {
                 let mut v = Vec::with_capacity(seq.size_hint().unwrap_or(0) + 1);
-                v.push(t);
-                while let Some(t) = seq.next_element::<u32>()? {
-                    v.push(t);
+                v.push(token_id(t)?);
+                while let Some(t) = seq.next_element::<i64>()? {
+                    v.push(token_id(t)?);
                 }
                 Ok(Prompt::Tokens(v))
             }
@@ -132,10 +141,10 @@ impl<'de> Visitor<'de> for PromptVisitor {
                 Ok(Prompt::TextBatch(v))
             }
             PromptItem::Tokens(t) => {
-                let mut v = vec![t];
+                let mut v = vec![token_ids(t)?];
                 while let Some(item) = seq.next_element::<PromptItem>()? {
                     match item {
-                        PromptItem::Tokens(t) => v.push(t),
+                        PromptItem::Tokens(t) => v.push(token_ids(t)?),
                         _ => return Err(mixed()),
                     }
                 }
@@ -146,18 +155,25 @@ impl<'de> Visitor<'de> for PromptVisitor {
 }
 
 /// `POST /v1/completions` request body.
+///
+/// Counts are signed and `model` and `prompt` optional, as in vLLM's protocol, so that a server
+/// reading this type can reject a negative count or a missing prompt with vLLM's own message
+/// instead of a parse error.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompletionRequest {
-    /// Served model name.
-    pub model: String,
-    /// The prompt.
-    pub prompt: Prompt,
-    /// Output cap (vLLM defaults to 16 for completions).
+    /// Served model name (a server may default it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u64>,
+    pub model: Option<String>,
+    /// The prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<Prompt>,
+    /// Output cap (vLLM defaults to
+    /// [`DEFAULT_COMPLETION_MAX_TOKENS`](crate::protocol::DEFAULT_COMPLETION_MAX_TOKENS)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<i64>,
     /// vLLM extension: do not stop before this many tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_tokens: Option<u64>,
+    pub min_tokens: Option<i64>,
     /// vLLM extension: generate exactly `max_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignore_eos: Option<bool>,
@@ -175,7 +191,7 @@ pub struct CompletionRequest {
     pub cache_salt: Option<String>,
     /// Number of completions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n: Option<u32>,
+    pub n: Option<i64>,
     /// Sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
@@ -197,8 +213,8 @@ impl CompletionRequest {
     /// A request with only `model` and `prompt` set.
     pub fn new(model: impl Into<String>, prompt: Prompt) -> Self {
         CompletionRequest {
-            model: model.into(),
-            prompt,
+            model: Some(model.into()),
+            prompt: Some(prompt),
             max_tokens: None,
             min_tokens: None,
             ignore_eos: None,
@@ -225,7 +241,7 @@ impl CompletionRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContentPart {
     /// Part type; servebench reads only `"text"` parts.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default)]
     pub kind: String,
     /// The text of a `"text"` part.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,6 +304,7 @@ impl MessageContent {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
     /// `system`, `user`, `assistant`, `tool`, ...
+    #[serde(default)]
     pub role: String,
     /// The content; `null` is allowed (an assistant turn that only called tools).
     #[serde(default)]
@@ -318,19 +335,21 @@ impl ChatMessage {
 /// `POST /v1/chat/completions` request body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatCompletionRequest {
-    /// Served model name.
-    pub model: String,
-    /// The conversation.
+    /// Served model name (a server may default it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The conversation (a missing list reads as empty, for the server to refuse).
+    #[serde(default)]
     pub messages: Vec<ChatMessage>,
     /// Output cap (legacy name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u64>,
+    pub max_tokens: Option<i64>,
     /// Output cap; wins over `max_tokens`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_completion_tokens: Option<u64>,
+    pub max_completion_tokens: Option<i64>,
     /// vLLM extension: do not stop before this many tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min_tokens: Option<u64>,
+    pub min_tokens: Option<i64>,
     /// vLLM extension: generate exactly the cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignore_eos: Option<bool>,
@@ -348,7 +367,7 @@ pub struct ChatCompletionRequest {
     pub cache_salt: Option<String>,
     /// Number of completions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub n: Option<u32>,
+    pub n: Option<i64>,
     /// Sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
@@ -370,7 +389,7 @@ impl ChatCompletionRequest {
     /// A request with only `model` and `messages` set.
     pub fn new(model: impl Into<String>, messages: Vec<ChatMessage>) -> Self {
         ChatCompletionRequest {
-            model: model.into(),
+            model: Some(model.into()),
             messages,
             max_tokens: None,
             max_completion_tokens: None,
@@ -390,7 +409,7 @@ impl ChatCompletionRequest {
     }
 
     /// The output cap in force: `max_completion_tokens`, else `max_tokens`.
-    pub fn effective_max_tokens(&self) -> Option<u64> {
+    pub fn effective_max_tokens(&self) -> Option<i64> {
         self.max_completion_tokens.or(self.max_tokens)
     }
 
@@ -398,6 +417,20 @@ impl ChatCompletionRequest {
     pub fn with_extra_body(&self, extra: &Value) -> Result<Self, WireError> {
         merge_extra_body(self, extra)
     }
+}
+
+/// vLLM's `POST /tokenize` body: a completions `prompt` or chat `messages`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TokenizeRequest {
+    /// Served model name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Text or token ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<Prompt>,
+    /// A conversation, rendered with the chat template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages: Option<Vec<ChatMessage>>,
 }
 
 /// Merge a JSON object over a request, key by key, the extra side winning (as vLLM's client
@@ -480,50 +513,28 @@ impl Usage {
     }
 }
 
-/// One choice of a completions stream chunk.
+/// One choice of a non-streaming completions response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompletionChunkChoice {
+pub struct CompletionChoice {
     /// Choice index.
     #[serde(default)]
     pub index: u32,
-    /// Text generated since the previous chunk (may be empty).
+    /// The generated text.
     #[serde(default)]
     pub text: String,
     /// Log-probabilities, when asked for.
     #[serde(default)]
     pub logprobs: Option<Value>,
-    /// Why generation stopped, on the last chunk.
+    /// Why generation stopped.
     #[serde(default)]
     pub finish_reason: Option<String>,
-    /// vLLM: the stop string or token id that ended generation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// vLLM: the stop string or token id that ended generation (`null` otherwise).
+    #[serde(default)]
     pub stop_reason: Option<Value>,
+    /// vLLM: prompt log-probabilities, when asked for.
+    #[serde(default)]
+    pub prompt_logprobs: Option<Value>,
 }
-
-/// A `/v1/completions` stream chunk (`object: "text_completion"`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CompletionChunk {
-    /// Response id, the same on every chunk.
-    pub id: String,
-    /// `"text_completion"`.
-    #[serde(default = "text_completion")]
-    pub object: String,
-    /// Unix seconds.
-    #[serde(default)]
-    pub created: u64,
-    /// Served model name.
-    #[serde(default)]
-    pub model: String,
-    /// Empty on the usage-only chunk.
-    #[serde(default)]
-    pub choices: Vec<CompletionChunkChoice>,
-    /// Usage (final chunk, or every chunk with `continuous_usage_stats`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Usage>,
-}
-
-/// One choice of a non-streaming completions response.
-pub type CompletionChoice = CompletionChunkChoice;
 
 /// A non-streaming `/v1/completions` response.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -548,70 +559,7 @@ pub struct CompletionResponse {
 }
 
 fn text_completion() -> String {
-    "text_completion".to_owned()
-}
-
-/// The `delta` of a chat stream chunk.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ChatDelta {
-    /// `"assistant"` on the opening chunk.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
-    /// Text generated since the previous chunk.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
-    /// Reasoning text (vLLM's reasoning parsers, older name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning_content: Option<String>,
-    /// Reasoning text (newer name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning: Option<String>,
-    /// Tool-call fragments.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<Vec<Value>>,
-}
-
-/// One choice of a chat stream chunk.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatChunkChoice {
-    /// Choice index.
-    #[serde(default)]
-    pub index: u32,
-    /// What this chunk adds.
-    #[serde(default)]
-    pub delta: ChatDelta,
-    /// Log-probabilities, when asked for.
-    #[serde(default)]
-    pub logprobs: Option<Value>,
-    /// Why generation stopped, on the last content chunk.
-    #[serde(default)]
-    pub finish_reason: Option<String>,
-}
-
-/// A `/v1/chat/completions` stream chunk (`object: "chat.completion.chunk"`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChatCompletionChunk {
-    /// Response id, the same on every chunk.
-    pub id: String,
-    /// `"chat.completion.chunk"`.
-    #[serde(default = "chat_chunk")]
-    pub object: String,
-    /// Unix seconds.
-    #[serde(default)]
-    pub created: u64,
-    /// Served model name.
-    #[serde(default)]
-    pub model: String,
-    /// Empty on the usage-only chunk.
-    #[serde(default)]
-    pub choices: Vec<ChatChunkChoice>,
-    /// Usage (final chunk, or every chunk with `continuous_usage_stats`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Usage>,
-}
-
-fn chat_chunk() -> String {
-    "chat.completion.chunk".to_owned()
+    crate::protocol::TEXT_COMPLETION_OBJECT.to_owned()
 }
 
 /// The message of a non-streaming chat response.
@@ -644,6 +592,9 @@ pub struct ChatChoice {
     /// Why generation stopped.
     #[serde(default)]
     pub finish_reason: Option<String>,
+    /// vLLM: the stop string or token id that ended generation (`null` otherwise).
+    #[serde(default)]
+    pub stop_reason: Option<Value>,
 }
 
 /// A non-streaming `/v1/chat/completions` response.
@@ -669,7 +620,7 @@ pub struct ChatCompletionResponse {
 }
 
 fn chat_completion() -> String {
-    "chat.completion".to_owned()
+    crate::protocol::CHAT_COMPLETION_OBJECT.to_owned()
 }
 
 /// An error `code`: vLLM sends the HTTP status as an integer, OpenAI a string.
@@ -719,6 +670,25 @@ impl ErrorResponse {
                 code: Some(ErrorCode::Int(i64::from(status))),
             },
         }
+    }
+
+    /// The body a server answers `status` with: the `type` from
+    /// [`error_type_for_status`](crate::protocol::error_type_for_status), and the offending
+    /// request field, if one.
+    pub fn for_status(status: u16, message: impl Into<String>, param: Option<&str>) -> Self {
+        let mut e = ErrorResponse::new(
+            status,
+            crate::protocol::error_type_for_status(status),
+            message,
+        );
+        e.error.param = param.map(str::to_owned);
+        e
+    }
+
+    /// The serialized body, keys in vLLM's order: `{"error":{"message","type","param","code"}}`.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Strings, an optional string and an integer: serializing cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
     }
 }
 
@@ -784,8 +754,8 @@ pub struct ModelCard {
     /// vLLM: the model path or hub id behind the served name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
-    /// vLLM: the base model of a LoRA adapter.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// vLLM: the base model of a LoRA adapter (`null` for a base model, as vLLM writes it).
+    #[serde(default)]
     pub parent: Option<String>,
     /// vLLM: context length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -941,34 +911,5 @@ mod tests {
         .unwrap();
         assert_eq!(m.data[0].max_model_len, Some(8192));
         assert_eq!(m.data[0].owned_by, "vllm");
-    }
-
-    #[test]
-    fn chunks_serialize_like_vllm() {
-        let c = CompletionChunk {
-            id: "cmpl-1".into(),
-            object: text_completion(),
-            created: 1,
-            model: "m".into(),
-            choices: vec![CompletionChunkChoice {
-                index: 0,
-                text: " the".into(),
-                logprobs: None,
-                finish_reason: None,
-                stop_reason: None,
-            }],
-            usage: None,
-        };
-        assert_eq!(
-            serde_json::to_value(&c).unwrap(),
-            json!({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "m",
-                   "choices": [{"index": 0, "text": " the", "logprobs": null,
-                                "finish_reason": null}]})
-        );
-        let chat: ChatCompletionChunk = serde_json::from_value(json!({"id": "x",
-            "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))
-        .unwrap();
-        assert_eq!(chat.choices[0].delta.role.as_deref(), Some("assistant"));
-        assert_eq!(chat.object, "chat.completion.chunk");
     }
 }

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use servebench_loadgen::scripted::{RequestLog, ScriptedServer};
 use servebench_loadgen::{
     run_load, ApiKind, BackendClient, ClientOptions, LoadOutcome, LoadSpec, Prepared, StopSignal,
     Target,
 };
 use servebench_metrics::RequestRecord;
+use servebench_testserver::{RequestLog, ScriptedServer};
 
 pub const MS: u64 = 1_000_000;
 

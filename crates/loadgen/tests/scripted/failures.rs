@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use servebench_loadgen::scripted::{Fault, Script, ScriptedServer, Trigger};
 use servebench_loadgen::{ApiKind, ClientOptions, StopSignal};
 use servebench_metrics::FailureKind;
+use servebench_testserver::{Fault, Script, ScriptedServer, Trigger};
 
 use crate::common::*;
 
 fn by_id(id: u64) -> Trigger {
-    Trigger::RequestId(format!("servebench-{id}"))
+    Trigger::RequestId(servebench_wire::protocol::request_id(id))
 }
 
 async fn every_kind(api: ApiKind) {

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use servebench_loadgen::scripted::{Script, ScriptedServer};
 use servebench_loadgen::{ApiKind, ClientOptions, StopSignal};
+use servebench_testserver::{Script, ScriptedServer};
 
 use crate::common::*;
 

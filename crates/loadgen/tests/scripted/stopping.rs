@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use servebench_loadgen::scripted::{Script, ScriptedServer};
 use servebench_loadgen::{stop_pair, ApiKind, ClientOptions};
 use servebench_metrics::FailureKind;
+use servebench_testserver::{Script, ScriptedServer};
 
 use crate::common::*;
 

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use servebench_loadgen::scripted::{Outcome, Script, ScriptedServer};
+use servebench_testserver::{Outcome, Script, ScriptedServer};
 use std::sync::Arc;
 
 use servebench_loadgen::{warm_up, ApiKind, ClientOptions, StopSignal};
@@ -50,7 +50,7 @@ struct Bounds {
 /// Checks every record against its log entry; returns (TTFT errors, ITL errors) in ms.
 fn check(
     records: &[RequestRecord],
-    log: &[servebench_loadgen::scripted::RequestLog],
+    log: &[servebench_testserver::RequestLog],
     script: &Script,
     tokens_of: impl Fn(&RequestRecord) -> u64,
     bounds: &Bounds,
@@ -64,7 +64,7 @@ fn check(
         assert!(r.is_success(), "record {} failed: {:?}", r.id, r.failure);
         assert_eq!(
             entry.request_id.as_deref(),
-            Some(format!("servebench-{}", r.id).as_str())
+            Some(servebench_wire::protocol::request_id(r.id).as_str())
         );
         assert_eq!(
             entry.max_tokens, r.max_tokens,

@@ -3,6 +3,7 @@
 
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use servebench_wire::openai::ErrorResponse;
 
 /// An error response.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,37 +52,19 @@ impl ApiError {
         )
     }
 
-    /// vLLM's `type` for a status.
-    fn error_type(&self) -> &'static str {
-        match self.status.as_u16() {
-            400 | 422 => "BadRequestError",
-            401 => "AuthenticationError",
-            403 => "PermissionDeniedError",
-            404 => "NotFoundError",
-            409 => "ConflictError",
-            429 => "RateLimitError",
-            503 => "ServiceUnavailableError",
-            s if s >= 500 => "InternalServerError",
-            _ => "BadRequestError",
-        }
+    /// The JSON body (the `type` follows the status, as the other servers' bodies do).
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::to_value(self.response()).unwrap_or_default()
     }
 
-    /// The JSON body.
-    pub fn body(&self) -> serde_json::Value {
-        serde_json::json!({
-            "error": {
-                "message": self.message,
-                "type": self.error_type(),
-                "param": self.param,
-                "code": self.status.as_u16(),
-            }
-        })
+    fn response(&self) -> ErrorResponse {
+        ErrorResponse::for_status(self.status.as_u16(), self.message.clone(), self.param)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = self.body().to_string();
+        let body = self.response().to_json();
         (
             self.status,
             [(header::CONTENT_TYPE, "application/json")],

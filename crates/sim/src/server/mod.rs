@@ -9,6 +9,7 @@
 mod error;
 mod request;
 mod response;
+mod signal;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use tokio::time::Instant;
 
 pub use error::ApiError;
 pub use request::Endpoint;
+pub use signal::stop_requested;
 
 use crate::engine::{EngineCore, NewRequest};
 use crate::faults::{FaultInjector, FaultKind};
@@ -37,8 +39,9 @@ use crate::prometheus::{self, CacheConfigInfo, MetricsView};
 use crate::realtime::{self, EngineHandle};
 use crate::resolve::ResolvedSim;
 use crate::SimError;
-use request::{GenerateBody, Limits, TokenizeBody};
+use request::{GenerateBody, Limits};
 use response::{AbortOnDrop, ChunkTemplate, StreamState};
+use servebench_wire::openai::{ModelCard, ModelList, TokenizeRequest};
 
 /// Shared state of every handler: immutable configuration plus the engine handle.
 #[derive(Debug, Clone)]
@@ -212,9 +215,9 @@ async fn generate(
     body: Bytes,
     received: Instant,
 ) -> Result<Response, ApiError> {
-    let body: GenerateBody = request::parse_json(&body)?;
-    app.check_model(body.model.as_deref())?;
-    let req = request::validate(endpoint, &body, &app.inner.tokenizer, app.inner.limits)?;
+    let body = GenerateBody::parse(endpoint, &body)?;
+    app.check_model(body.model())?;
+    let req = request::validate(&body, &app.inner.tokenizer, app.inner.limits)?;
     let faults = app.inner.faults.draw(req.max_tokens);
     if faults.error {
         app.inner.faults.record(FaultKind::Error);
@@ -311,18 +314,18 @@ async fn generate(
 
 async fn models(State(app): State<AppState>) -> Response {
     let s = &app.inner;
-    axum::Json(serde_json::json!({
-        "object": "list",
-        "data": [{
-            "id": s.served_name,
-            "object": "model",
-            "created": s.created,
-            "owned_by": "servebench-sim",
-            "root": s.served_name,
-            "parent": null,
-            "max_model_len": s.limits.max_model_len,
-        }]
-    }))
+    axum::Json(ModelList {
+        object: "list".to_owned(),
+        data: vec![ModelCard {
+            id: s.served_name.clone(),
+            object: "model".to_owned(),
+            created: s.created,
+            owned_by: "servebench-sim".to_owned(),
+            root: Some(s.served_name.clone()),
+            parent: None,
+            max_model_len: Some(u64::from(s.limits.max_model_len)),
+        }],
+    })
     .into_response()
 }
 
@@ -348,7 +351,7 @@ async fn metrics(State(app): State<AppState>) -> Response {
 
 async fn tokenize(State(app): State<AppState>, body: Bytes) -> Response {
     let result = (|| {
-        let body: TokenizeBody = request::parse_json(&body)?;
+        let body: TokenizeRequest = request::parse_json(&body)?;
         app.check_model(body.model.as_deref())?;
         let tokens = match (&body.prompt, &body.messages) {
             (Some(p), _) => request::completion_prompt(&app.inner.tokenizer, p, app.inner.limits)?,

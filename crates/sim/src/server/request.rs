@@ -3,6 +3,11 @@
 
 use serde::Deserialize;
 use servebench_tokenizer::Tokenizer;
+use servebench_wire::openai::{
+    ChatCompletionRequest, ChatMessage, CompletionRequest, MessageContent, Prompt, SinglePrompt,
+    StreamOptions,
+};
+use servebench_wire::protocol::DEFAULT_COMPLETION_MAX_TOKENS;
 
 use super::error::ApiError;
 
@@ -14,103 +19,73 @@ const HEADER_END: u32 = 3;
 const END_OF_TURN: u32 = 4;
 
 /// Which endpoint a request came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub use servebench_wire::EndpointKind as Endpoint;
+
+/// A generation request as it came in: wire's body of the endpoint it came to.
+#[derive(Debug)]
+pub enum GenerateBody {
     /// `/v1/completions`.
-    Completions,
+    Completions(CompletionRequest),
     /// `/v1/chat/completions`.
-    Chat,
+    Chat(ChatCompletionRequest),
 }
 
-/// `prompt`: a string, token ids, or a one-element list of either.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum PromptInput {
-    /// A string.
-    Text(String),
-    /// Token ids.
-    Tokens(Vec<i64>),
-    /// A list of strings (one is supported).
-    Texts(Vec<String>),
-    /// A list of token-id lists (one is supported).
-    TokenLists(Vec<Vec<i64>>),
+/// The fields both endpoints share, borrowed from either body.
+struct Common<'a> {
+    n: Option<i64>,
+    min_tokens: Option<i64>,
+    ignore_eos: Option<bool>,
+    stream: Option<bool>,
+    stream_options: Option<&'a StreamOptions>,
+    seed: Option<i64>,
+    cache_salt: Option<&'a String>,
 }
 
-/// Message `content`: a string or a list of parts (text parts are read, others ignored).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Content {
-    /// Plain text.
-    Text(String),
-    /// Typed parts.
-    Parts(Vec<ContentPart>),
-}
+impl GenerateBody {
+    /// Parses the body of a request to `endpoint`.
+    pub fn parse(endpoint: Endpoint, bytes: &[u8]) -> Result<Self, ApiError> {
+        Ok(match endpoint {
+            Endpoint::Completions => GenerateBody::Completions(parse_json(bytes)?),
+            Endpoint::Chat => GenerateBody::Chat(parse_json(bytes)?),
+        })
+    }
 
-/// One part of a multi-part message.
-#[derive(Debug, Deserialize)]
-pub struct ContentPart {
-    /// The text of a `text` part.
-    #[serde(default)]
-    pub text: Option<String>,
-}
+    /// The endpoint the body came to.
+    pub fn endpoint(&self) -> Endpoint {
+        match self {
+            GenerateBody::Completions(_) => Endpoint::Completions,
+            GenerateBody::Chat(_) => Endpoint::Chat,
+        }
+    }
 
-/// One chat message.
-#[derive(Debug, Deserialize)]
-pub struct Message {
-    #[serde(default)]
-    pub role: String,
-    #[serde(default)]
-    pub content: Option<Content>,
-}
+    /// The requested model, if named.
+    pub fn model(&self) -> Option<&str> {
+        match self {
+            GenerateBody::Completions(b) => b.model.as_deref(),
+            GenerateBody::Chat(b) => b.model.as_deref(),
+        }
+    }
 
-/// `stream_options`.
-#[derive(Debug, Default, Deserialize)]
-pub struct StreamOptions {
-    #[serde(default)]
-    pub include_usage: Option<bool>,
-    #[serde(default)]
-    pub continuous_usage_stats: Option<bool>,
-}
-
-/// The fields of `/v1/completions` and `/v1/chat/completions` bodies the simulator honours;
-/// sampling fields are accepted and ignored.
-#[derive(Debug, Default, Deserialize)]
-pub struct GenerateBody {
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub prompt: Option<PromptInput>,
-    #[serde(default)]
-    pub messages: Option<Vec<Message>>,
-    #[serde(default)]
-    pub max_tokens: Option<i64>,
-    #[serde(default)]
-    pub max_completion_tokens: Option<i64>,
-    #[serde(default)]
-    pub min_tokens: Option<i64>,
-    #[serde(default)]
-    pub ignore_eos: Option<bool>,
-    #[serde(default)]
-    pub stream: Option<bool>,
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    pub cache_salt: Option<String>,
-    #[serde(default)]
-    pub n: Option<i64>,
-}
-
-/// `/tokenize` body.
-#[derive(Debug, Default, Deserialize)]
-pub struct TokenizeBody {
-    #[serde(default)]
-    pub model: Option<String>,
-    #[serde(default)]
-    pub prompt: Option<PromptInput>,
-    #[serde(default)]
-    pub messages: Option<Vec<Message>>,
+    fn common(&self) -> Common<'_> {
+        // The two bodies name these fields alike but are different types.
+        macro_rules! common {
+            ($b:expr) => {
+                Common {
+                    n: $b.n,
+                    min_tokens: $b.min_tokens,
+                    ignore_eos: $b.ignore_eos,
+                    stream: $b.stream,
+                    stream_options: $b.stream_options.as_ref(),
+                    seed: $b.seed,
+                    cache_salt: $b.cache_salt.as_ref(),
+                }
+            };
+        }
+        match self {
+            GenerateBody::Completions(b) => common!(b),
+            GenerateBody::Chat(b) => common!(b),
+        }
+    }
 }
 
 /// A request that passed validation.
@@ -154,13 +129,13 @@ fn role_id(role: &str) -> u32 {
 
 /// Prompt ids of a chat conversation under the built-in template: 1 token, then 4 per message
 /// around its content, then 3 for the assistant header.
-pub fn chat_prompt(tokenizer: &Tokenizer, messages: &[Message]) -> Vec<u32> {
+pub fn chat_prompt(tokenizer: &Tokenizer, messages: &[ChatMessage]) -> Vec<u32> {
     let mut ids = vec![BOS];
     for m in messages {
         ids.extend([HEADER_START, role_id(&m.role), HEADER_END]);
         match &m.content {
-            Some(Content::Text(t)) => ids.extend(tokenizer.encode(t)),
-            Some(Content::Parts(parts)) => {
+            Some(MessageContent::Text(t)) => ids.extend(tokenizer.encode(t)),
+            Some(MessageContent::Parts(parts)) => {
                 for p in parts {
                     if let Some(t) = &p.text {
                         ids.extend(tokenizer.encode(t));
@@ -175,18 +150,17 @@ pub fn chat_prompt(tokenizer: &Tokenizer, messages: &[Message]) -> Vec<u32> {
     ids
 }
 
-fn token_ids(raw: &[i64], limits: Limits) -> Result<Vec<u32>, ApiError> {
+fn token_ids(raw: &[u32], limits: Limits) -> Result<Vec<u32>, ApiError> {
     raw.iter()
-        .map(|&t| {
-            u32::try_from(t)
-                .ok()
-                .filter(|&id| id < limits.vocab_size)
-                .ok_or_else(|| {
-                    ApiError::bad_request(
-                        format!("Token id {t} is out of vocabulary"),
-                        Some("prompt"),
-                    )
-                })
+        .map(|&id| {
+            if id < limits.vocab_size {
+                Ok(id)
+            } else {
+                Err(ApiError::bad_request(
+                    format!("Token id {id} is out of vocabulary"),
+                    Some("prompt"),
+                ))
+            }
         })
         .collect()
 }
@@ -194,28 +168,16 @@ fn token_ids(raw: &[i64], limits: Limits) -> Result<Vec<u32>, ApiError> {
 /// Prompt ids of a `prompt` field.
 pub fn completion_prompt(
     tokenizer: &Tokenizer,
-    prompt: &PromptInput,
+    prompt: &Prompt,
     limits: Limits,
 ) -> Result<Vec<u32>, ApiError> {
-    let batch = || {
-        ApiError::bad_request(
+    match prompt.single() {
+        Ok(SinglePrompt::Text(t)) => Ok(tokenizer.encode(t)),
+        Ok(SinglePrompt::Tokens(ids)) => token_ids(ids, limits),
+        Err(_) => Err(ApiError::bad_request(
             "Only a single prompt per request is supported; send one request per prompt.",
             Some("prompt"),
-        )
-    };
-    match prompt {
-        PromptInput::Text(t) => Ok(tokenizer.encode(t)),
-        PromptInput::Tokens(ids) => token_ids(ids, limits),
-        PromptInput::Texts(v) => match v.as_slice() {
-            [t] => Ok(tokenizer.encode(t)),
-            [] => Ok(Vec::new()),
-            _ => Err(batch()),
-        },
-        PromptInput::TokenLists(v) => match v.as_slice() {
-            [ids] => token_ids(ids, limits),
-            [] => Ok(Vec::new()),
-            _ => Err(batch()),
-        },
+        )),
     }
 }
 
@@ -230,12 +192,13 @@ fn non_negative(v: Option<i64>, name: &'static str) -> Result<Option<u32>, ApiEr
 
 /// Validates a generation request and counts its prompt, as vLLM does.
 pub fn validate(
-    endpoint: Endpoint,
     body: &GenerateBody,
     tokenizer: &Tokenizer,
     limits: Limits,
 ) -> Result<ValidRequest, ApiError> {
-    if let Some(n) = body.n {
+    let endpoint = body.endpoint();
+    let common = body.common();
+    if let Some(n) = common.n {
         if n != 1 {
             return Err(ApiError::bad_request(
                 format!("n must be 1 (the simulator generates one choice per request), got {n}."),
@@ -243,8 +206,8 @@ pub fn validate(
             ));
         }
     }
-    let prompt = match endpoint {
-        Endpoint::Completions => match &body.prompt {
+    let prompt = match body {
+        GenerateBody::Completions(b) => match &b.prompt {
             Some(p) => completion_prompt(tokenizer, p, limits)?,
             None => {
                 return Err(ApiError::bad_request(
@@ -253,8 +216,8 @@ pub fn validate(
                 ))
             }
         },
-        Endpoint::Chat => match &body.messages {
-            Some(m) if !m.is_empty() => chat_prompt(tokenizer, m),
+        GenerateBody::Chat(b) => match &b.messages {
+            m if !m.is_empty() => chat_prompt(tokenizer, m),
             _ => {
                 return Err(ApiError::bad_request(
                     "Field `messages` must be a non-empty list.",
@@ -280,18 +243,18 @@ pub fn validate(
             Some("input_tokens"),
         ));
     }
-    let requested = match endpoint {
-        Endpoint::Completions => non_negative(body.max_tokens, "max_tokens")?,
-        Endpoint::Chat => {
-            match non_negative(body.max_completion_tokens, "max_completion_tokens")? {
+    let requested = match body {
+        GenerateBody::Completions(b) => non_negative(b.max_tokens, "max_tokens")?,
+        GenerateBody::Chat(b) => {
+            match non_negative(b.max_completion_tokens, "max_completion_tokens")? {
                 Some(v) => Some(v),
-                None => non_negative(body.max_tokens, "max_tokens")?,
+                None => non_negative(b.max_tokens, "max_tokens")?,
             }
         }
     };
     let max_tokens = match (requested, endpoint) {
         (Some(v), _) => v,
-        (None, Endpoint::Completions) => 16,
+        (None, Endpoint::Completions) => DEFAULT_COMPLETION_MAX_TOKENS as u32,
         (None, Endpoint::Chat) => max_model_len - input,
     };
     if max_tokens == 0 {
@@ -314,27 +277,27 @@ pub fn validate(
             Some("max_tokens"),
         ));
     }
-    let min_tokens = non_negative(body.min_tokens, "min_tokens")?.unwrap_or(0);
+    let min_tokens = non_negative(common.min_tokens, "min_tokens")?.unwrap_or(0);
     if min_tokens > max_tokens {
         return Err(ApiError::bad_request(
             format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."),
             Some("min_tokens"),
         ));
     }
-    let options = body.stream_options.as_ref();
+    let options = common.stream_options;
     Ok(ValidRequest {
         prompt,
         max_tokens,
         min_tokens,
-        ignore_eos: body.ignore_eos.unwrap_or(false),
-        stream: body.stream.unwrap_or(false),
+        ignore_eos: common.ignore_eos.unwrap_or(false),
+        stream: common.stream.unwrap_or(false),
         include_usage: options.and_then(|o| o.include_usage).unwrap_or(false),
         continuous_usage: options
             .and_then(|o| o.continuous_usage_stats)
             .unwrap_or(false),
         // Negative seeds are valid in vLLM; their bit pattern keys the stream.
-        seed: body.seed.map(|s| s as u64),
-        cache_salt: body.cache_salt.clone(),
+        seed: common.seed.map(|s| s as u64),
+        cache_salt: common.cache_salt.cloned(),
     })
 }
 
@@ -348,18 +311,18 @@ mod tests {
         vocab_size: 1000,
     };
 
-    fn body(json: &str) -> GenerateBody {
-        parse_json(json.as_bytes()).unwrap()
+    fn body(endpoint: Endpoint, json: &str) -> GenerateBody {
+        GenerateBody::parse(endpoint, json.as_bytes()).unwrap()
     }
 
     #[test]
     fn chat_template_adds_one_plus_four_per_message_plus_three() {
         let tok = Tokenizer::builtin();
         let b = body(
+            Endpoint::Chat,
             r#"{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":[{"type":"text","text":"Hello there"}]}]}"#,
         );
         let v = validate(
-            Endpoint::Chat,
             &b,
             &tok,
             Limits {
@@ -378,32 +341,28 @@ mod tests {
     fn completion_prompt_forms() {
         let tok = Tokenizer::builtin();
         let v = validate(
-            Endpoint::Completions,
-            &body(r#"{"prompt":[5,6,7]}"#),
+            &body(Endpoint::Completions, r#"{"prompt":[5,6,7]}"#),
             &tok,
             LIMITS,
         )
         .unwrap();
         assert_eq!((v.prompt, v.max_tokens), (vec![5, 6, 7], 16));
         let v = validate(
-            Endpoint::Completions,
-            &body(r#"{"prompt":[[9]],"max_tokens":3}"#),
+            &body(Endpoint::Completions, r#"{"prompt":[[9]],"max_tokens":3}"#),
             &tok,
             LIMITS,
         )
         .unwrap();
         assert_eq!((v.prompt, v.max_tokens), (vec![9], 3));
         let v = validate(
-            Endpoint::Completions,
-            &body(r#"{"prompt":["hello world"]}"#),
+            &body(Endpoint::Completions, r#"{"prompt":["hello world"]}"#),
             &tok,
             LIMITS,
         )
         .unwrap();
         assert_eq!(v.prompt, tok.encode("hello world"));
         let e = validate(
-            Endpoint::Completions,
-            &body(r#"{"prompt":["a","b"]}"#),
+            &body(Endpoint::Completions, r#"{"prompt":["a","b"]}"#),
             &tok,
             LIMITS,
         )
@@ -415,7 +374,9 @@ mod tests {
     fn vllm_rejections() {
         let tok = Tokenizer::builtin();
         let check = |ep, json: &str, needle: &str| {
-            let e = validate(ep, &body(json), &tok, LIMITS).unwrap_err();
+            let e = GenerateBody::parse(ep, json.as_bytes())
+                .and_then(|b| validate(&b, &tok, LIMITS))
+                .unwrap_err();
             assert_eq!(e.status.as_u16(), 400);
             assert!(e.message.contains(needle), "{json}: {}", e.message);
         };
@@ -464,9 +425,10 @@ mod tests {
     fn chat_max_completion_tokens_wins() {
         let tok = Tokenizer::builtin();
         let b = body(
+            Endpoint::Chat,
             r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":10,"max_completion_tokens":7,"stream":true,"stream_options":{"include_usage":true},"seed":-1,"temperature":0.7}"#,
         );
-        let v = validate(Endpoint::Chat, &b, &tok, LIMITS).unwrap();
+        let v = validate(&b, &tok, LIMITS).unwrap();
         assert_eq!(v.max_tokens, 7);
         assert!(v.stream && v.include_usage && !v.continuous_usage);
         assert_eq!(v.seed, Some(u64::MAX));
@@ -474,9 +436,9 @@ mod tests {
 
     #[test]
     fn malformed_json_is_a_400() {
-        let e = parse_json::<GenerateBody>(b"{\"prompt\": ").unwrap_err();
+        let e = parse_json::<CompletionRequest>(b"{\"prompt\": ").unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
-        let e = parse_json::<GenerateBody>(b"{\"max_tokens\": \"ten\"}").unwrap_err();
+        let e = parse_json::<CompletionRequest>(b"{\"max_tokens\": \"ten\"}").unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
     }
 }

@@ -6,8 +6,18 @@
 
 use std::sync::Arc;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::sync::mpsc;
+
+use servebench_wire::openai::{
+    ChatChoice, ChatCompletionResponse, CompletionChoice, CompletionResponse, ResponseMessage,
+    Usage,
+};
+use servebench_wire::protocol::{
+    CHAT_COMPLETION_OBJECT, CHAT_ID_PREFIX, COMPLETION_ID_PREFIX, TEXT_COMPLETION_OBJECT,
+};
+use servebench_wire::render::DONE_EVENT;
+use servebench_wire::{ChunkHead, ChunkRenderer, ChunkStyle};
 
 use super::request::Endpoint;
 use super::AppState;
@@ -48,24 +58,21 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The fixed parts of one request's stream chunks.
+/// One request's stream chunks: wire's renderer plus what this request's usage reports.
 #[derive(Debug)]
 pub struct ChunkTemplate {
-    /// `data: {…,"choices":[{"index":0,"text":"` (or `"delta":{"content":"`).
-    prefix: Bytes,
-    /// `","logprobs":null,"finish_reason":` (chat closes the delta first).
-    middle: Bytes,
-    /// The role-only chunk a chat stream sends with its first content chunk.
-    role_chunk: Option<Bytes>,
-    /// `data: {"id":…,"model":…,"choices":[],"usage":` of the final usage chunk.
-    usage_prefix: Bytes,
+    chunks: ChunkRenderer,
     prompt_tokens: u32,
     continuous_usage: bool,
     details: bool,
 }
 
-fn json_str(s: &str) -> String {
-    serde_json::Value::from(s).to_string()
+/// The response id of engine request `id`.
+fn response_id(endpoint: Endpoint, id: u64) -> String {
+    match endpoint {
+        Endpoint::Completions => format!("{COMPLETION_ID_PREFIX}{id:016x}"),
+        Endpoint::Chat => format!("{CHAT_ID_PREFIX}{id:016x}"),
+    }
 }
 
 impl ChunkTemplate {
@@ -79,92 +86,50 @@ impl ChunkTemplate {
         continuous_usage: bool,
         details: bool,
     ) -> Self {
-        let model = json_str(model);
-        let (object, rid) = match endpoint {
-            Endpoint::Completions => ("text_completion", format!("cmpl-{id:016x}")),
-            Endpoint::Chat => ("chat.completion.chunk", format!("chatcmpl-{id:016x}")),
-        };
-        let head = format!(
-            r#"data: {{"id":"{rid}","object":"{object}","created":{created},"model":{model},"choices":["#
-        );
-        let (prefix, middle, role_chunk) = match endpoint {
-            Endpoint::Completions => (
-                format!(r#"{head}{{"index":0,"text":""#),
-                r#"","logprobs":null,"finish_reason":"#.to_string(),
-                None,
-            ),
-            Endpoint::Chat => (
-                format!(r#"{head}{{"index":0,"delta":{{"content":""#),
-                r#""},"logprobs":null,"finish_reason":"#.to_string(),
-                Some(Bytes::from(
-                    format!(
-                        r#"{head}{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}"#
-                    ) + "\n\n",
-                )),
-            ),
+        let rid = response_id(endpoint, id);
+        let head = ChunkHead {
+            endpoint,
+            id: &rid,
+            created,
+            model,
         };
         ChunkTemplate {
-            prefix: Bytes::from(prefix),
-            middle: Bytes::from(middle),
-            role_chunk,
-            usage_prefix: Bytes::from(format!("{head}],\"usage\":")),
+            chunks: ChunkRenderer::new(head, ChunkStyle::Uniform),
             prompt_tokens,
             continuous_usage,
             details,
         }
     }
 
-    fn usage_json(&self, out: &mut BytesMut, completion: u32, cached: Option<u32>) {
-        let p = self.prompt_tokens;
-        let mut s = format!(
-            r#"{{"prompt_tokens":{p},"total_tokens":{},"completion_tokens":{completion}"#,
-            p + completion
-        );
-        if let (true, Some(c)) = (self.details, cached) {
-            s.push_str(&format!(
-                r#","prompt_tokens_details":{{"cached_tokens":{c}}}"#
-            ));
-        }
-        s.push('}');
-        out.put_slice(s.as_bytes());
+    fn usage(&self, completion: u32, cached: Option<u32>) -> Usage {
+        let cached = cached.filter(|_| self.details).map(u64::from);
+        Usage::new(u64::from(self.prompt_tokens), u64::from(completion), cached)
+    }
+
+    /// Appends the role-only chunk a chat stream opens with (nothing for completions).
+    fn role_chunk(&self, out: &mut Vec<u8>) {
+        self.chunks.role(out);
     }
 
     /// Appends one content chunk carrying `text` (already JSON-escaped).
     fn content_chunk(
         &self,
-        out: &mut BytesMut,
+        out: &mut Vec<u8>,
         text: &[u8],
         finish: Option<FinishReason>,
         completion_so_far: u32,
     ) {
-        out.put_slice(&self.prefix);
-        out.put_slice(text);
-        out.put_slice(&self.middle);
-        match finish {
-            Some(r) => {
-                out.put_u8(b'"');
-                out.put_slice(r.as_str().as_bytes());
-                out.put_u8(b'"');
-            }
-            None => out.put_slice(b"null"),
-        }
-        out.put_slice(b",\"stop_reason\":null}]");
-        if self.continuous_usage {
-            out.put_slice(b",\"usage\":");
-            self.usage_json(out, completion_so_far, None);
-        }
-        out.put_slice(b"}\n\n");
+        let usage = self
+            .continuous_usage
+            .then(|| self.usage(completion_so_far, None));
+        self.chunks
+            .content(out, text, finish.map(FinishReason::as_str), usage.as_ref());
     }
 
     /// Appends the final usage chunk (empty `choices`).
-    fn usage_chunk(&self, out: &mut BytesMut, finished: &Finished) {
-        out.put_slice(&self.usage_prefix);
-        self.usage_json(
-            out,
-            finished.completion_tokens,
-            Some(finished.cached_tokens),
-        );
-        out.put_slice(b"}\n\n");
+    fn usage_chunk(&self, out: &mut Vec<u8>, finished: &Finished) {
+        let usage = self.usage(finished.completion_tokens, Some(finished.cached_tokens));
+        self.chunks.usage(out, &usage);
     }
 }
 
@@ -196,11 +161,11 @@ pub struct StreamState {
 fn merge_event(
     app: &AppState,
     ev: TokenEvent,
-    text: &mut BytesMut,
+    text: &mut Vec<u8>,
     tokens: &mut u32,
 ) -> Option<Finished> {
     if let Some(t) = ev.token {
-        text.put_slice(app.word(t).as_bytes());
+        text.extend_from_slice(app.word(t).as_bytes());
         *tokens += 1;
     }
     ev.finished
@@ -226,7 +191,7 @@ impl StreamState {
             self.done = true;
             return None;
         };
-        let mut text = BytesMut::new();
+        let mut text = Vec::new();
         let mut new_tokens = 0u32;
         let mut finished = merge_event(&self.app, first, &mut text, &mut new_tokens);
         while finished.is_none() {
@@ -253,11 +218,9 @@ impl StreamState {
             self.guard.disarm();
         }
 
-        let mut out = BytesMut::with_capacity(self.template.prefix.len() + text.len() + 160);
+        let mut out = Vec::with_capacity(text.len() + 400);
         if !self.role_sent {
-            if let Some(role) = &self.template.role_chunk {
-                out.put_slice(role);
-            }
+            self.template.role_chunk(&mut out);
             self.role_sent = true;
         }
         if new_tokens > 0 || reason.is_some() {
@@ -270,22 +233,22 @@ impl StreamState {
                 // Cut the JSON in half but keep the SSE framing so later events still parse.
                 let cut = start + (out.len() - start) / 2;
                 out.truncate(cut);
-                out.put_slice(b"\n\n");
+                out.extend_from_slice(b"\n\n");
             }
             if hit(self.faults.disconnect_after) {
                 self.app.faults().record(FaultKind::Disconnect);
                 self.cut = true;
-                return Some(Ok(out.freeze()));
+                return Some(Ok(Bytes::from(out)));
             }
         }
         if let Some(f) = &finished {
             if self.include_usage {
                 self.template.usage_chunk(&mut out, f);
             }
-            out.put_slice(b"data: [DONE]\n\n");
+            out.extend_from_slice(DONE_EVENT);
             self.done = true;
         }
-        Some(Ok(out.freeze()))
+        Some(Ok(Bytes::from(out)))
     }
 }
 
@@ -316,47 +279,50 @@ pub fn full_body(meta: ResponseMeta<'_>, text: String, finished: &Finished) -> s
         prompt_tokens,
         details,
     } = meta;
-    let mut usage = serde_json::json!({
-        "prompt_tokens": prompt_tokens,
-        "total_tokens": prompt_tokens + finished.completion_tokens,
-        "completion_tokens": finished.completion_tokens,
-    });
-    if details {
-        usage["prompt_tokens_details"] =
-            serde_json::json!({ "cached_tokens": finished.cached_tokens });
-    }
-    let reason = finished.reason.as_str();
-    match endpoint {
-        Endpoint::Completions => serde_json::json!({
-            "id": format!("cmpl-{id:016x}"),
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "text": text,
-                "logprobs": null,
-                "finish_reason": reason,
-                "stop_reason": null,
-                "prompt_logprobs": null,
+    let usage = Some(Usage::new(
+        u64::from(prompt_tokens),
+        u64::from(finished.completion_tokens),
+        details.then_some(u64::from(finished.cached_tokens)),
+    ));
+    let reason = Some(finished.reason.as_str().to_owned());
+    let body = match endpoint {
+        Endpoint::Completions => serde_json::to_value(CompletionResponse {
+            id: response_id(endpoint, id),
+            object: TEXT_COMPLETION_OBJECT.to_owned(),
+            created,
+            model: model.to_owned(),
+            choices: vec![CompletionChoice {
+                index: 0,
+                text,
+                logprobs: None,
+                finish_reason: reason,
+                stop_reason: None,
+                prompt_logprobs: None,
             }],
-            "usage": usage,
+            usage,
         }),
-        Endpoint::Chat => serde_json::json!({
-            "id": format!("chatcmpl-{id:016x}"),
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "message": { "role": "assistant", "content": text, "tool_calls": [] },
-                "logprobs": null,
-                "finish_reason": reason,
-                "stop_reason": null,
+        Endpoint::Chat => serde_json::to_value(ChatCompletionResponse {
+            id: response_id(endpoint, id),
+            object: CHAT_COMPLETION_OBJECT.to_owned(),
+            created,
+            model: model.to_owned(),
+            choices: vec![ChatChoice {
+                index: 0,
+                message: ResponseMessage {
+                    role: "assistant".to_owned(),
+                    content: Some(text),
+                    reasoning_content: None,
+                    tool_calls: Some(Vec::new()),
+                },
+                logprobs: None,
+                finish_reason: reason,
+                stop_reason: None,
             }],
-            "usage": usage,
+            usage,
         }),
-    }
+    };
+    // Strings and integers only: serializing cannot fail.
+    body.unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -384,7 +350,7 @@ mod tests {
             true,
             true,
         );
-        let mut out = BytesMut::new();
+        let mut out = Vec::new();
         t.content_chunk(&mut out, b" the of", None, 2);
         t.content_chunk(&mut out, b" and", Some(FinishReason::Length), 3);
         let fin = Finished {
@@ -411,8 +377,8 @@ mod tests {
     #[test]
     fn chat_chunks_use_deltas() {
         let t = ChunkTemplate::new(Endpoint::Chat, 1, 0, "m", 5, false, false);
-        let mut out = BytesMut::new();
-        out.put_slice(t.role_chunk.as_ref().unwrap());
+        let mut out = Vec::new();
+        t.role_chunk(&mut out);
         t.content_chunk(&mut out, b" hi", Some(FinishReason::Stop), 1);
         let ev = parse_events(&out);
         assert_eq!(ev[0]["object"], "chat.completion.chunk");
