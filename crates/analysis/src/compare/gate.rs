@@ -15,7 +15,6 @@ use std::fmt;
 use std::str::FromStr;
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::AnalysisError;
 
@@ -251,30 +250,9 @@ impl Gate {
     }
 }
 
-/// Looks a metric up in a result document: a dotted path (`summary.ttft.p99`) is followed
-/// from the top; a plain key is looked up at the top level (vLLM's result file) and then under
-/// `summary` (servebench's own).
-pub fn metric_value(doc: &Value, metric: &str) -> Option<f64> {
-    if metric.contains('.') {
-        let mut v = doc;
-        for part in metric.split('.') {
-            v = match v {
-                Value::Object(m) => m.get(part)?,
-                Value::Array(a) => a.get(part.parse::<usize>().ok()?)?,
-                _ => return None,
-            };
-        }
-        return v.as_f64();
-    }
-    doc.get(metric)
-        .and_then(Value::as_f64)
-        .or_else(|| doc.get("summary")?.get(metric)?.as_f64())
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use serde_json::json;
 
     use super::*;
 
@@ -363,17 +341,5 @@ mod tests {
         assert!(e("p99_ttft_ms>+ten%").contains("'+ten' is not a number"));
         assert!(e("p99 ttft>+1").contains("letters, digits"));
         assert!(e("x>inf").contains("finite"));
-    }
-
-    #[test]
-    fn metrics_are_found_in_either_result_schema() {
-        let vllm = json!({"p99_ttft_ms": 410.0, "output_throughput": 1200.0});
-        let native = json!({"schema": "servebench.result/v1",
-                            "summary": {"output_throughput": 1100.0, "ttft": {"p99": 400.0}}});
-        assert_eq!(metric_value(&vllm, "p99_ttft_ms"), Some(410.0));
-        assert_eq!(metric_value(&native, "output_throughput"), Some(1100.0));
-        assert_eq!(metric_value(&native, "summary.ttft.p99"), Some(400.0));
-        assert_eq!(metric_value(&native, "summary.ttft.p50"), None);
-        assert_eq!(metric_value(&vllm, "mean_tpot_ms"), None);
     }
 }

@@ -4,5 +4,5 @@
 mod gate;
 mod mann_whitney;
 
-pub use gate::{metric_value, parse_gates, Gate, GateBound, GateOp, GateOutcome};
+pub use gate::{parse_gates, Gate, GateBound, GateOp, GateOutcome};
 pub use mann_whitney::{mann_whitney_u, MannWhitney, PValueMethod, EXACT_MAX_TOTAL};
