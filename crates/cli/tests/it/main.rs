@@ -9,6 +9,7 @@ mod decide_record;
 mod diagnose_rules;
 mod matrix_cli;
 mod predict_plan;
+mod readme_examples;
 mod real_engine;
 mod report_cli;
 mod run_cli;
