@@ -5,6 +5,7 @@ mod common;
 
 mod browser_report;
 mod compare_cli;
+mod compare_clocks;
 mod decide_record;
 mod decision_run_flags;
 mod diagnose_rules;
