@@ -399,7 +399,7 @@ mod tests {
         }
         // Right-aligned figures stay aligned with their headers.
         let head = lines[0];
-        let p99_end = head.find("p99").unwrap() + 3;
+        let p99_end = head.find("p99").unwrap_or_else(|| panic!("{block}")) + 3;
         assert_eq!(&ttft[p99_end - 1..p99_end], &words[4][words[4].len() - 1..]);
 
         // Ordinary figures keep the usual layout: 22 for the name, 9 per figure.
