@@ -448,7 +448,7 @@ fn evaluate_point(g: &GroupView<'_>, options: &DecideOptions) -> Option<PointEva
             .map(|p| run_cost(f.output_throughput, accepted_tokens_per_s, p)),
         command_line: g.runs.first().and_then(|r| {
             let argv = &r.metadata.command_line;
-            (!argv.is_empty()).then(|| argv.join(" "))
+            (!argv.is_empty()).then(|| markdown::shell_join(argv))
         }),
         runs: g.runs.iter().map(|r| r.path.to_owned()).collect(),
     })

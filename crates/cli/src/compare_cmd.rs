@@ -11,7 +11,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use servebench_analysis::compare::{mann_whitney_u, parse_gates, Gate, GateOutcome, MannWhitney};
+use servebench_analysis::compare::{
+    clock_warning, mann_whitney_u, parse_gates, Clock, Gate, GateOutcome, MannWhitney,
+};
 use servebench_metrics::{aggregate, RunSummary};
 use servebench_report::render::charts::{point_label, samples_ms};
 use servebench_report::render::format::{load, ms, rate};
@@ -113,6 +115,8 @@ pub struct Comparison {
     pub pairs: Vec<PairComparison>,
     /// Rows or points present on one side only.
     pub unmatched: Vec<String>,
+    /// What makes the comparison less than like for like (A and B timed on different clocks).
+    pub warnings: Vec<String>,
     /// Did any gate trip?
     pub gate_failed: bool,
 }
@@ -450,12 +454,22 @@ pub fn compare(
         .map(|p| compare_pair(p, args, &gates))
         .collect::<Result<Vec<_>>>()?;
     let gate_failed = pairs.iter().any(|p| p.gates.iter().any(|g| g.failed));
+    let clocks = |runs: &mut dyn Iterator<Item = &RunData>| -> Vec<Clock> {
+        runs.map(|r| Clock::of(&r.metadata.target)).collect()
+    };
+    let warnings = clock_warning(
+        &clocks(&mut matched.iter().flat_map(|p| p.a)),
+        &clocks(&mut matched.iter().flat_map(|p| p.b)),
+    )
+    .into_iter()
+    .collect();
     Ok(Comparison {
         a: args.a.display().to_string(),
         b: args.b.display().to_string(),
         alpha: args.alpha,
         pairs,
         unmatched,
+        warnings,
         gate_failed,
     })
 }
@@ -481,6 +495,9 @@ fn p_text(p: f64) -> String {
 pub fn render_text(c: &Comparison) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "A: {}\nB: {}", c.a, c.b);
+    for w in &c.warnings {
+        let _ = writeln!(out, "WARNING: {w}");
+    }
     for p in &c.pairs {
         let gpus = |g: Option<u32>| {
             g.map_or(String::new(), |g| {
@@ -601,6 +618,10 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
         load_experiment(&args.b).with_context(|| format!("loading B ({})", args.b.display()))?;
     let c = compare(&a, &b, &args)?;
     if args.json {
+        // The JSON holds the warnings too; stderr makes sure a person piping it sees them.
+        for w in &c.warnings {
+            eprintln!("WARNING: {w}");
+        }
         let text = serde_json::to_string_pretty(&c).context("serializing the comparison")?;
         writeln!(std::io::stdout().lock(), "{text}")?;
     } else {

@@ -140,6 +140,30 @@ pub fn vllm_block(
     out
 }
 
+/// The latency table: the name column left-aligned, figures right-aligned, the CI last.
+/// Columns keep their usual widths (22, then 9 each) but grow to the widest cell plus a space,
+/// so huge figures never run into their neighbours.
+fn metric_table(head: &[String; 6], rows: &[[String; 6]]) -> String {
+    let widest = |i: usize| {
+        rows.iter()
+            .chain(std::iter::once(head))
+            .map(|r| r[i].chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let name_w = 22.max(widest(0) + 1);
+    let fig_w: Vec<usize> = (1..5).map(|i| 9.max(widest(i) + 1)).collect();
+    let mut out = String::new();
+    for r in std::iter::once(head).chain(rows) {
+        let _ = write!(out, "{:<name_w$}", r[0]);
+        for (cell, w) in r[1..5].iter().zip(&fig_w) {
+            let _ = write!(out, "{cell:>w$}");
+        }
+        let _ = writeln!(out, "  {}", r[5]);
+    }
+    out
+}
+
 fn opt(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into())
 }
@@ -176,11 +200,7 @@ pub fn servebench_block(
     if let Some(c) = s.total_cached_tokens {
         line(&mut out, "Cached prompt tokens (server):", c);
     }
-    let _ = writeln!(
-        out,
-        "{:<22}{:>9}{:>9}{:>9}{:>9}  p99 95% CI",
-        "metric (ms)", "mean", "p50", "p90", "p99"
-    );
+    let mut rows = Vec::new();
     for (name, m) in [
         ("TTFT", &s.ttft),
         ("TPOT", &s.tpot),
@@ -207,15 +227,17 @@ pub fn servebench_block(
                 format!("[{lo}, {hi}]{flag}")
             })
             .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "{name:<22}{:>9}{:>9}{:>9}{:>9}  {ci}",
+        rows.push([
+            name.to_owned(),
             opt(m.mean),
             opt(p(50.0)),
             opt(p(90.0)),
-            opt(p(99.0))
-        );
+            opt(p(99.0)),
+            ci,
+        ]);
     }
+    let head = ["metric (ms)", "mean", "p50", "p90", "p99", "p99 95% CI"].map(str::to_owned);
+    out.push_str(&metric_table(&head, &rows));
     if let Some(ls) = s.longest_stall_ms {
         let _ = writeln!(
             out,
@@ -306,6 +328,88 @@ pub fn repeat_block(r: &servebench_metrics::RepeatSummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Requests sent 1 s apart whose first token takes `ttft_ms` (plus a little per request),
+    /// then 4 tokens 10 ms apart.
+    fn summary_with_ttft(ttft_ms: u64) -> servebench_metrics::RunSummary {
+        use servebench_metrics::{CountSource, RequestRecord, SummaryOptions, TokenEvent};
+        const MS: u64 = 1_000_000;
+        let records: Vec<RequestRecord> = (0..20u64)
+            .map(|i| {
+                let sent = i * 1000 * MS;
+                let first = sent + (ttft_ms + i * 7919) * MS;
+                let events: Vec<TokenEvent> = (0..4u64)
+                    .map(|k| TokenEvent {
+                        t: first + k * 10 * MS,
+                        chars: 4,
+                    })
+                    .collect();
+                let end = events.last().map(|e| e.t);
+                RequestRecord {
+                    id: i,
+                    intended: sent,
+                    released: sent,
+                    sent,
+                    first_token: Some(first),
+                    end,
+                    done: end,
+                    waited_for_slot: false,
+                    events,
+                    input_tokens: 16,
+                    input_source: CountSource::Usage,
+                    output_tokens: 4,
+                    output_source: CountSource::Usage,
+                    intended_input_tokens: 16,
+                    max_tokens: Some(4),
+                    cached_tokens: None,
+                    finish_reason: Some("length".into()),
+                    text: None,
+                    failure: None,
+                }
+            })
+            .collect();
+        servebench_metrics::summarize(&records, &SummaryOptions::default())
+    }
+
+    fn latency_lines(block: &str) -> Vec<&str> {
+        block
+            .lines()
+            .skip_while(|l| !l.starts_with("metric (ms)"))
+            .take_while(|l| !l.starts_with('='))
+            .collect()
+    }
+
+    #[test]
+    fn terminal_latency_table_columns_never_run_together_for_huge_values() {
+        let health = servebench_metrics::result::ClientHealth::virtual_time();
+        let block = servebench_block(&summary_with_ttft(3_295_997_023), &health, true);
+        let lines = latency_lines(&block);
+        let ttft = lines
+            .iter()
+            .find(|l| l.starts_with("TTFT"))
+            .unwrap_or_else(|| panic!("{block}"));
+        // name, mean, p50, p90, p99, then the CI: each figure its own word.
+        let words: Vec<&str> = ttft.split_whitespace().collect();
+        assert!(words.len() >= 6, "columns ran together:\n{block}");
+        for w in &words[1..5] {
+            assert!(
+                w.parse::<f64>().is_ok(),
+                "'{w}' is not one figure:\n{block}"
+            );
+        }
+        // Right-aligned figures stay aligned with their headers.
+        let head = lines[0];
+        let p99_end = head.find("p99").unwrap_or_else(|| panic!("{block}")) + 3;
+        assert_eq!(&ttft[p99_end - 1..p99_end], &words[4][words[4].len() - 1..]);
+
+        // Ordinary figures keep the usual layout: 22 for the name, 9 per figure.
+        let block = servebench_block(&summary_with_ttft(20), &health, true);
+        let lines = latency_lines(&block);
+        assert!(
+            lines[0].starts_with(&format!("{:<22}{:>9}{:>9}", "metric (ms)", "mean", "p50")),
+            "{block}"
+        );
+    }
 
     #[test]
     fn header_is_centered_like_python_format() {

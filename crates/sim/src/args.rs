@@ -54,9 +54,11 @@ pub struct SimArgs {
     #[arg(long, value_name = "N", default_value_t = 16)]
     pub block_size: u32,
 
-    /// Maximum prompt + output length (default: the model's max_position_embeddings).
-    #[arg(long, value_name = "N")]
-    pub max_model_len: Option<u32>,
+    /// Maximum prompt + output length (default: the model's max_position_embeddings). `auto`
+    /// (or `-1`) takes the model's length if one such request fits the KV cache, else the
+    /// largest length that does, as vLLM's `--max-model-len auto`.
+    #[arg(long, value_name = "N|auto", allow_hyphen_values = true)]
+    pub max_model_len: Option<MaxModelLen>,
 
     /// Use this many KV blocks instead of sizing the cache from memory.
     #[arg(long, value_name = "N")]
@@ -239,6 +241,38 @@ pub struct SimArgs {
     pub fault_malformed_prob: f64,
 }
 
+/// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxModelLen {
+    Tokens(u32),
+    /// The model's length if it fits the KV cache, else the largest that does.
+    Auto,
+}
+
+impl std::str::FromStr for MaxModelLen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        // vLLM spells auto-fit both ways: `--max-model-len auto` writes -1 into its config.
+        if s.eq_ignore_ascii_case("auto") || s == "-1" {
+            return Ok(MaxModelLen::Auto);
+        }
+        s.parse::<u32>()
+            .map(MaxModelLen::Tokens)
+            .map_err(|_| format!("expected a number of tokens or 'auto' (or -1), got '{s}'"))
+    }
+}
+
+impl std::fmt::Display for MaxModelLen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MaxModelLen::Tokens(n) => write!(f, "{n}"),
+            MaxModelLen::Auto => f.write_str("auto"),
+        }
+    }
+}
+
 /// A stand-alone parser for a `--sim SPEC` string: the same flags as `servebench sim`.
 #[derive(Debug, Parser)]
 #[command(name = "sim", no_binary_name = true, disable_version_flag = true)]
@@ -387,6 +421,22 @@ mod tests {
         assert_eq!(a.fault_stall_ms, 2000.0);
         assert!(a.max_num_seqs.is_none() && a.max_model_len.is_none());
         assert!(a.served_model_name.is_empty());
+    }
+
+    #[test]
+    fn max_model_len_takes_tokens_auto_or_minus_one() {
+        let len = |spec: &str| SimArgs::parse_spec(spec).map(|a| a.max_model_len);
+        assert_eq!(
+            len("--max-model-len 4096").unwrap(),
+            Some(MaxModelLen::Tokens(4096))
+        );
+        assert_eq!(
+            len("--max-model-len auto").unwrap(),
+            Some(MaxModelLen::Auto)
+        );
+        assert_eq!(len("--max-model-len -1").unwrap(), Some(MaxModelLen::Auto));
+        let err = len("--max-model-len lots").unwrap_err().to_string();
+        assert!(err.contains("'auto'"), "{err}");
     }
 
     #[test]

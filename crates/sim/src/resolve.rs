@@ -12,7 +12,7 @@ use servebench_roofline::{
 };
 use servebench_tokenizer::Tokenizer;
 
-use crate::args::SimArgs;
+use crate::args::{MaxModelLen, SimArgs};
 use crate::engine::EngineConfig;
 use crate::faults::FaultConfig;
 use crate::realtime::TimingOptions;
@@ -131,35 +131,59 @@ impl SimArgs {
             .build()?;
 
         let derived_len = model.max_position_embeddings;
-        let max_model_len = match self.max_model_len {
-            Some(0) => return Err(SimError::Config("max_model_len must be at least 1".into())),
-            Some(len) if len > derived_len => {
+        let requested_len = match self.max_model_len {
+            Some(MaxModelLen::Tokens(0)) => {
+                return Err(SimError::Config("max_model_len must be at least 1".into()))
+            }
+            Some(MaxModelLen::Tokens(len)) if len > derived_len => {
                 return Err(SimError::Config(format!(
                     "User-specified max_model_len ({len}) is greater than the derived max_model_len \
                      (max_position_embeddings={derived_len} in the config of {}); lower --max-model-len",
                     model.id
                 )))
             }
-            Some(len) => len,
-            None => derived_len,
+            Some(MaxModelLen::Tokens(len)) => len,
+            Some(MaxModelLen::Auto) | None => derived_len,
         };
         let chunked = self.chunked_prefill();
-        let (max_num_batched_tokens, max_num_seqs) = resolve_scheduler_limits(
-            deployment.gpu(),
-            chunked,
-            max_model_len,
-            self.max_num_batched_tokens,
-            self.max_num_seqs,
-        )?;
-        let sizing = KvSizing {
-            gpu_memory_utilization: self.gpu_memory_utilization,
-            block_size: self.block_size,
-            max_num_batched_tokens,
-            max_num_seqs,
-            num_gpu_blocks_override: self.num_gpu_blocks_override,
-            gpu_memory_gib_override: self.gpu_memory_gib,
+        let size_for = |max_model_len: u32| -> Result<_, SimError> {
+            let (max_num_batched_tokens, max_num_seqs) = resolve_scheduler_limits(
+                deployment.gpu(),
+                chunked,
+                max_model_len,
+                self.max_num_batched_tokens,
+                self.max_num_seqs,
+            )?;
+            let sizing = KvSizing {
+                gpu_memory_utilization: self.gpu_memory_utilization,
+                block_size: self.block_size,
+                max_num_batched_tokens,
+                max_num_seqs,
+                num_gpu_blocks_override: self.num_gpu_blocks_override,
+                gpu_memory_gib_override: self.gpu_memory_gib,
+            };
+            Ok((
+                max_num_batched_tokens,
+                max_num_seqs,
+                kv_capacity(&deployment, &sizing)?,
+            ))
         };
-        let kv = kv_capacity(&deployment, &sizing)?;
+        let (mut max_num_batched_tokens, mut max_num_seqs, mut kv) = size_for(requested_len)?;
+        let mut max_model_len = requested_len;
+        // Like vLLM, an unset length that does not fit is refused (naming the largest that
+        // would); only `auto` shrinks it. Sizing again with the shorter length can only free
+        // memory (a smaller budget without chunked prefill), so the fitted length still fits.
+        if self.max_model_len == Some(MaxModelLen::Auto)
+            && kv.check_max_model_len(requested_len).is_err()
+        {
+            // The engine keeps a block for the last token too (its admission check is one
+            // token stricter than the capacity bound), so the fitted length is whole blocks.
+            let whole_blocks = kv.allocatable_blocks() * u64::from(self.block_size);
+            max_model_len = u32::try_from(whole_blocks)
+                .unwrap_or(u32::MAX)
+                .min(derived_len);
+            (max_num_batched_tokens, max_num_seqs, kv) = size_for(max_model_len)?;
+        }
         kv.check_max_model_len(max_model_len)?;
 
         let tokenizer = match &self.tokenizer {
@@ -443,6 +467,25 @@ mod tests {
         assert!(err.contains("max_model_len 131072 does not fit"), "{err}");
         assert!(err.contains("largest max_model_len that fits is"), "{err}");
         assert!(resolve("--gpu l4 --max-model-len 32768").is_ok());
+    }
+
+    #[test]
+    fn max_model_len_auto_fits_the_kv_cache_like_vllm() {
+        let r = resolve("llama-3.1-70b --gpu h100 --tensor-parallel-size 2 --max-model-len auto")
+            .unwrap();
+        let (blocks, block) = (r.engine.num_gpu_blocks, r.engine.block_size);
+        assert_eq!(r.engine.max_model_len, (blocks - 1) * block);
+        assert!(r.engine.max_model_len < 131_072);
+        r.engine.validate().unwrap();
+        let minus_one =
+            resolve("llama-3.1-70b --gpu h100 --tensor-parallel-size 2 --max-model-len -1")
+                .unwrap();
+        assert_eq!(minus_one.engine.max_model_len, r.engine.max_model_len);
+        // When the model's own length fits, auto keeps it.
+        let fits = resolve("--max-model-len auto").unwrap();
+        assert_eq!(fits.engine.max_model_len, 131_072);
+        // Unset, the model's length is still refused when it does not fit, as vLLM does.
+        assert!(resolve("llama-3.1-70b --gpu h100 --tensor-parallel-size 2").is_err());
     }
 
     #[test]

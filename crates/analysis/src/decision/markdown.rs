@@ -10,6 +10,39 @@ fn ms(v: Option<f64>) -> String {
     v.map_or("–".into(), |v| format_quantity(v / 1e3, "s"))
 }
 
+/// Joins a command line into one string that a POSIX shell splits back into the same words,
+/// so a command copied from decision.md runs as recorded (a `--sim` spec keeps its spaces).
+pub(super) fn shell_join(argv: &[String]) -> String {
+    argv.iter()
+        .map(|w| shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A word as is when the shell would not change it, else single-quoted (a `'` inside becomes
+/// `'\''`: close, escaped quote, reopen), the one quoting with no special characters inside.
+fn shell_quote(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Markdown inline code whose fence is longer than any run of backticks inside, so the text
+/// comes out verbatim whatever it holds.
+fn code_span(text: &str) -> String {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
 /// Renders the decision record.
 pub fn decision_markdown(d: &Decision) -> String {
     let mut out = String::new();
@@ -149,7 +182,7 @@ fn candidate_block(out: &mut String, c: &CandidateEval) {
                 .join(", ")
         );
         if let Some(cmd) = &p.command_line {
-            let _ = writeln!(out, "- Run flags: `{cmd}`.");
+            let _ = writeln!(out, "- Run flags: {}.", code_span(cmd));
         }
         let _ = writeln!(
             out,
@@ -244,5 +277,57 @@ fn capitalize(s: &str) -> String {
     match chars.next() {
         Some(c) => c.to_uppercase().chain(chars).collect(),
         None => String::new(),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// The words `sh` makes of `line`.
+    fn sh_words(line: &str) -> Vec<String> {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s\\0' {line}"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{line}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut words: Vec<String> = text.split('\0').map(str::to_owned).collect();
+        words.pop();
+        words
+    }
+
+    #[test]
+    fn run_flags_line_is_shell_quoted_so_it_pastes_back() {
+        let argv: Vec<String> = [
+            "servebench",
+            "sweep",
+            "--sim",
+            "llama-3.1-70b --gpu h100 --tensor-parallel-size 2",
+            "--slo",
+            "ttft:p99:1000",
+            "--metadata",
+            "note=it's \"quoted\" $HOME `date` *.json \\ ;|&",
+            "",
+            "--title",
+            "tab\there",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let line = shell_join(&argv);
+        assert_eq!(sh_words(&line), argv, "{line}");
+        assert!(
+            line.starts_with("servebench sweep --sim 'llama-3.1-70b --gpu h100"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn code_span_fences_past_backticks_inside() {
+        assert_eq!(code_span("a b"), "`a b`");
+        assert_eq!(code_span("x `date` y"), "``x `date` y``");
+        assert_eq!(code_span("`a`"), "`` `a` ``");
     }
 }

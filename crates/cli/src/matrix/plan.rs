@@ -120,7 +120,7 @@ pub enum Scale {
     /// The row's own `num_prompts`.
     #[default]
     Full,
-    /// A tenth of them (at least [`QUICK_MIN_PROMPTS`] and at least the row's concurrency):
+    /// A tenth of them (at least 4 and at least the row's concurrency):
     /// a fast look whose percentiles are rough.
     Quick,
 }

@@ -101,6 +101,8 @@ pub struct RunArgs {
     /// the local HF cache); default: built-in o200k_base.
     #[arg(long, help_heading = "Dataset")]
     pub tokenizer: Option<String>,
+    /// Where prompts come from: random token prompts, a ShareGPT file or a custom JSONL file
+    /// (--dataset-path).
     #[arg(long, value_enum, default_value = "random", help_heading = "Dataset")]
     pub dataset_name: DatasetName,
     /// Dataset file (sharegpt JSON, custom JSONL).
@@ -118,8 +120,10 @@ pub struct RunArgs {
     /// General output length (maps to the dataset-specific output length).
     #[arg(long, help_heading = "Dataset")]
     pub output_len: Option<i64>,
+    /// Prompt tokens of each random request, shared prefix excluded.
     #[arg(long, default_value_t = 1024, help_heading = "Dataset")]
     pub random_input_len: u64,
+    /// Output tokens of each random request (max_tokens).
     #[arg(long, default_value_t = 128, help_heading = "Dataset")]
     pub random_output_len: u64,
     /// Range ratio for sampling input/output lengths: uniform in [len·(1−r), len·(1+r)].
@@ -154,10 +158,14 @@ pub struct RunArgs {
     /// Maximum concurrent requests (a client-side queue; the wait is recorded as queue time).
     #[arg(long, help_heading = "Traffic")]
     pub max_concurrency: Option<usize>,
+    /// Raise the request rate during the run instead of a fixed --request-rate: linearly or
+    /// exponentially from --ramp-up-start-rps to --ramp-up-end-rps (both required).
     #[arg(long, value_enum, help_heading = "Traffic")]
     pub ramp_up_strategy: Option<RampUp>,
+    /// Request rate (req/s) at the start of a ramp-up (not 0 for an exponential one).
     #[arg(long, help_heading = "Traffic")]
     pub ramp_up_start_rps: Option<u64>,
+    /// Request rate (req/s) at the end of a ramp-up.
     #[arg(long, help_heading = "Traffic")]
     pub ramp_up_end_rps: Option<u64>,
     /// Warm-up requests before the measured window (not recorded).
@@ -171,18 +179,27 @@ pub struct RunArgs {
     /// Set ignore_eos in each request (default on for the random dataset, as in vLLM).
     #[arg(long, help_heading = "Sampling")]
     pub ignore_eos: bool,
+    /// Sampling temperature sent in every request (0: greedy); unset: the server's default.
     #[arg(long, help_heading = "Sampling")]
     pub temperature: Option<f64>,
+    /// Nucleus sampling: keep the smallest set of tokens whose probabilities add up to TOP_P;
+    /// unset: the server's default.
     #[arg(long, help_heading = "Sampling")]
     pub top_p: Option<f64>,
+    /// Sample only among the TOP_K most likely tokens; unset: the server's default.
     #[arg(long, help_heading = "Sampling")]
     pub top_k: Option<i64>,
+    /// Drop tokens less likely than MIN_P times the most likely one; unset: the server's default.
     #[arg(long, help_heading = "Sampling")]
     pub min_p: Option<f64>,
+    /// Penalise tokens by how often they already appeared; unset: the server's default.
     #[arg(long, help_heading = "Sampling")]
     pub frequency_penalty: Option<f64>,
+    /// Penalise tokens that already appeared at all; unset: the server's default.
     #[arg(long, help_heading = "Sampling")]
     pub presence_penalty: Option<f64>,
+    /// vLLM's multiplicative penalty on repeated tokens (1: none); unset: the server's
+    /// default.
     #[arg(long, help_heading = "Sampling")]
     pub repetition_penalty: Option<f64>,
     /// JSON object merged into every request body.

@@ -5,11 +5,15 @@ mod common;
 
 mod browser_report;
 mod compare_cli;
+mod compare_clocks;
 mod decide_record;
+mod decision_run_flags;
 mod diagnose_rules;
 mod kill_nine;
+mod help_text;
 mod matrix_cli;
 mod predict_plan;
+mod readme_examples;
 mod real_engine;
 mod report_cli;
 mod run_cli;

@@ -392,3 +392,32 @@ pub fn sweep_point_label(sweep: &SweepReport, i: usize) -> String {
         .get(i)
         .map_or_else(String::new, |p| point_label(sweep, p.value))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_table_columns_never_run_together_for_huge_values() {
+        let mut t = Table::new(&[("row", false), ("TTFT p50 ms", true), ("p99", true)]);
+        t.rows.push(vec![
+            "a-very-long-row-name".into(),
+            "3295997.02".into(),
+            "3285490.41".into(),
+        ]);
+        t.rows
+            .push(vec!["b".into(), "1.00".into(), "123456789012.50".into()]);
+        let text = t.to_text();
+        for line in text.lines().skip(1) {
+            assert_eq!(line.split_whitespace().count(), 3, "{text}");
+        }
+        // Every column is as wide as its widest cell; numbers end at the header's right edge.
+        let lines: Vec<&str> = text.lines().collect();
+        let right = |l: &str, w: &str| l.find(w).map(|i| i + w.len());
+        assert_eq!(
+            right(lines[0], "TTFT p50 ms"),
+            right(lines[1], "3295997.02")
+        );
+        assert_eq!(right(lines[0], "p99"), right(lines[2], "123456789012.50"));
+    }
+}

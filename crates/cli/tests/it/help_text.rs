@@ -1,0 +1,141 @@
+//! `servebench <cmd> --help` is written for users: doc comments become help text, so no raw
+//! rustdoc link may leak into it, and every flag and argument says what it does.
+
+#![allow(clippy::unwrap_used)]
+
+use crate::common::{ok, servebench};
+
+const SUBCOMMANDS: &[&str] = &[
+    "run", "sim", "predict", "plan", "matrix", "sweep", "report", "compare", "diagnose", "decide",
+];
+
+/// The subcommands `servebench --help` lists, so a new one cannot escape the checks below.
+fn listed_subcommands() -> Vec<String> {
+    let help = ok(&servebench(&["--help"]));
+    help.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Entries of a long `--help` (options and positional arguments) whose description is empty:
+/// nothing but `[default: …]`, `[possible values: …]` or a bare list of values.
+fn entries_without_help(help: &str) -> Vec<String> {
+    let mut missing = Vec::new();
+    let mut in_section = false;
+    let lines: Vec<&str> = help.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        // Options:, Arguments: and the headings flags are grouped under (Target:, Sampling:…).
+        if !line.starts_with(' ') && !line.is_empty() {
+            in_section = line.ends_with(':') && line != "Commands:";
+            i += 1;
+            continue;
+        }
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let is_entry = in_section
+            && (2..=6).contains(&indent)
+            && (trimmed.starts_with('-') || trimmed.starts_with('<') || trimmed.starts_with('['));
+        if !is_entry {
+            i += 1;
+            continue;
+        }
+        let entry = trimmed.split("  ").next().unwrap_or(trimmed).to_owned();
+        // Help on the entry's own line (short layout) …
+        let mut described = trimmed.split_once("  ").is_some_and(|(_, rest)| {
+            let rest = rest.trim();
+            !rest.is_empty() && !rest.starts_with('[')
+        });
+        // … or on the indented lines below it, up to the next entry.
+        let mut j = i + 1;
+        while j < lines.len() {
+            let next = lines[j];
+            let t = next.trim_start();
+            let ind = next.len() - t.len();
+            if t.is_empty() || ind < 8 {
+                if t.is_empty() && j + 1 < lines.len() {
+                    let after = lines[j + 1];
+                    let after_ind = after.len() - after.trim_start().len();
+                    // A blank line inside a long description.
+                    if after_ind >= 8 && !after.trim().is_empty() {
+                        j += 1;
+                        continue;
+                    }
+                }
+                break;
+            }
+            if t.starts_with("[default")
+                || t.starts_with("[possible values")
+                || t.starts_with("[aliases")
+                || t.starts_with("[env")
+                || t.starts_with("Possible values:")
+            {
+                break;
+            }
+            described = true;
+            j += 1;
+        }
+        if !described {
+            missing.push(entry);
+        }
+        i = j.max(i + 1);
+    }
+    missing
+}
+
+#[test]
+fn every_subcommand_is_checked() {
+    let listed = listed_subcommands();
+    for c in &listed {
+        assert!(
+            SUBCOMMANDS.contains(&c.as_str()),
+            "{c} is not in SUBCOMMANDS"
+        );
+    }
+    assert_eq!(listed.len(), SUBCOMMANDS.len(), "{listed:?}");
+}
+
+#[test]
+fn help_has_no_raw_rustdoc_links() {
+    for cmd in SUBCOMMANDS {
+        for flag in ["--help", "-h"] {
+            let help = ok(&servebench(&[cmd, flag]));
+            assert!(
+                !help.contains("[`"),
+                "servebench {cmd} {flag} shows a raw doc link:\n{help}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_flag_of_every_subcommand_has_help_text() {
+    let mut missing = Vec::new();
+    for cmd in SUBCOMMANDS {
+        let help = ok(&servebench(&[cmd, "--help"]));
+        for entry in entries_without_help(&help) {
+            missing.push(format!("servebench {cmd}: {entry}"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "flags without help text:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_help_checker_sees_a_flag_without_help() {
+    let help = "Usage: x\n\nSampling:\n      --top-p <TOP_P>\n          \n\n      --seed <SEED>\n          Seed of everything\n          \n          [default: 0]\n\n      --mode <MODE>\n          [possible values: a, b]\n\n  -h, --help\n          Print help\n";
+    assert_eq!(
+        entries_without_help(help),
+        vec!["--top-p <TOP_P>".to_owned(), "--mode <MODE>".to_owned()]
+    );
+}

@@ -1,0 +1,47 @@
+//! Commands the README shows run as written (at quick scale and in virtual time, so they are
+//! fast), read from README.md itself so the test follows the text.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use servebench_sim::args::split_shell_words;
+
+use crate::common::{bin, tempdir, text};
+
+fn workspace_root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+/// The README's command lines that start with `prefix`, without their trailing `# comment`.
+fn readme_commands(prefix: &str) -> Vec<Vec<String>> {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    readme
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| {
+            let mut words = split_shell_words(l).unwrap();
+            if let Some(comment) = words.iter().position(|w| w.starts_with('#')) {
+                words.truncate(comment);
+            }
+            words
+        })
+        .collect()
+}
+
+#[test]
+fn readme_matrix_example_with_a_70b_sim_on_two_h100s_runs_as_written() {
+    let commands =
+        readme_commands("servebench matrix --matrix examples/matrix.toml --sim \"llama-3.1-70b");
+    assert_eq!(commands.len(), 1, "the README's 70B matrix example");
+    let dir = tempdir("readme", "matrix-70b");
+    let out = bin()
+        .current_dir(workspace_root())
+        .args(&commands[0][1..])
+        .args(["--scale", "quick", "--virtual-time", "--results-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}\n{}", commands[0], text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
