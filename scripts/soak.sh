@@ -13,12 +13,14 @@
 # Settings (environment):
 #   SOAK_SECONDS        arrival window, `servebench run --duration` (600)
 #   SOAK_STREAMS        `--max-concurrency`, also the simulator's --max-num-seqs (10000)
-#   SOAK_RATE           offered requests/s (230; see docs/benchmarks.md, "Soak", for how it
-#                       is chosen: a little above what 10,000 streams complete per second)
+#   SOAK_STEP_MS        the simulator's engine step, the same at any batch size (500)
 #   SOAK_INPUT_LEN      prompt tokens (16)
-#   SOAK_OUTPUT_LEN     output tokens per request, ignore_eos (128)
-#   SOAK_TIME_SCALE     the simulator's --time-scale (1)
-#   SOAK_WARMUP_S       seconds into the run after which the load counts as established (60)
+#   SOAK_OUTPUT_LEN     output tokens per request, ignore_eos (64): a stream stays open for
+#                       about (SOAK_OUTPUT_LEN + 0.5) steps, 32 s by default
+#   SOAK_RATE           offered requests/s (default: 5 % above what SOAK_STREAMS streams
+#                       complete per second, so the client's cap stays full; 326 by default)
+#   SOAK_WARMUP_S       seconds into the run after which the load counts as established
+#                       (60, at most half of SOAK_SECONDS)
 #   SOAK_SAMPLE_S       sampling period (5)
 #   SOAK_TOLERANCE_PCT  "flat" when the client's fitted RSS growth from the warm-up mark to the
 #                       end of the arrival window is at most this % of its RSS at warm-up (10)
@@ -34,11 +36,10 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 SECONDS_RUN=${SOAK_SECONDS:-600}
 STREAMS=${SOAK_STREAMS:-10000}
-RATE=${SOAK_RATE:-230}
+STEP_MS=${SOAK_STEP_MS:-500}
 INPUT_LEN=${SOAK_INPUT_LEN:-16}
-OUTPUT_LEN=${SOAK_OUTPUT_LEN:-128}
-TIME_SCALE=${SOAK_TIME_SCALE:-1}
-WARMUP_S=${SOAK_WARMUP_S:-60}
+OUTPUT_LEN=${SOAK_OUTPUT_LEN:-64}
+WARMUP_S=${SOAK_WARMUP_S:-}
 SAMPLE_S=${SOAK_SAMPLE_S:-5}
 TOLERANCE_PCT=${SOAK_TOLERANCE_PCT:-10}
 KEEP_RECORDS=${SOAK_KEEP_RECORDS:-0}
@@ -49,9 +50,18 @@ die() {
     exit 1
 }
 
-for v in SECONDS_RUN STREAMS INPUT_LEN OUTPUT_LEN WARMUP_S SAMPLE_S; do
+for v in SECONDS_RUN STREAMS STEP_MS INPUT_LEN OUTPUT_LEN SAMPLE_S; do
     [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'"
 done
+if [[ -z $WARMUP_S ]]; then
+    WARMUP_S=$((SECONDS_RUN / 2 < 60 ? SECONDS_RUN / 2 : 60))
+fi
+[[ $WARMUP_S =~ ^[0-9]+$ ]] || die "SOAK_WARMUP_S must be a whole number of seconds, got '$WARMUP_S'"
+# A stream waits on average half a step to be admitted, then takes one step per token. With
+# arrivals 5 % faster than streams finish, the cap stays full; the excess queues in the client
+# and is drained after the arrival window (about 5 % of SOAK_SECONDS).
+RATE=${SOAK_RATE:-$(awk -v n="$STREAMS" -v o="$OUTPUT_LEN" -v s="$STEP_MS" \
+    'BEGIN { r = 1.05 * n * 1000 / ((o + 0.5) * s); printf "%d", (r == int(r)) ? r : int(r) + 1 }')}
 ((WARMUP_S < SECONDS_RUN)) || die "the warm-up ($WARMUP_S s) must end before the run does ($SECONDS_RUN s)"
 for c in curl jq awk python3; do
     command -v "$c" >/dev/null 2>&1 || die "$c is required"
@@ -134,10 +144,16 @@ BLOCKS=$(((STREAMS + 1024) * ((INPUT_LEN + OUTPUT_LEN) / 16 + 2)))
 # One step must hold a decode token for every stream plus the prefills that replace the
 # requests finishing in it.
 BUDGET=$((STREAMS + 8192))
+# A constant step: with overlapped scheduling a step lasts max(CPU floor, GPU time), and the
+# floor is above what Llama-3.1-8B on an H100 needs for 10,000 decodes (about 0.33 s), so
+# every stream lasts the same time whatever the batch. With the roofline's step time, which
+# grows with the batch, the completion rate hardly changes between 1,000 and 10,000 running
+# streams, and an open-loop arrival rate would either stall far below the cap or queue
+# without bound.
 SIM_ARGS=(llama-3.1-8b --gpu h100 --host 127.0.0.1 --port "$PORT"
     --max-num-seqs "$STREAMS" --max-num-batched-tokens "$BUDGET"
     --num-gpu-blocks-override "$BLOCKS" --max-model-len $((INPUT_LEN + OUTPUT_LEN + 64))
-    --time-scale "$TIME_SCALE")
+    --async-scheduling --cpu-floor-us $((STEP_MS * 1000)) --req-overhead-us 0)
 log "starting the simulator on $URL: ${SIM_ARGS[*]}"
 "$BIN" sim "${SIM_ARGS[@]}" >"$OUT/sim.log" 2>&1 </dev/null &
 SIM_PID=$!
@@ -245,9 +261,9 @@ per_request=$(awk -v g="$growth" -v n="$done_in_window" 'BEGIN { if (n > 0) prin
 per_token=$(awk -v g="$growth" -v n="$tokens_in_window" 'BEGIN { if (n > 0) printf "%.1f", g * 1048576 / n; else print "-" }')
 
 {
-    echo "soak $STAMP: $STREAMS streams, $RATE req/s offered for $SECONDS_RUN s, prompts $INPUT_LEN + outputs $OUTPUT_LEN tokens, sim time scale $TIME_SCALE"
+    echo "soak $STAMP: $STREAMS streams, $RATE req/s offered for $SECONDS_RUN s, prompts $INPUT_LEN + outputs $OUTPUT_LEN tokens, engine step $STEP_MS ms"
     echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"
-    echo "servebench run exit status: $run_status"
+    echo "servebench run exit status: $run_status; client CPU $(jq -r '.client_health.cpu_percent // "-" | if type == "number" then (. * 10 | round / 10) else . end' "$RESULT") % of one core; simulator re-anchored its timeline $(tail -n 1 "$CSV" | cut -d, -f9) times"
     echo "streams in flight: peak $peak; mean $(printf '%.0f' "$in_flight_mean"), lowest 1-s mean $(printf '%.0f' "$in_flight_min") between ${WARMUP_S} s and ${SECONDS_RUN} s"
     echo "requests: $completed completed, $failed failed"
     jq -r '.summary.failures_by_kind | to_entries[] | "  failed as \(.key): \(.value)"' "$RESULT"
