@@ -8,7 +8,7 @@
 #
 # Output goes to results/soak-<UTC date>/: rss.csv (the samples), sim.log, run.log, the run's
 # servebench JSON and summary.txt (the figures printed at the end). The per-request JSONL is
-# deleted at the end (about 4 KB per request) unless SOAK_KEEP_RECORDS=1.
+# deleted at the end (a few KB per request) unless SOAK_KEEP_RECORDS=1.
 #
 # Settings (environment):
 #   SOAK_SECONDS        arrival window, `servebench run --duration` (600)
