@@ -50,7 +50,10 @@ pub fn verdict_block(v: &RunValidity) -> String {
     if let Some(s) = &v.steady_state {
         let what = match s.mode {
             servebench_metrics::SteadyStateMode::Auto if s.excluded_s > 0.0 => {
-                format!("{:.0} s warm-up excluded from the steady window", s.excluded_s)
+                format!(
+                    "{:.0} s warm-up excluded from the steady window",
+                    s.excluded_s
+                )
             }
             servebench_metrics::SteadyStateMode::Auto if !s.steady => {
                 "no steady state reached in the first half; nothing excluded".to_owned()
@@ -102,7 +105,10 @@ mod tests {
     fn an_overloaded_run_says_so_with_both_rates() {
         let v = overloaded();
         let block = verdict_block(&v);
-        assert!(block.starts_with("Verdict: NOT STEADY: overloaded"), "{block}");
+        assert!(
+            block.starts_with("Verdict: NOT STEADY: overloaded"),
+            "{block}"
+        );
         assert!(
             block.contains("offered 16.00 req/s, achieved 0.94 req/s"),
             "{block}"

@@ -2,10 +2,12 @@
 //! early-stop rule, and the terminal frontier table.
 
 use anyhow::{bail, Result};
+use servebench_analysis::frontier::LatencyMetric;
 use servebench_analysis::frontier::{
     parse_slos, saturation, LatencyStat, LoadKind, SaturationRule, Slo, SloStat, SweepAnalysis,
     SweepPoint,
 };
+use servebench_metrics::validity::RunValidity;
 use servebench_metrics::RunSummary;
 
 /// Parses a latency percentile such as `ttft:p99` (or `e2el:median`).
@@ -53,22 +55,71 @@ pub fn latency(summary: &RunSummary, stat: LatencyStat) -> Option<f64> {
     v.is_finite().then_some(v)
 }
 
+/// The value of a latency percentile as the run's users saw it, ms: when the client queued
+/// any request, TTFT and E2EL count from the intended send time (user TTFT = queue + TTFT),
+/// so a point whose requests waited in the client is not judged on the server's share alone.
+pub fn user_latency(summary: &RunSummary, stat: LatencyStat) -> Option<f64> {
+    let queued = summary.queue.max.is_some_and(|q| q > 0.0);
+    let name = match (stat.metric, queued) {
+        (LatencyMetric::Ttft, true) => "user_ttft",
+        (LatencyMetric::E2el, true) => "user_e2el",
+        (m, _) => m.as_str(),
+    };
+    let v = summary.metric(name)?.percentile(stat.percentile)?.value;
+    v.is_finite().then_some(v)
+}
+
 fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
     let v: Vec<f64> = values.collect();
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
 
-/// One sweep point from its runs: output throughput and each percentile averaged across the
-/// repeats (a percentile absent from every run is left out).
-pub fn sweep_point(offered_load: f64, runs: &[RunSummary], stats: &[LatencyStat]) -> SweepPoint {
-    SweepPoint {
+/// One sweep point from its runs: output throughput and each percentile (as users saw it,
+/// see [`user_latency`]) averaged across the repeats (a percentile absent from every run is
+/// left out); the achieved rate averaged, and overloaded when any run was.
+pub fn sweep_point(
+    offered_load: f64,
+    runs: &[RunSummary],
+    validity: &[Option<RunValidity>],
+    stats: &[LatencyStat],
+) -> SweepPoint {
+    let mut p = SweepPoint::new(
         offered_load,
-        throughput: mean(runs.iter().map(|r| r.output_throughput)).unwrap_or(0.0),
-        latencies: stats
+        mean(runs.iter().map(|r| r.output_throughput)).unwrap_or(0.0),
+        stats
             .iter()
-            .filter_map(|&s| mean(runs.iter().filter_map(|r| latency(r, s))).map(|v| (s, v)))
+            .filter_map(|&s| mean(runs.iter().filter_map(|r| user_latency(r, s))).map(|v| (s, v)))
             .collect(),
+    );
+    let loads = validity.iter().flatten().filter_map(|v| v.load);
+    p.achieved_rate = mean(loads.clone().filter_map(|l| l.achieved_rate));
+    p.overloaded = validity.iter().flatten().any(RunValidity::overloaded);
+    p
+}
+
+/// Whether the two newest points are both overloaded, and the sentence saying so: heavier
+/// rates would only lengthen the client queue. One overloaded point alone may sit just past
+/// capacity, so the sweep goes one step further before giving up.
+pub fn past_capacity(points: &[SweepPoint], kind: LoadKind) -> Option<String> {
+    let [.., before, p] = points else {
+        return None;
+    };
+    if !(before.overloaded && p.overloaded) {
+        return None;
     }
+    let achieved = p
+        .achieved_rate
+        .map_or_else(String::new, |a| format!(", achieved {a:.2} req/s"));
+    Some(format!(
+        "{} is overloaded (offered {}{achieved}): heavier rates would be overloaded too",
+        kind.describe(p.offered_load),
+        trim(p.offered_load)
+    ))
+}
+
+fn trim(v: f64) -> String {
+    let s = format!("{v:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// Whether the newest point is past saturation, and the sentence saying so.
@@ -83,13 +134,15 @@ pub fn past_saturation(points: &[SweepPoint], stat: LatencyStat, kind: LoadKind)
     ))
 }
 
-/// The frontier table: every point with its load, throughput and percentiles, marked
-/// frontier / knee / saturated / best under the SLOs.
+/// The frontier table: every point with its offered load, achieved rate, throughput,
+/// percentiles (as users saw them) and verdict, marked overloaded / frontier / knee /
+/// saturated / best under the SLOs.
 pub fn render_table(
     points: &[SweepPoint],
     analysis: &SweepAnalysis,
     slos: &[Slo],
     kind: LoadKind,
+    verdicts: &[String],
 ) -> String {
     let mut stats = vec![analysis.stat];
     for s in slos {
@@ -100,14 +153,22 @@ pub fn render_table(
         }
     }
     let mut rows: Vec<Vec<String>> = Vec::new();
-    let mut header = vec!["#".to_owned(), "load".to_owned(), "out tok/s".to_owned()];
+    let mut header = vec![
+        "#".to_owned(),
+        "load".to_owned(),
+        "achieved req/s".to_owned(),
+        "out tok/s".to_owned(),
+    ];
     header.extend(stats.iter().map(|s| format!("{s} ms")));
+    header.push("verdict".to_owned());
     header.push(String::new());
     rows.push(header);
     for (i, p) in points.iter().enumerate() {
         let mut r = vec![
             i.to_string(),
             kind.describe(p.offered_load),
+            p.achieved_rate
+                .map_or_else(|| "-".to_owned(), |a| format!("{a:.2}")),
             format!("{:.1}", p.throughput),
         ];
         r.extend(stats.iter().map(|&s| {
@@ -115,7 +176,11 @@ pub fn render_table(
                 .map(|v| format!("{v:.1}"))
                 .unwrap_or_else(|| "-".into())
         }));
+        r.push(verdicts.get(i).cloned().unwrap_or_else(|| "-".to_owned()));
         let mut marks = Vec::new();
+        if p.overloaded {
+            marks.push("OVERLOADED");
+        }
         if analysis.frontier.contains(&i) {
             marks.push("frontier");
         }
@@ -141,7 +206,7 @@ pub fn render_table(
             .enumerate()
             .map(|(c, s)| {
                 let pad = " ".repeat(widths[c].saturating_sub(s.chars().count()));
-                if c == 1 || c + 1 == r.len() {
+                if c == 1 || c + 2 >= r.len() {
                     format!("{s}{pad}")
                 } else {
                     format!("{pad}{s}")
@@ -185,11 +250,7 @@ mod tests {
     #[test]
     fn stops_at_the_first_point_past_saturation() {
         let stat = LatencyStat::new(LatencyMetric::Ttft, 99.0);
-        let pt = |load: f64, tput: f64, lat: f64| SweepPoint {
-            offered_load: load,
-            throughput: tput,
-            latencies: vec![(stat, lat)],
-        };
+        let pt = |load: f64, tput: f64, lat: f64| SweepPoint::new(load, tput, vec![(stat, lat)]);
         let mut pts = vec![pt(1.0, 100.0, 50.0), pt(2.0, 200.0, 55.0)];
         assert!(past_saturation(&pts, stat, LoadKind::RequestRate).is_none());
         pts.push(pt(4.0, 205.0, 400.0));
