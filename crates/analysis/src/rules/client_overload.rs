@@ -13,7 +13,11 @@ pub(super) fn client_overload(ctx: &Ctx<'_>) -> (RuleCheck, Vec<Finding>) {
     let mut c = RuleCheck::new(Rule::ClientOverload);
     let mut findings = Vec::new();
     for (i, row) in ctx.rows.iter().enumerate() {
-        let Some(rate) = row.planned.request_rate.filter(|r| r.is_finite() && *r > 0.0) else {
+        let Some(rate) = row
+            .planned
+            .request_rate
+            .filter(|r| r.is_finite() && *r > 0.0)
+        else {
             continue;
         };
         let runs = ctx.records.get(i).map_or(&[][..], Vec::as_slice);
@@ -68,10 +72,9 @@ fn finding(row: &RowFigures, rate: f64, load: &LoadVerdict) -> Finding {
     if let Some(g) = load.queue_growth {
         evidence.push(format!("queue grew {g:.2} s per s"));
     }
-    let cap = row
-        .planned
-        .max_concurrency
-        .map_or_else(String::new, |c| format!(" (or --max-concurrency above {c})"));
+    let cap = row.planned.max_concurrency.map_or_else(String::new, |c| {
+        format!(" (or --max-concurrency above {c})")
+    });
     Finding {
         rule: Rule::ClientOverload,
         regime: "offered load above what the server (or the concurrency cap) sustains".into(),
@@ -136,7 +139,10 @@ mod tests {
         assert_eq!(c.examined, vec!["D"]);
         assert_eq!(f.len(), 1);
         let s = &f[0].summary;
-        assert!(s.contains("offered 16.00 req/s, achieved 0.94 req/s"), "{s}");
+        assert!(
+            s.contains("offered 16.00 req/s, achieved 0.94 req/s"),
+            "{s}"
+        );
         assert!(s.contains("waited up to 39.1 s in the client queue"), "{s}");
         assert!(f[0].next_experiment.contains("--request-rate auto"));
         assert!(f[0].next_experiment.contains("--max-concurrency above 8"));

@@ -67,7 +67,7 @@ mod tests {
         let order: Vec<Rule> = checks.iter().map(|c| c.rule).collect();
         assert_eq!(order, Rule::ALL);
         assert_eq!(findings[0].rule, Rule::KvExhaustion); // no records: no overload check
-        // The tail of a row KV exhaustion explains is left to it.
+                                                          // The tail of a row KV exhaustion explains is left to it.
         assert!(findings.iter().all(|f| f.rule != Rule::TailLatency));
         let total: usize = checks.iter().map(|c| c.findings).sum();
         assert_eq!(total, findings.len());

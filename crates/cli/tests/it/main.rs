@@ -8,6 +8,7 @@ mod compare_cli;
 mod decide_record;
 mod diagnose_rules;
 mod matrix_cli;
+mod overload_honesty;
 mod predict_plan;
 mod real_engine;
 mod report_cli;
