@@ -58,6 +58,10 @@ pub struct SweepPoint {
     /// Latency percentiles measured at this load, milliseconds. TTFT and E2EL count from
     /// the intended send time when the client queued, so they are what a user saw.
     pub latencies: Vec<(LatencyStat, f64)>,
+    /// The same percentiles from the send (the server's share alone), when they differ from
+    /// `latencies`; empty means "the same". The saturation test reads these: it asks whether
+    /// the server's own curve has bent, which the client queue would otherwise blur.
+    pub server_latencies: Vec<(LatencyStat, f64)>,
     /// Requests actually sent per second, when measured (an open-loop point's honesty check
     /// against `offered_load`).
     pub achieved_rate: Option<f64>,
@@ -73,9 +77,23 @@ impl SweepPoint {
             offered_load,
             throughput,
             latencies,
+            server_latencies: Vec::new(),
             achieved_rate: None,
             overloaded: false,
         }
+    }
+
+    /// The server's latency percentile (from the send), ms: `server_latencies` when given,
+    /// else [`SweepPoint::latency`].
+    pub fn server_latency(&self, stat: LatencyStat) -> Option<f64> {
+        if self.server_latencies.is_empty() {
+            return self.latency(stat);
+        }
+        self.server_latencies
+            .iter()
+            .find(|(s, _)| s.same(&stat))
+            .map(|&(_, v)| v)
+            .filter(|v| v.is_finite())
     }
 
     /// The measured value of a latency percentile, ms.
@@ -230,7 +248,7 @@ pub struct Saturation {
 }
 
 /// The saturation test: "achieved throughput no longer rises (< 5 % gain) while latency more
-/// than doubles". Points are taken in order of offered load; the first point `i` for which
+/// than doubles", on the server's latency (from the send, [`SweepPoint::server_latency`]). Points are taken in order of offered load; the first point `i` for which
 /// some lighter point `j` has `throughput_i < (1 + min_gain)·throughput_j` and
 /// `latency_i > latency_factor·latency_j` is saturated, compared with the lightest such `j`.
 /// Comparing with every lighter point, not only the previous one, catches a plateau
@@ -243,12 +261,12 @@ pub fn saturation(
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by(|&a, &b| points[a].offered_load.total_cmp(&points[b].offered_load));
     for (pos, &i) in order.iter().enumerate() {
-        let Some(li) = points[i].latency(stat) else {
+        let Some(li) = points[i].server_latency(stat) else {
             continue;
         };
         let ti = points[i].throughput;
         for &j in &order[..pos] {
-            let Some(lj) = points[j].latency(stat) else {
+            let Some(lj) = points[j].server_latency(stat) else {
                 continue;
             };
             let tj = points[j].throughput;
@@ -571,6 +589,18 @@ mod tests {
         assert_ne!(k.index, 4);
         assert!(!pts[k.index].overloaded);
         assert_eq!(knee(&capped_sweep(), P99_TTFT), None);
+    }
+
+    #[test]
+    fn saturation_reads_the_servers_latency_not_the_client_queue() {
+        // User TTFT doubles with the client queue, the server's own TTFT does not.
+        let mut pts = vec![
+            point(10.0, 1000.0, 100.0, 1.0),
+            point(20.0, 1010.0, 250.0, 1.0),
+        ];
+        assert!(saturation(&pts, P99_TTFT, SaturationRule::default()).is_some());
+        pts[1].server_latencies = vec![(P99_TTFT, 110.0)];
+        assert!(saturation(&pts, P99_TTFT, SaturationRule::default()).is_none());
     }
 
     #[test]

@@ -15,9 +15,7 @@ use servebench_metrics::result::RunResult;
 use servebench_metrics::validity::RunValidity;
 
 use crate::matrix::bench::{Bench, TargetArgs};
-use crate::matrix::frontier::{
-    extra_percentiles, past_capacity, past_saturation, render_table, sweep_point,
-};
+use crate::matrix::frontier::{extra_percentiles, past_saturation, render_table, sweep_point};
 use crate::matrix::layout::{self, ExperimentFile, PointEntry, ProbeEntry, RowEntry, SweepEntry};
 use crate::matrix::plan::{run_seed, MatrixPlan, PrefixReuse, Rate, RowSpec, Scale};
 use crate::matrix::repeat::run_repeated;
@@ -484,9 +482,7 @@ async fn run_sweep(
         });
         summaries.push(rep.summaries);
         if !args.no_early_stop {
-            if let Some(why) =
-                past_saturation(&points, sweep.stat, kind).or_else(|| past_capacity(&points, kind))
-            {
+            if let Some(why) = past_saturation(&points, sweep.stat, kind) {
                 if i + 1 < values.len() {
                     stop_reason = format!(
                         "{why}; the {} heavier point(s) were skipped",

@@ -91,35 +91,17 @@ pub fn sweep_point(
             .filter_map(|&s| mean(runs.iter().filter_map(|r| user_latency(r, s))).map(|v| (s, v)))
             .collect(),
     );
+    let queued = runs.iter().any(|r| r.queue.max.is_some_and(|q| q > 0.0));
+    if queued {
+        p.server_latencies = stats
+            .iter()
+            .filter_map(|&s| mean(runs.iter().filter_map(|r| latency(r, s))).map(|v| (s, v)))
+            .collect();
+    }
     let loads = validity.iter().flatten().filter_map(|v| v.load);
     p.achieved_rate = mean(loads.clone().filter_map(|l| l.achieved_rate));
     p.overloaded = validity.iter().flatten().any(RunValidity::overloaded);
     p
-}
-
-/// Whether the two newest points are both overloaded, and the sentence saying so: heavier
-/// rates would only lengthen the client queue. One overloaded point alone may sit just past
-/// capacity, so the sweep goes one step further before giving up.
-pub fn past_capacity(points: &[SweepPoint], kind: LoadKind) -> Option<String> {
-    let [.., before, p] = points else {
-        return None;
-    };
-    if !(before.overloaded && p.overloaded) {
-        return None;
-    }
-    let achieved = p
-        .achieved_rate
-        .map_or_else(String::new, |a| format!(", achieved {a:.2} req/s"));
-    Some(format!(
-        "{} is overloaded (offered {}{achieved}): heavier rates would be overloaded too",
-        kind.describe(p.offered_load),
-        trim(p.offered_load)
-    ))
-}
-
-fn trim(v: f64) -> String {
-    let s = format!("{v:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 /// Whether the newest point is past saturation, and the sentence saying so.
@@ -223,7 +205,28 @@ pub fn render_table(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use servebench_analysis::frontier::LatencyMetric;
+    use servebench_metrics::{summarize, MetricSummary, SummaryOptions};
+
+    fn summary(ttft_ms: f64, queue_ms: f64) -> RunSummary {
+        let ms = |v: f64| MetricSummary::from_ms(vec![v; 10], &[99.0]);
+        let mut s = summarize(&[], &SummaryOptions::default());
+        s.output_throughput = 900.0;
+        s.ttft = ms(ttft_ms);
+        s.queue = ms(queue_ms);
+        s.user_ttft = ms(ttft_ms + queue_ms);
+        s
+    }
+
+    #[test]
+    fn sweep_points_judge_ttft_from_the_intended_send_when_the_client_queued() {
+        let stat = LatencyStat::new(LatencyMetric::Ttft, 99.0);
+        let p = sweep_point(4.0, &[summary(60.0, 0.0)], &[None], &[stat]);
+        assert_eq!(p.latency(stat), Some(60.0));
+        let p = sweep_point(4.0, &[summary(60.0, 150_000.0)], &[None], &[stat]);
+        assert_eq!(p.latency(stat), Some(150_060.0));
+        assert_eq!(p.server_latency(stat), Some(60.0));
+        assert!(!p.overloaded && p.achieved_rate.is_none());
+    }
 
     #[test]
     fn parses_latency_metrics() {
