@@ -268,7 +268,6 @@ pub fn write_results(
                 servebench_metrics::validity::absurd_latency_warning(&summary, &validity)
             {
                 let _ = writeln!(stdout, "\n{w}");
-                eprintln!("{w}");
             }
         }
         let _ = stdout.flush();
