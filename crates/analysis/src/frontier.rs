@@ -55,11 +55,47 @@ pub struct SweepPoint {
     pub offered_load: f64,
     /// Achieved output tokens per second.
     pub throughput: f64,
-    /// Latency percentiles measured at this load, milliseconds.
+    /// Latency percentiles measured at this load, milliseconds. TTFT and E2EL count from
+    /// the intended send time when the client queued, so they are what a user saw.
     pub latencies: Vec<(LatencyStat, f64)>,
+    /// The same percentiles from the send (the server's share alone), when they differ from
+    /// `latencies`; empty means "the same". The saturation test reads these: it asks whether
+    /// the server's own curve has bent, which the client queue would otherwise blur.
+    pub server_latencies: Vec<(LatencyStat, f64)>,
+    /// Requests actually sent per second, when measured (an open-loop point's honesty check
+    /// against `offered_load`).
+    pub achieved_rate: Option<f64>,
+    /// The client fell behind the offered rate: such a point can never be the operating
+    /// point, the knee or a capacity figure.
+    pub overloaded: bool,
 }
 
 impl SweepPoint {
+    /// A point that kept up with its offered load (no rate measured).
+    pub fn new(offered_load: f64, throughput: f64, latencies: Vec<(LatencyStat, f64)>) -> Self {
+        SweepPoint {
+            offered_load,
+            throughput,
+            latencies,
+            server_latencies: Vec::new(),
+            achieved_rate: None,
+            overloaded: false,
+        }
+    }
+
+    /// The server's latency percentile (from the send), ms: `server_latencies` when given,
+    /// else [`SweepPoint::latency`].
+    pub fn server_latency(&self, stat: LatencyStat) -> Option<f64> {
+        if self.server_latencies.is_empty() {
+            return self.latency(stat);
+        }
+        self.server_latencies
+            .iter()
+            .find(|(s, _)| s.same(&stat))
+            .map(|&(_, v)| v)
+            .filter(|v| v.is_finite())
+    }
+
     /// The measured value of a latency percentile, ms.
     pub fn latency(&self, stat: LatencyStat) -> Option<f64> {
         self.latencies
@@ -141,7 +177,21 @@ pub struct Knee {
 /// chord from the lightest to the heaviest load. Past it, each gain in throughput costs a
 /// growing amount of latency. `None` with fewer than three frontier points or when no point
 /// lies above the chord (the curve has not bent yet: sweep higher loads).
+///
+/// Overloaded points take no part: their throughput is what the server sustained while a
+/// queue grew, not an answer to the load offered, so the knee is never one of them.
 pub fn knee(points: &[SweepPoint], stat: LatencyStat) -> Option<Knee> {
+    let kept: Vec<usize> = (0..points.len())
+        .filter(|&i| !points[i].overloaded)
+        .collect();
+    let subset: Vec<SweepPoint> = kept.iter().map(|&i| points[i].clone()).collect();
+    knee_of(&subset, stat).map(|k| Knee {
+        index: kept[k.index],
+        score: k.score,
+    })
+}
+
+fn knee_of(points: &[SweepPoint], stat: LatencyStat) -> Option<Knee> {
     let front = pareto_frontier(points, stat);
     if front.len() < 3 {
         return None;
@@ -198,7 +248,7 @@ pub struct Saturation {
 }
 
 /// The saturation test: "achieved throughput no longer rises (< 5 % gain) while latency more
-/// than doubles". Points are taken in order of offered load; the first point `i` for which
+/// than doubles", on the server's latency (from the send, [`SweepPoint::server_latency`]). Points are taken in order of offered load; the first point `i` for which
 /// some lighter point `j` has `throughput_i < (1 + min_gain)·throughput_j` and
 /// `latency_i > latency_factor·latency_j` is saturated, compared with the lightest such `j`.
 /// Comparing with every lighter point, not only the previous one, catches a plateau
@@ -211,12 +261,12 @@ pub fn saturation(
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by(|&a, &b| points[a].offered_load.total_cmp(&points[b].offered_load));
     for (pos, &i) in order.iter().enumerate() {
-        let Some(li) = points[i].latency(stat) else {
+        let Some(li) = points[i].server_latency(stat) else {
             continue;
         };
         let ti = points[i].throughput;
         for &j in &order[..pos] {
-            let Some(lj) = points[j].latency(stat) else {
+            let Some(lj) = points[j].server_latency(stat) else {
                 continue;
             };
             let tj = points[j].throughput;
@@ -312,7 +362,8 @@ fn parse_slo(item: &str) -> Result<Slo, AnalysisError> {
 pub struct SloOutcome {
     /// The objectives.
     pub slos: Vec<Slo>,
-    /// The highest-throughput point meeting every objective (the lighter load on a tie).
+    /// The highest-throughput point meeting every objective (the lighter load on a tie);
+    /// never an overloaded point.
     pub best: Option<usize>,
     /// One sentence: "X output tok/s at p99 TTFT < 500 ms and p95 TPOT < 40 ms (rate 8 req/s)".
     pub headline: String,
@@ -348,7 +399,7 @@ pub fn best_under_slos(
     let best = points
         .iter()
         .enumerate()
-        .filter(|(_, p)| slos.iter().all(|s| s.met_by(p)))
+        .filter(|(_, p)| !p.overloaded && slos.iter().all(|s| s.met_by(p)))
         .max_by(|(_, a), (_, b)| {
             a.throughput
                 .total_cmp(&b.throughput)
@@ -361,6 +412,21 @@ pub fn best_under_slos(
             format_quantity(points[i].throughput.round(), ""),
             kind.describe(points[i].offered_load)
         ),
+        None if points
+            .iter()
+            .any(|p| p.overloaded && slos.iter().all(|s| s.met_by(p))) =>
+        {
+            let overloaded: Vec<String> = points
+                .iter()
+                .filter(|p| p.overloaded)
+                .map(|p| kind.describe(p.offered_load))
+                .collect();
+            format!(
+                "no load that the client could send meets {conditions}; overloaded (achieved \
+                 rate short of offered, never an operating point): {}",
+                overloaded.join(", ")
+            )
+        }
         None => {
             let lightest = points
                 .iter()
@@ -438,11 +504,7 @@ mod tests {
     };
 
     fn point(load: f64, tput: f64, ttft: f64, tpot: f64) -> SweepPoint {
-        SweepPoint {
-            offered_load: load,
-            throughput: tput,
-            latencies: vec![(P99_TTFT, ttft), (P95_TPOT, tpot)],
-        }
+        SweepPoint::new(load, tput, vec![(P99_TTFT, ttft), (P95_TPOT, tpot)])
     }
 
     /// A typical open-loop sweep: throughput follows the rate, then flattens while TTFT
@@ -485,6 +547,60 @@ mod tests {
         let mut shuffled = sweep();
         shuffled.reverse();
         assert_eq!(knee(&shuffled, P99_TTFT).unwrap().index, 2);
+    }
+
+    /// Row D under a concurrency cap: every rate above 1 req/s achieves ≈ 0.94 req/s, and
+    /// its latencies from the send look as good as the lightest point's.
+    fn capped_sweep() -> Vec<SweepPoint> {
+        let mut pts = vec![
+            point(1.0, 912.0, 61.0, 8.3),
+            point(2.0, 925.0, 57.0, 8.3),
+            point(4.0, 945.0, 59.0, 8.3),
+            point(8.0, 955.0, 64.0, 8.3),
+            point(16.0, 959.0, 70.0, 8.3),
+        ];
+        for p in &mut pts[1..] {
+            p.overloaded = true;
+            p.achieved_rate = Some(0.94);
+        }
+        pts
+    }
+
+    #[test]
+    fn an_overloaded_point_is_never_the_best_under_slos() {
+        let slos = parse_slos("ttft:p99:500 tpot:p95:40").unwrap();
+        let o = best_under_slos(&capped_sweep(), &slos, LoadKind::RequestRate).unwrap();
+        assert_eq!(o.best, Some(0), "{}", o.headline);
+        assert!(o.headline.ends_with("(rate 1 req/s)"), "{}", o.headline);
+        let mut all = capped_sweep();
+        all[0].overloaded = true;
+        let o = best_under_slos(&all, &slos, LoadKind::RequestRate).unwrap();
+        assert_eq!(o.best, None);
+        assert!(o.headline.contains("overloaded"), "{}", o.headline);
+        assert!(o.headline.contains("rate 16 req/s"), "{}", o.headline);
+    }
+
+    #[test]
+    fn an_overloaded_point_is_never_the_knee() {
+        let mut pts = sweep();
+        assert_eq!(knee(&pts, P99_TTFT).unwrap().index, 4);
+        pts[4].overloaded = true;
+        let k = knee(&pts, P99_TTFT).unwrap();
+        assert_ne!(k.index, 4);
+        assert!(!pts[k.index].overloaded);
+        assert_eq!(knee(&capped_sweep(), P99_TTFT), None);
+    }
+
+    #[test]
+    fn saturation_reads_the_servers_latency_not_the_client_queue() {
+        // User TTFT doubles with the client queue, the server's own TTFT does not.
+        let mut pts = vec![
+            point(10.0, 1000.0, 100.0, 1.0),
+            point(20.0, 1010.0, 250.0, 1.0),
+        ];
+        assert!(saturation(&pts, P99_TTFT, SaturationRule::default()).is_some());
+        pts[1].server_latencies = vec![(P99_TTFT, 110.0)];
+        assert!(saturation(&pts, P99_TTFT, SaturationRule::default()).is_none());
     }
 
     #[test]

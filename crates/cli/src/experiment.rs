@@ -74,6 +74,7 @@ pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
         metadata: result.metadata,
         plan: result.plan,
         telemetry: result.server_telemetry,
+        validity: result.validity,
     })
 }
 
@@ -310,11 +311,20 @@ pub fn sweep_points(sweep: &SweepReport) -> Vec<SweepPoint> {
                     }
                 }
             }
-            SweepPoint {
-                offered_load: p.value,
-                throughput: f.output_throughput.value.unwrap_or(f64::NAN),
+            let mut point = SweepPoint::new(
+                p.value,
+                f.output_throughput.value.unwrap_or(f64::NAN),
                 latencies,
-            }
+            );
+            point.overloaded = p
+                .runs
+                .iter()
+                .any(|r| r.validity.as_ref().is_some_and(|v| v.overloaded()));
+            point.achieved_rate = p
+                .runs
+                .iter()
+                .find_map(|r| r.validity.as_ref()?.load?.achieved_rate);
+            point
         })
         .collect()
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -13,6 +13,7 @@ use servebench_analysis::capacity::{
     measured_throughput, plan_capacity, CapacityPlan, MeasuredThroughput, PlanInput,
 };
 use servebench_analysis::format_quantity;
+use servebench_metrics::result::RunResult;
 
 /// Arguments of `servebench plan`.
 #[derive(Debug, Clone, Args)]
@@ -83,6 +84,7 @@ pub fn plan_input(args: &PlanArgs) -> Result<(PlanInput, Option<MeasuredThroughp
                 .with_context(|| format!("reading {}", path.display()))?;
             let m = measured_throughput(&text)
                 .with_context(|| format!("reading {}", path.display()))?;
+            check_capacity_figure(&text, path)?;
             let source = format!(
                 "{} ({}, {} completed requests)",
                 path.display(),
@@ -113,6 +115,46 @@ pub fn plan_input(args: &PlanArgs) -> Result<(PlanInput, Option<MeasuredThroughp
         gpu_hourly_cost: args.gpu_hourly_cost,
     };
     Ok((input, measured))
+}
+
+/// A run's rate is a per-GPU capacity only when the server was at capacity and the client
+/// kept up: an overloaded run's rate is refused (it is what the server managed while a queue
+/// grew, at latencies no user would accept), and an open-loop run that kept up is warned
+/// about (the server was never pushed, so its rate is a lower bound).
+fn check_capacity_figure(text: &str, path: &Path) -> Result<()> {
+    let Ok(result) = serde_json::from_str::<RunResult>(text) else {
+        return Ok(());
+    };
+    let Some(load) = result.validity.as_ref().and_then(|v| v.load) else {
+        return Ok(());
+    };
+    let achieved = load.achieved_rate.unwrap_or(f64::NAN);
+    if load.overloaded {
+        let offered = load.offered_rate.unwrap_or(f64::NAN);
+        let queue = load.queue_max_ms.map_or_else(String::new, |q| {
+            format!(
+                "; requests waited up to {:.1} s in the client queue",
+                q / 1e3
+            )
+        });
+        bail!(
+            "{} was overloaded (offered {offered:.2} req/s, achieved {achieved:.2} req/s{queue}): \
+             its rate is no per-GPU capacity. Find capacity with `servebench sweep \
+             --request-rate auto` and plan from a point that kept up (--per-gpu-rps)",
+            path.display()
+        );
+    }
+    if let Some(offered) = load.offered_rate {
+        eprintln!(
+            "warning: {} was not saturated: it achieved its offered {offered:.2} req/s \
+             ({achieved:.2} sent) with at most {} requests in flight, so the server was not at \
+             capacity and this rate is a lower bound; `servebench sweep --request-rate auto` \
+             finds the rate it sustains",
+            path.display(),
+            result.summary.peak_concurrency
+        );
+    }
+    Ok(())
 }
 
 fn render(plan: &CapacityPlan, measured: Option<&MeasuredThroughput>, args: &PlanArgs) -> String {

@@ -11,6 +11,8 @@ use servebench_analysis::frontier::{
     analyze_sweep, parse_slos, LatencyStat, LoadKind, Slo, SloStat, SweepPoint,
 };
 use servebench_loadgen::StopSignal;
+use servebench_metrics::result::RunResult;
+use servebench_metrics::validity::RunValidity;
 
 use crate::matrix::bench::{Bench, TargetArgs};
 use crate::matrix::frontier::{extra_percentiles, past_saturation, render_table, sweep_point};
@@ -428,6 +430,7 @@ async fn run_sweep(
     let mut points: Vec<SweepPoint> = Vec::new();
     let mut entries: Vec<PointEntry> = Vec::new();
     let mut summaries = Vec::new();
+    let mut verdicts: Vec<String> = Vec::new();
     let mut stop_reason = String::new();
     let mut exit = ExitCode::SUCCESS;
     for (i, &value) in values.iter().enumerate() {
@@ -463,7 +466,15 @@ async fn run_sweep(
         if rep.summaries.is_empty() {
             break;
         }
-        points.push(sweep_point(value, &rep.summaries, &sweep.stats()));
+        let validity: Vec<Option<RunValidity>> =
+            rep.runs.iter().map(|r| run_validity(&dir, r)).collect();
+        verdicts.push(point_verdict(&validity));
+        points.push(sweep_point(
+            value,
+            &rep.summaries,
+            &validity,
+            &sweep.stats(),
+        ));
         entries.push(PointEntry {
             value,
             runs: rep.runs.clone(),
@@ -542,7 +553,7 @@ async fn run_sweep(
         if quick { ", QUICK RUN" } else { "" }
     );
     if let Some(a) = &analysis {
-        print!("{}", render_table(&points, a, &sweep.slos, kind));
+        print!("{}", render_table(&points, a, &sweep.slos, kind, &verdicts));
         match a.knee {
             Some(k) => println!(
                 "\nKnee: {} ({} output tok/s at {} {:.1} ms)",
@@ -551,10 +562,31 @@ async fn run_sweep(
                 sweep.stat,
                 points[k.index].latency(sweep.stat).unwrap_or(f64::NAN)
             ),
+            None if points.iter().all(|p| p.overloaded) => {
+                println!("\nKnee: none (every point was overloaded: sweep lighter loads)")
+            }
             None => {
                 println!("\nKnee: none found (the curve has not bent yet: sweep heavier loads)")
             }
         }
+    }
+    let overloaded: Vec<String> = points
+        .iter()
+        .filter(|p| p.overloaded)
+        .map(|p| {
+            let achieved = p
+                .achieved_rate
+                .map_or_else(String::new, |a| format!(" (achieved {a:.2} req/s)"));
+            format!("{}{achieved}", kind.describe(p.offered_load))
+        })
+        .collect();
+    if !overloaded.is_empty() {
+        println!(
+            "\nOverloaded: {}. The client could not send at these rates and requests waited in \
+             its queue; latencies above count from the intended send time, and no overloaded \
+             point is an operating point, the knee or a capacity figure.",
+            overloaded.join(", ")
+        );
     }
     if stopped_early {
         println!("Stopped early: {stop_reason}");
@@ -580,6 +612,29 @@ async fn run_sweep(
     }
     render::render_or_warn(&dir);
     Ok((dir, exit))
+}
+
+/// The validity stored in a point's result file (`rel` to the experiment directory); `None`
+/// when the file cannot be read back, which leaves the point unjudged rather than failing
+/// the sweep.
+fn run_validity(dir: &Path, rel: &str) -> Option<RunValidity> {
+    let text = std::fs::read_to_string(dir.join(rel)).ok()?;
+    serde_json::from_str::<RunResult>(&text).ok()?.validity
+}
+
+/// A point's verdict cell: its run's status, or the worst across repeats.
+fn point_verdict(validity: &[Option<RunValidity>]) -> String {
+    use servebench_metrics::VerdictStatus;
+    let rank = |s: VerdictStatus| match s {
+        VerdictStatus::Valid => 0,
+        VerdictStatus::NotSteady => 1,
+        VerdictStatus::NotEnoughData => 2,
+    };
+    validity
+        .iter()
+        .flatten()
+        .max_by_key(|v| rank(v.verdict.status))
+        .map_or_else(|| "-".to_owned(), |v| v.verdict.status.label().to_owned())
 }
 
 /// Rates for `--request-rate auto`: `n` evenly spaced up to the saturation rate, then 1.25×

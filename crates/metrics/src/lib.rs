@@ -37,5 +37,5 @@ pub use summary::{
 };
 pub use validity::{
     judge, load_verdict, run_facts, FactsOptions, LoadVerdict, Needed, Reason, RunFacts,
-    Thresholds, Verdict, VerdictStatus,
+    RunValidity, Thresholds, Verdict, VerdictStatus,
 };

@@ -120,6 +120,20 @@ impl Slo {
     }
 }
 
+impl Slo {
+    /// Does a completed request meet this objective as its user saw it? TTFT and E2EL count
+    /// from the intended send time (queue time included): a request that waited in the
+    /// client queue kept its user waiting too. Without queueing this is [`Slo::is_met_by`].
+    /// servebench's goodput uses this rule; the vLLM-format result keeps vLLM's.
+    pub fn is_met_by_user(&self, r: &RequestRecord) -> bool {
+        match self.metric {
+            SloMetric::Ttft => r.user_ttft_ns().is_some_and(|v| self.admits(ns_to_ms(v))),
+            SloMetric::E2el => r.user_e2el_ns().is_some_and(|v| self.admits(ns_to_ms(v))),
+            SloMetric::Tpot | SloMetric::Itl => self.is_met_by(r),
+        }
+    }
+}
+
 impl std::fmt::Display for Slo {
     /// `p99 TTFT < 500 ms` (`TTFT < 500 ms` per request). The `<` reads "within" in
     /// headlines; the comparison is [`Slo::admits`]'s `≤`.
@@ -413,7 +427,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
     let goodput = (!opts.goodput.is_empty()).then(|| {
         let good: Vec<&&RequestRecord> = ok
             .iter()
-            .filter(|r| opts.goodput.iter().all(|s| s.is_met_by(r)))
+            .filter(|r| opts.goodput.iter().all(|s| s.is_met_by_user(r)))
             .collect();
         let good_requests = good.len() as u64;
         let good_tokens: u64 = good.iter().map(|r| r.output_tokens).sum();
@@ -847,6 +861,28 @@ mod tests {
         assert_eq!(g.good_requests, 1); // threshold inclusive: a's 200 ms counts
         assert_eq!(g.requests_per_s, 1.0);
         assert!((g.attainment_pct.unwrap() - 100.0 / 3.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn goodput_counts_the_client_queue_against_ttft() {
+        // Sent 400 ms after its intended time, first token 100 ms after the send: its user
+        // waited 500 ms.
+        let mut queued = record(0, 400, &[500, 550], 2);
+        queued.intended = 0;
+        queued.released = 0;
+        let slo = Slo::per_request(SloMetric::Ttft, 200.0);
+        assert!(slo.is_met_by(&queued), "vLLM's rule counts from the send");
+        assert!(!slo.is_met_by_user(&queued));
+        let s = summarize(
+            std::slice::from_ref(&queued),
+            &SummaryOptions {
+                goodput: vec![slo],
+                ..opts()
+            },
+        );
+        assert_eq!(s.goodput.unwrap().good_requests, 0);
+        let e2el = Slo::per_request(SloMetric::E2el, 200.0);
+        assert!(e2el.is_met_by(&queued) && !e2el.is_met_by_user(&queued));
     }
 
     #[test]

@@ -443,6 +443,87 @@ pub struct RunFacts {
     pub steady_state: Option<SteadyState>,
 }
 
+/// What a result file keeps of a run's judgement: the verdict, the offered against achieved
+/// load, and the warm-up transient found (excluded in `auto` mode, only reported in `off`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunValidity {
+    /// VALID / NOT ENOUGH DATA / NOT STEADY with the reasons.
+    pub verdict: Verdict,
+    /// Offered, scheduled and achieved rate and the client queue; `None` without requests.
+    #[serde(default)]
+    pub load: Option<LoadVerdict>,
+    /// The warm-up transient; `None` when the run had no time series.
+    #[serde(default)]
+    pub steady_state: Option<SteadyState>,
+}
+
+impl RunValidity {
+    /// Judge a run's facts with the default thresholds and keep what a reader needs.
+    pub fn from_facts(facts: &RunFacts) -> RunValidity {
+        RunValidity {
+            verdict: judge(facts, &Thresholds::default()),
+            load: facts.load,
+            steady_state: facts.steady_state,
+        }
+    }
+
+    /// Whether the client fell behind the offered rate.
+    pub fn overloaded(&self) -> bool {
+        self.load.is_some_and(|l| l.overloaded)
+    }
+}
+
+/// Share of a run's duration that a mean latency may take before the run's latencies are
+/// called absurd: a user who waits a tenth of the whole run for a first token is not being
+/// served at the load asked for, whatever the percentiles say.
+pub const ABSURD_LATENCY_SHARE: f64 = 0.10;
+
+/// A warning for a run whose latencies are absurd relative to its length (mean user TTFT or
+/// mean client queue time at least [`ABSURD_LATENCY_SHARE`] of the duration) or that was
+/// overloaded: its figures describe a queue, not the server at the offered load. `None` when
+/// neither holds.
+pub fn absurd_latency_warning(
+    summary: &crate::RunSummary,
+    validity: &RunValidity,
+) -> Option<String> {
+    let duration_s = summary.duration_s;
+    let mut why = Vec::new();
+    if duration_s > 0.0 {
+        let limit_ms = ABSURD_LATENCY_SHARE * duration_s * 1e3;
+        if let Some(m) = summary.user_ttft.mean.or(summary.ttft.mean) {
+            if m >= limit_ms {
+                why.push(format!(
+                    "mean TTFT from the intended send time is {:.1} s, {:.0} % of the {:.0} s run",
+                    m / 1e3,
+                    100.0 * m / (duration_s * 1e3),
+                    duration_s
+                ));
+            }
+        }
+        if let Some(q) = summary.queue.mean.filter(|q| *q >= limit_ms) {
+            why.push(format!(
+                "requests waited {:.1} s on average in the client queue",
+                q / 1e3
+            ));
+        }
+    }
+    if let Some(l) = validity.load.filter(|l| l.overloaded) {
+        match (l.offered_rate, l.achieved_rate) {
+            (Some(o), Some(a)) => why.push(format!(
+                "overloaded: offered {o:.2} req/s, achieved {a:.2} req/s"
+            )),
+            _ => why.push("overloaded: the client fell behind its schedule".to_owned()),
+        }
+    }
+    (!why.is_empty()).then(|| {
+        format!(
+            "WARNING: these latencies are not the server's at the offered load: {}. \
+             Lower the request rate or raise --max-concurrency, or sweep the rate to find capacity.",
+            why.join("; ")
+        )
+    })
+}
+
 pub use crate::stats::required_samples;
 
 /// More requests needed to lift `samples` to `required`, if each request yields

@@ -10,7 +10,8 @@ use servebench_metrics::result::{
     SimConfig, SweepEntry, TargetInfo, TelemetrySample, EXPERIMENT_SCHEMA, RESULT_SCHEMA,
 };
 use servebench_metrics::{
-    summarize, CountSource, RequestRecord, Slo, SloMetric, SummaryOptions, TokenEvent,
+    run_facts, summarize, CountSource, FactsOptions, RequestRecord, RunValidity, Slo, SloMetric,
+    SummaryOptions, TokenEvent,
 };
 
 const MS: u64 = 1_000_000;
@@ -77,6 +78,7 @@ fn run_result() -> RunResult {
             ..SummaryOptions::default()
         },
     );
+    let summary_for_facts = summary.clone();
     let mut target = TargetInfo::simulator("real", "llama-3.1-8b --gpu h100", sim_config());
     target.server_version = Some(Some(ServerReply(
         serde_json::json!({"version": "0.1.0-sim"}),
@@ -151,6 +153,14 @@ fn run_result() -> RunResult {
             failed_scrapes: 0,
         }),
         records_path: Some("run.requests.jsonl".to_owned()),
+        validity: Some(RunValidity::from_facts(&run_facts(
+            &records,
+            &summary_for_facts,
+            &FactsOptions {
+                offered_rate: Some(4.0),
+                ..FactsOptions::default()
+            },
+        ))),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod model;
 pub mod pyjson;
 pub mod render;
 pub mod terminal;
+pub mod verdict;
 pub mod vllm;
 
 pub use model::{

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use servebench_metrics::result::{PlanSection, RunMetadata, ServerTelemetry};
+use servebench_metrics::validity::RunValidity;
 use servebench_metrics::{RequestRecord, RunSummary};
 
 /// What kind of experiment produced the report.
@@ -50,6 +51,9 @@ pub struct RunData {
     /// The result file's `server_telemetry`, when the server was scraped.
     #[serde(default)]
     pub telemetry: Option<ServerTelemetry>,
+    /// The result file's validity verdict and offered against achieved load, when it has one.
+    #[serde(default)]
+    pub validity: Option<RunValidity>,
 }
 
 /// One workload row of a matrix (or the sole row of a single-run report).

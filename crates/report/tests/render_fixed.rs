@@ -63,6 +63,7 @@ fn run(path: &str, n: u64, ttft_ms: u64, gap_ms: u64) -> RunData {
         .expect("metadata"),
         plan: None,
         telemetry: None,
+        validity: None,
     }
 }
 

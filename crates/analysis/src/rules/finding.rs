@@ -25,11 +25,15 @@ pub enum Rule {
     ThroughputBelowPrediction,
     /// TTFT cliff, re-prefill gaps, KV demand over capacity → preemption / KV exhaustion.
     KvExhaustion,
+    /// Achieved request rate short of the offered one, client queue growing → the offered
+    /// load is past what the server (or the concurrency cap) sustains.
+    ClientOverload,
 }
 
 impl Rule {
     /// Every rule, in the order they are reported.
-    pub const ALL: [Rule; 8] = [
+    pub const ALL: [Rule; 9] = [
+        Rule::ClientOverload,
         Rule::KvExhaustion,
         Rule::ServerQueueing,
         Rule::DecodeSpeed,
@@ -51,6 +55,7 @@ impl Rule {
             Rule::PrefixCacheMiss => "prefix_cache_miss",
             Rule::ThroughputBelowPrediction => "throughput_below_prediction",
             Rule::KvExhaustion => "kv_exhaustion",
+            Rule::ClientOverload => "client_overload",
         }
     }
 
@@ -65,6 +70,7 @@ impl Rule {
             Rule::PrefixCacheMiss => "a warm shared prefix does not get cached",
             Rule::ThroughputBelowPrediction => "throughput far below the roofline prediction",
             Rule::KvExhaustion => "KV demand over capacity, TTFT cliff, re-prefill gaps",
+            Rule::ClientOverload => "achieved request rate short of the offered rate",
         }
     }
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 
 mod batching_trade_off;
+mod client_overload;
 mod context;
 mod decode_speed;
 mod finding;
@@ -22,7 +23,8 @@ mod testing;
 pub(crate) use context::Ctx;
 pub use finding::{Confidence, Finding, Rule, RuleCheck};
 
-/// Runs every rule; findings come in [`Rule::ALL`] order. KV exhaustion and server queueing
+/// Runs every rule; findings come in [`Rule::ALL`] order. Client overload comes first: it
+/// says the group's figures describe a queue, not the load offered. KV exhaustion and server queueing
 /// run first because the rules after them leave the rows they explain alone.
 pub(crate) fn run_all(ctx: &Ctx<'_>) -> (Vec<Finding>, Vec<RuleCheck>) {
     let (kv_check, kv_findings, kv_rows) = kv_exhaustion::kv_exhaustion(ctx);
@@ -30,6 +32,7 @@ pub(crate) fn run_all(ctx: &Ctx<'_>) -> (Vec<Finding>, Vec<RuleCheck>) {
         server_queueing::server_queueing(ctx, &kv_rows);
     let unhealthy_p50: BTreeSet<usize> = kv_rows.union(&queued_rows).copied().collect();
     let results = [
+        client_overload::client_overload(ctx),
         (kv_check, kv_findings),
         (queue_check, queue_findings),
         decode_speed::decode_speed(ctx),
@@ -63,8 +66,8 @@ mod tests {
         let (findings, checks) = run(&[row("A"), d], None, run_all);
         let order: Vec<Rule> = checks.iter().map(|c| c.rule).collect();
         assert_eq!(order, Rule::ALL);
-        assert_eq!(findings[0].rule, Rule::KvExhaustion);
-        // The tail of a row KV exhaustion explains is left to it.
+        assert_eq!(findings[0].rule, Rule::KvExhaustion); // no records: no overload check
+                                                          // The tail of a row KV exhaustion explains is left to it.
         assert!(findings.iter().all(|f| f.rule != Rule::TailLatency));
         let total: usize = checks.iter().map(|c| c.findings).sum();
         assert_eq!(total, findings.len());

@@ -39,6 +39,17 @@ pub enum PrefixModeArg {
     PerRequest,
 }
 
+/// `--steady-state`: whether the detected warm-up is excluded from the window the verdict
+/// judges.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum SteadyStateArg {
+    /// Exclude the warm-up found by MSER-5.
+    #[default]
+    Auto,
+    /// Exclude nothing; report the warm-up that should have been excluded.
+    Off,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RampUp {
     Linear,
@@ -217,6 +228,11 @@ pub struct RunArgs {
     /// SLOs for goodput: KEY:MS pairs with KEY in ttft, tpot, e2el, itl.
     #[arg(long, num_args = 1.., value_name = "KEY:MS", help_heading = "Metrics")]
     pub goodput: Vec<String>,
+
+    /// Warm-up detection for the validity verdict: `auto` excludes the transient MSER-5
+    /// finds, `off` excludes nothing and reports what should have been excluded.
+    #[arg(long, value_enum, default_value = "auto", help_heading = "Metrics")]
+    pub steady_state: SteadyStateArg,
 
     // ---- output ----
     /// Save vLLM's result JSON.

@@ -16,11 +16,12 @@ use servebench_metrics::result::{
     ServerReply, SimConfig, TargetInfo, RESULT_SCHEMA,
 };
 use servebench_metrics::summary::{summarize, Slo, SummaryOptions};
-use servebench_metrics::{RequestRecord, RunSummary};
+use servebench_metrics::validity::{run_facts, FactsOptions, RunValidity};
+use servebench_metrics::{RequestRecord, RunSummary, SteadyStateMode};
 use servebench_report::{to_python_json, vllm_result, VllmRunInfo};
 use servebench_tokenizer::Tokenizer;
 
-use super::args::RunArgs;
+use super::args::{RunArgs, SteadyStateArg};
 use super::options::python_float;
 use super::target::SimInfo;
 
@@ -248,6 +249,7 @@ pub fn write_results(
         Some(o) => client_health(o, &summary),
         None => ClientHealth::virtual_time(),
     };
+    let validity = run_validity(f, records, &summary, &health);
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
@@ -258,7 +260,16 @@ pub fn write_results(
             !f.goodput.is_empty(),
         );
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
-        let _ = write!(stdout, "{block}{extras}");
+        let verdict = servebench_report::verdict::verdict_block(&validity);
+        let _ = write!(stdout, "{block}{extras}{verdict}");
+        if load.is_none() {
+            // A virtual-time what-if costs seconds, so its absurd answers must be loud.
+            if let Some(w) =
+                servebench_metrics::validity::absurd_latency_warning(&summary, &validity)
+            {
+                let _ = writeln!(stdout, "\n{w}");
+            }
+        }
         let _ = stdout.flush();
     }
 
@@ -301,6 +312,7 @@ pub fn write_results(
             .jsonl_path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned()),
+        validity: Some(validity),
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)
@@ -337,6 +349,39 @@ pub fn write_results(
         vllm_path,
         exit,
     })
+}
+
+/// The verdict on a finished run: samples behind the requested percentiles, offered against
+/// achieved rate, client health and the warm-up, judged with the default thresholds.
+fn run_validity(
+    f: &Finish<'_>,
+    records: &[RequestRecord],
+    summary: &RunSummary,
+    health: &ClientHealth,
+) -> RunValidity {
+    let args = f.args;
+    // A ramp has no single rate; its schedule is still the reference the sends are held to.
+    let offered_rate = match &f.ramp_up {
+        Some((_, a, b)) => Some((*a).max(*b) as f64),
+        None => Some(args.request_rate).filter(|r| r.is_finite() && *r > 0.0),
+    };
+    let client_cpu_share = health
+        .measured()
+        .filter(|m| m.cpus > 0)
+        .map(|m| m.cpu_percent / 100.0 / m.cpus as f64);
+    let opts = FactsOptions {
+        metrics: f.percentile_metrics.clone(),
+        percentiles: f.percentiles.clone(),
+        offered_rate,
+        client_cpu_share,
+        output_length_fixed: args.ignore_eos
+            || args.dataset_name == super::args::DatasetName::Random,
+        steady_state: match args.steady_state {
+            SteadyStateArg::Auto => SteadyStateMode::Auto,
+            SteadyStateArg::Off => SteadyStateMode::Off,
+        },
+    };
+    RunValidity::from_facts(&run_facts(records, summary, &opts))
 }
 
 fn save_vllm(path: &Path, bytes: &[u8], append: bool) -> Result<()> {

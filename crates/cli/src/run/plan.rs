@@ -146,6 +146,7 @@ pub struct ReportPlan {
     /// Live progress while the load runs.
     pub progress: bool,
     pub output_dir: PathBuf,
+    pub steady_state: args::SteadyStateArg,
 }
 
 /// One measured run, validated.
@@ -242,6 +243,7 @@ impl RunPlan {
                 label: a.label.clone(),
                 progress: !a.disable_tqdm,
                 output_dir: a.output_dir.clone(),
+                steady_state: a.steady_state,
             },
             repeat: a.repeat,
         })
@@ -370,6 +372,7 @@ impl RunPlan {
             disable_tqdm: !r.progress,
             repeat: self.repeat,
             output_dir: r.output_dir.clone(),
+            steady_state: r.steady_state,
         }
     }
 }

@@ -12,6 +12,7 @@ mod diagnose_rules;
 mod kill_nine;
 mod help_text;
 mod matrix_cli;
+mod overload_honesty;
 mod predict_plan;
 mod readme_examples;
 mod real_engine;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use super::{ServerTelemetry, SimConfig, RESULT_SCHEMA};
+use crate::validity::RunValidity;
 use crate::RunSummary;
 
 /// servebench's own result file (`*.servebench.json`, schema [`RESULT_SCHEMA`]).
@@ -40,6 +41,10 @@ pub struct RunResult {
     /// The per-request records file, relative to this file.
     #[serde(default)]
     pub records_path: Option<String>,
+    /// The validity verdict, offered against achieved load and the warm-up found (absent
+    /// from results written before verdicts existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validity: Option<RunValidity>,
 }
 
 impl RunResult {

@@ -207,6 +207,15 @@ pub fn sweep_table(sweep: &SweepReport) -> Table {
     ] {
         headers.push((h.into(), true));
     }
+    // Results written before verdicts existed keep the table they had.
+    let judged = sweep
+        .points
+        .iter()
+        .any(|p| p.runs.iter().any(|r| r.validity.is_some()));
+    if judged {
+        headers.push(("offered → achieved req/s".into(), false));
+        headers.push(("verdict".into(), false));
+    }
     headers.push(("".into(), false));
     let cols: Vec<(&str, bool)> = headers.iter().map(|(h, n)| (h.as_str(), *n)).collect();
     let mut t = Table::new(&cols);
@@ -220,6 +229,15 @@ pub fn sweep_table(sweep: &SweepReport) -> Table {
         }
         cells.extend(latency_cells(&f));
         cells.push(failures_cell(&f));
+        if judged {
+            let first = p.runs.iter().find_map(|r| r.validity.as_ref());
+            cells.push(
+                first
+                    .and_then(|v| v.load.as_ref())
+                    .map_or_else(|| "-".to_owned(), crate::verdict::rate_cell),
+            );
+            cells.push(first.map_or_else(|| "-".to_owned(), crate::verdict::status_cell));
+        }
         cells.push(if sweep.knee == Some(i) {
             "◀ knee".into()
         } else {
@@ -287,7 +305,17 @@ pub fn run_metrics_table(run: &RunData) -> Table {
 /// The run-level facts of one run, as `(name, value)` lines.
 pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
     let s = &run.summary;
-    let mut out = vec![
+    let mut out = Vec::new();
+    if let Some(v) = &run.validity {
+        out.push(("verdict".to_owned(), v.verdict.to_string()));
+        if let Some(l) = &v.load {
+            out.push((
+                "offered → achieved rate".to_owned(),
+                format!("{} req/s", crate::verdict::rate_cell(l)),
+            ));
+        }
+    }
+    out.extend([
         (
             "completed / failed".to_owned(),
             format!("{} / {}", s.completed, s.failed),
@@ -321,7 +349,7 @@ pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
             "tokens in / out".to_owned(),
             format!("{} / {}", s.total_input_tokens, s.total_output_tokens),
         ),
-    ];
+    ]);
     if let Some(c) = s.total_cached_tokens {
         out.push(("cached prompt tokens".into(), c.to_string()));
     }

@@ -1,0 +1,248 @@
+//! Open-loop honesty and validity verdicts end to end in virtual time: a short run says how
+//! much more it needs, an overloaded sweep point is never the answer, diagnose names the
+//! overload, a what-if with absurd latencies warns, and plan refuses an overloaded rate.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use crate::common::{self, bin, ok, read_json, servebench, text};
+
+fn tempdir(name: &str) -> PathBuf {
+    common::tempdir("overload", name)
+}
+
+fn native_result(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".servebench.json"))
+        .unwrap_or_else(|| panic!("no result in {}", dir.display()))
+}
+
+#[test]
+fn twenty_request_run_at_p99_says_not_enough_data_with_the_number_needed() {
+    let dir = tempdir("twenty");
+    let d = dir.to_str().unwrap();
+    let o = servebench(&[
+        "run",
+        "--virtual-time",
+        "--num-prompts",
+        "20",
+        "--request-rate",
+        "1",
+        "--save-result",
+        "--result-dir",
+        d,
+        "--output-dir",
+        d,
+    ]);
+    let out = ok(&o);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("Verdict: "))
+        .unwrap_or_else(|| panic!("{}", text(&o)));
+    assert!(
+        line.starts_with("Verdict: NOT ENOUGH DATA: p99 TTFT rests on 20 samples, needs 1000"),
+        "{line}"
+    );
+    assert!(line.contains("(980 more requests"), "{line}");
+    assert!(out.contains("Load: offered 1.00 req/s, achieved"), "{out}");
+    assert!(out.contains("Steady state (MSER-5):"), "{out}");
+
+    let native = read_json(&native_result(&dir));
+    let v = &native["validity"];
+    assert_eq!(v["verdict"]["status"], "not_enough_data", "{v}");
+    assert_eq!(v["verdict"]["needed"]["more_requests"], 980, "{v}");
+    assert_eq!(v["load"]["offered_rate"], 1.0, "{v}");
+    assert_eq!(v["steady_state"]["mode"], "auto", "{v}");
+
+    // vLLM's result file keeps vLLM's keys only.
+    let vllm = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            let s = p.to_string_lossy();
+            s.ends_with(".json") && !s.ends_with(".servebench.json")
+        })
+        .unwrap();
+    let vllm = read_json(&vllm);
+    assert!(vllm.get("validity").is_none() && vllm.get("verdict").is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn steady_state_off_reports_the_warm_up_instead_of_excluding_it() {
+    let dir = tempdir("steady-off");
+    let d = dir.to_str().unwrap();
+    let o = servebench(&[
+        "run",
+        "--virtual-time",
+        "--num-prompts",
+        "20",
+        "--request-rate",
+        "1",
+        "--steady-state",
+        "off",
+        "--output-dir",
+        d,
+    ]);
+    let out = ok(&o);
+    assert!(
+        out.contains("should have been excluded (--steady-state off)"),
+        "{out}"
+    );
+    let native = read_json(&native_result(&dir));
+    assert_eq!(native["validity"]["steady_state"]["mode"], "off");
+    assert_eq!(native["validity"]["steady_state"]["excluded_s"], 0.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn row_d_sweep_never_names_an_overloaded_point() {
+    let dir = tempdir("row-d");
+    let o = bin()
+        .args([
+            "sweep",
+            "--row",
+            "D",
+            "--request-rate",
+            "1,2,4,8,16",
+            "--slo",
+            "ttft:p99:500",
+            "tpot:p95:40",
+            "--virtual-time",
+            "--results-dir",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    assert!(!out.contains("(rate 16 req/s)"), "{out}");
+    assert!(out.contains("achieved req/s"), "{out}");
+    assert!(out.contains("OVERLOADED"), "{out}");
+    let overloaded = out
+        .lines()
+        .find(|l| l.starts_with("Overloaded: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(overloaded.contains("rate 2 req/s"), "{overloaded}");
+    // The headline, when it names a point, names one that kept up.
+    let headline = out
+        .lines()
+        .find(|l| l.contains("output tok/s at p99 TTFT") || l.starts_with("no load"))
+        .unwrap_or_else(|| panic!("{out}"));
+    if let Some(rate) = headline
+        .rsplit("(rate ")
+        .next()
+        .filter(|_| headline.contains("(rate "))
+    {
+        let rate = rate.trim_end_matches(" req/s)");
+        assert!(
+            !overloaded.contains(&format!("rate {rate} req/s")),
+            "{headline} names an overloaded point"
+        );
+    }
+
+    let exp_dir = PathBuf::from(
+        out.lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("experiment: "))
+            .unwrap(),
+    );
+    let exp = read_json(&exp_dir.join("experiment.json"));
+    if let Some(best) = exp["sweep"]["best_under_slo"].as_u64() {
+        let run = exp["sweep"]["points"][best as usize]["runs"][0]
+            .as_str()
+            .unwrap();
+        let r = read_json(&exp_dir.join(run));
+        assert_eq!(r["validity"]["load"]["overloaded"], false);
+    }
+
+    // diagnose names the overload, with numbers and the next experiment.
+    let d = servebench(&["diagnose", exp_dir.to_str().unwrap()]);
+    let diag = ok(&d);
+    assert!(
+        diag.contains("Offered load above what the server"),
+        "{diag}"
+    );
+    assert!(diag.contains("offered 2.00 req/s, achieved"), "{diag}");
+    assert!(diag.contains("in the client queue"), "{diag}");
+    assert!(diag.contains("--request-rate auto"), "{diag}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_overloaded_what_if_warns_and_plan_refuses_its_rate() {
+    let dir = tempdir("what-if");
+    let d = dir.to_str().unwrap();
+    let o = servebench(&[
+        "run",
+        "--virtual-time",
+        "--num-prompts",
+        "40",
+        "--request-rate",
+        "16",
+        "--max-concurrency",
+        "1",
+        "--random-output-len",
+        "256",
+        "--output-dir",
+        d,
+    ]);
+    let out = ok(&o);
+    assert!(
+        out.contains("WARNING: these latencies are not the server's"),
+        "{out}"
+    );
+    assert!(out.contains("overloaded: offered 16.00 req/s"), "{out}");
+    assert!(out.contains("Verdict: NOT ENOUGH DATA"), "{out}");
+
+    let native = native_result(&dir);
+    let p = servebench(&[
+        "plan",
+        "--from",
+        native.to_str().unwrap(),
+        "--daily-requests",
+        "1000000",
+    ]);
+    assert!(!p.status.success(), "{}", text(&p));
+    let err = String::from_utf8_lossy(&p.stderr);
+    assert!(err.contains("was overloaded (offered 16.00 req/s"), "{err}");
+    assert!(err.contains("no per-GPU capacity"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn plan_from_an_unsaturated_run_warns_its_rate_is_a_lower_bound() {
+    let dir = tempdir("unsaturated");
+    let d = dir.to_str().unwrap();
+    ok(&servebench(&[
+        "run",
+        "--virtual-time",
+        "--num-prompts",
+        "20",
+        "--request-rate",
+        "1",
+        "--random-output-len",
+        "16",
+        "--output-dir",
+        d,
+    ]));
+    let native = native_result(&dir);
+    let p = servebench(&[
+        "plan",
+        "--from",
+        native.to_str().unwrap(),
+        "--daily-requests",
+        "1000000",
+    ]);
+    ok(&p);
+    let err = String::from_utf8_lossy(&p.stderr);
+    assert!(err.contains("was not saturated"), "{err}");
+    assert!(err.contains("lower bound"), "{err}");
+    assert!(
+        err.contains("servebench sweep --request-rate auto"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

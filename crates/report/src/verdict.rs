@@ -1,0 +1,120 @@
+//! The validity verdict in words: the terminal block after a run, and the short forms the
+//! report tables use (offered against achieved rate, the status label).
+
+use std::fmt::Write as _;
+
+use servebench_metrics::validity::{LoadVerdict, RunValidity};
+
+/// `4 → 0.94 req/s`: offered rate against the rate actually sent (`inf` when unlimited).
+pub fn rate_cell(load: &LoadVerdict) -> String {
+    let offered = load
+        .offered_rate
+        .map_or_else(|| "inf".to_owned(), |r| format!("{r:.2}"));
+    match load.achieved_rate {
+        Some(a) => format!("{offered} → {a:.2}"),
+        None => offered,
+    }
+}
+
+/// The status label with `, overloaded` when the client fell behind its schedule.
+pub fn status_cell(v: &RunValidity) -> String {
+    let label = v.verdict.status.label();
+    if v.overloaded() {
+        format!("{label} (overloaded)")
+    } else {
+        label.to_owned()
+    }
+}
+
+/// The verdict block of the terminal summary: one line with the status and every reason,
+/// then offered against achieved load and the warm-up found.
+pub fn verdict_block(v: &RunValidity) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Verdict: {}", v.verdict);
+    if let Some(l) = &v.load {
+        let offered = l
+            .offered_rate
+            .map_or_else(|| "unlimited".to_owned(), |r| format!("{r:.2} req/s"));
+        let achieved = l
+            .achieved_rate
+            .map_or_else(|| "-".to_owned(), |r| format!("{r:.2} req/s"));
+        let _ = write!(out, "Load: offered {offered}, achieved {achieved}");
+        if let Some(q) = l.queue_max_ms.filter(|q| *q > 0.0) {
+            let _ = write!(out, ", client queue up to {:.1} s", q / 1e3);
+        }
+        if l.overloaded {
+            out.push_str(" — OVERLOADED: users also waited the queue time (see user TTFT)");
+        }
+        out.push('\n');
+    }
+    if let Some(s) = &v.steady_state {
+        let what = match s.mode {
+            servebench_metrics::SteadyStateMode::Auto if s.excluded_s > 0.0 => {
+                format!(
+                    "{:.0} s warm-up excluded from the steady window",
+                    s.excluded_s
+                )
+            }
+            servebench_metrics::SteadyStateMode::Auto if !s.steady => {
+                "no steady state reached in the first half; nothing excluded".to_owned()
+            }
+            servebench_metrics::SteadyStateMode::Auto => "no warm-up transient found".to_owned(),
+            servebench_metrics::SteadyStateMode::Off => format!(
+                "{:.0} s warm-up should have been excluded (--steady-state off)",
+                s.warmup_s
+            ),
+        };
+        let _ = writeln!(out, "Steady state (MSER-5): {what}");
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use servebench_metrics::validity::{Reason, Verdict, VerdictStatus};
+
+    fn overloaded() -> RunValidity {
+        let load = LoadVerdict {
+            offered_rate: Some(16.0),
+            scheduled_rate: Some(16.0),
+            achieved_rate: Some(0.94),
+            queue_p99_ms: Some(150_000.0),
+            queue_max_ms: Some(153_000.0),
+            queue_growth: Some(15.0),
+            overloaded: true,
+        };
+        RunValidity {
+            verdict: Verdict {
+                status: VerdictStatus::NotSteady,
+                reasons: vec![Reason::Overloaded {
+                    reference_rate: Some(16.0),
+                    achieved_rate: Some(0.94),
+                    queue_max_ms: Some(153_000.0),
+                    queue_growth: Some(15.0),
+                }],
+                needed: None,
+            },
+            load: Some(load),
+            steady_state: None,
+        }
+    }
+
+    #[test]
+    fn an_overloaded_run_says_so_with_both_rates() {
+        let v = overloaded();
+        let block = verdict_block(&v);
+        assert!(
+            block.starts_with("Verdict: NOT STEADY: overloaded"),
+            "{block}"
+        );
+        assert!(
+            block.contains("offered 16.00 req/s, achieved 0.94 req/s"),
+            "{block}"
+        );
+        assert!(block.contains("OVERLOADED"), "{block}");
+        assert_eq!(rate_cell(v.load.as_ref().unwrap()), "16.00 → 0.94");
+        assert_eq!(status_cell(&v), "NOT STEADY (overloaded)");
+    }
+}
