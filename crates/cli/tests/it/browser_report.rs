@@ -146,6 +146,7 @@ fn check_page(browser: &Path, work: &Path, page: &Path, series: &[&str]) -> Stri
 
 #[test]
 fn html_report_renders_in_a_headless_browser() {
+    let _exclusive = crate::common::exclusive();
     let Some(browser) = chromium_or_skip() else {
         return;
     };

@@ -49,3 +49,14 @@ pub fn read_json(p: &Path) -> Value {
     let s = std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     serde_json::from_str(&s).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
+
+/// Serializes the tests that load the machine (killed runs, a real engine, a browser) with the
+/// tests whose assertions read wall-clock timing (one SSE event per token, ITL against engine
+/// step times). All modules share one test binary and its threads; before they were folded into
+/// it, these ran in binaries of their own, one binary at a time.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that panicked while holding the lock has already failed; the rest may go on.
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -164,6 +164,7 @@ fn lane(root: &Path, tokenizer: &Path, lane: usize, kills: usize) -> Vec<Outcome
 
 #[test]
 fn sigkill_at_random_moments_never_leaves_an_invalid_line() {
+    let _exclusive = crate::common::exclusive();
     let root = std::env::temp_dir().join(format!("servebench-kill-nine-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&root).expect("dir");

@@ -817,21 +817,25 @@ fn run_random(name: &str, chat: bool, concurrency: usize, ignore_eos: bool) {
 
 #[test]
 fn completions_concurrency_1_ignore_eos() {
+    let _exclusive = crate::common::exclusive();
     run_random("completions_c1", false, 1, true);
 }
 
 #[test]
 fn completions_concurrency_4_ignore_eos() {
+    let _exclusive = crate::common::exclusive();
     run_random("completions_c4", false, 4, true);
 }
 
 #[test]
 fn chat_concurrency_1_ignore_eos() {
+    let _exclusive = crate::common::exclusive();
     run_random("chat_c1", true, 1, true);
 }
 
 #[test]
 fn chat_concurrency_4_ignore_eos() {
+    let _exclusive = crate::common::exclusive();
     run_random("chat_c4", true, 4, true);
 }
 
@@ -839,6 +843,7 @@ fn chat_concurrency_4_ignore_eos() {
 /// greedy decoding, and a generous `max_tokens`.
 #[test]
 fn chat_without_ignore_eos_stops_at_eos() {
+    let _exclusive = crate::common::exclusive();
     let name = "chat_eos";
     let Some(engine) = engine(name) else { return };
     let scratch = Scratch::new("dataset");
@@ -903,6 +908,7 @@ fn chat_without_ignore_eos_stops_at_eos() {
 /// server does.
 #[test]
 fn tokenizer_matches_server_tokenize() {
+    let _exclusive = crate::common::exclusive();
     let Some(engine) = engine("tokenizer") else {
         return;
     };
@@ -941,6 +947,7 @@ fn tokenizer_matches_server_tokenize() {
 /// server's own `timings`, and the stream's shape, on which the servebench comparisons rest.
 #[test]
 fn raw_stream_timings_match_server_timings() {
+    let _exclusive = crate::common::exclusive();
     let Some(engine) = engine("raw_stream") else {
         return;
     };

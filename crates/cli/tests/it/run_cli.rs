@@ -129,6 +129,7 @@ const VLLM_KEYS_DETAILED: &[&str] = &[
 
 #[test]
 fn vllm_result_json_has_vllms_keys_in_vllms_order_regression_issue_2() {
+    let _exclusive = crate::common::exclusive();
     let dir = tempdir("vllm-keys");
     let out = run_in(
         &dir,

@@ -1,6 +1,9 @@
 //! The simulator's HTTP server measured through the same client code `servebench run` uses:
 //! every inter-token gap a client sees is one engine step, within 1.5 ms of the step time the
 //! cost model gives for that step.
+//!
+//! A test binary of its own (not a module of `tests/it`): its bound reads wall-clock gaps, so it
+//! must not share the CPU with other tests; cargo runs test binaries one at a time.
 
 #![allow(clippy::unwrap_used)]
 
