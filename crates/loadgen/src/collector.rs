@@ -160,6 +160,7 @@ mod tests {
             finish_reason: None,
             text: Some("x".repeat(100_000)),
             failure: None,
+            resent: 0,
         }
     }
 

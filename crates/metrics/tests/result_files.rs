@@ -46,6 +46,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         finish_reason: Some("length".into()),
         text: None,
         failure: None,
+        resent: 0,
     }
 }
 
@@ -137,6 +138,7 @@ fn run_result() -> RunResult {
             cpus: 2,
             client_limited: false,
             not_dispatched: 0,
+            resent: 0,
         })),
         server_telemetry: Some(ServerTelemetry {
             samples: vec![TelemetrySample {

@@ -305,4 +305,12 @@ pub struct MeasuredHealth {
     pub client_limited: bool,
     /// Arrivals never sent (the run ended first).
     pub not_dispatched: u64,
+    /// Requests sent a second time because the first send went out on a reused connection
+    /// the server had closed unread (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub resent: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
