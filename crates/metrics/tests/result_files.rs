@@ -153,6 +153,8 @@ fn run_result() -> RunResult {
             failed_scrapes: 0,
         }),
         records_path: Some("run.requests.jsonl".to_owned()),
+        interrupted: false,
+        interrupted_reason: None,
     }
 }
 

@@ -259,6 +259,13 @@ pub fn write_results(
         );
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let _ = write!(stdout, "{block}{extras}");
+        if let Some(i) = super::interruption() {
+            let _ = writeln!(
+                stdout,
+                "INTERRUPTED: {}; the figures cover only the requests measured before it",
+                i.reason
+            );
+        }
         let _ = stdout.flush();
     }
 
@@ -301,6 +308,8 @@ pub fn write_results(
             .jsonl_path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned()),
+        interrupted: super::interruption().is_some(),
+        interrupted_reason: super::interruption().map(|i| i.reason),
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)

@@ -40,6 +40,13 @@ pub struct RunResult {
     /// The per-request records file, relative to this file.
     #[serde(default)]
     pub records_path: Option<String>,
+    /// Measuring stopped before the schedule ended, or the result was rebuilt from the
+    /// records alone (absent otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+    /// Why, when `interrupted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_reason: Option<String>,
 }
 
 impl RunResult {
