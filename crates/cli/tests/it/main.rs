@@ -16,3 +16,4 @@ mod run_cli;
 mod sim_cli;
 mod sim_itl_client;
 mod sweep_cli;
+mod trust;
