@@ -99,10 +99,27 @@ pub fn main() -> ExitCode {
             if is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;
             }
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// An error and its causes on one line, each cause once: a cause a message already quotes
+/// (`"cannot read X: {source}"` with the same `source` chained) is not repeated.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let m = cause.to_string();
+        if text.contains(&m) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&m);
+    }
+    text
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -122,7 +139,8 @@ fn init_tracing() {
         .try_init();
 }
 
-/// The command line as recorded in results: secrets (`--api-key` values, auth headers) masked.
+/// The command line as recorded in results: secrets (`--api-key` values, auth headers,
+/// credentials and key parameters in URLs) masked.
 pub fn redact_argv(argv: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(argv.len());
     let mut hide_next = false;
@@ -142,6 +160,8 @@ pub fn redact_argv(argv: &[String]) -> Vec<String> {
         {
             let key = a.split('=').next().unwrap_or_default();
             out.push(format!("{key}=***"));
+        } else if a.contains("://") {
+            out.push(servebench_loadgen::target::redact_url(a));
         } else {
             out.push(a.clone());
         }
@@ -163,12 +183,26 @@ mod tests {
             "--header",
             "Authorization=Bearer sk-2",
             "--api-key=sk-3",
+            "--base-url",
+            "http://user:sk-4@127.0.0.1:8000",
+            "--base-url=http://u:sk-5@h:1/?api_key=sk-6",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
         let joined = redact_argv(&argv).join(" ");
         assert!(!joined.contains("sk-"), "{joined}");
+    }
+
+    #[test]
+    fn an_io_error_prints_its_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file (os error 2)");
+        let e = anyhow::Error::new(io).context("cannot read x.json: No such file (os error 2)");
+        let e = e.context("--tokenizer x.json");
+        assert_eq!(
+            error_text(&e),
+            "--tokenizer x.json: cannot read x.json: No such file (os error 2)"
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! `servebench report PATH`: re-render `report.html`, `report.md` and `summary.csv` from a
-//! saved experiment directory, or a one-row report from a single `*.servebench.json`.
+//! saved experiment directory, or a one-row report from a single `*.servebench.json`, or
+//! rebuild a run's results from its `*.requests.jsonl` alone (a run killed before it wrote
+//! them).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -28,7 +30,8 @@ pub enum PrintFormat {
 /// `servebench report` flags.
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
-    /// An experiment directory (holding experiment.json) or one run's *.servebench.json.
+    /// An experiment directory (holding experiment.json), one run's *.servebench.json, or
+    /// one run's *.requests.jsonl (its results are rebuilt from the records alone).
     pub path: PathBuf,
     /// Directory for the report files [default: the experiment directory, or the result
     /// file's directory].
@@ -71,6 +74,17 @@ pub fn write_reports(report: &ExperimentReport, dir: &Path, prefix: &str) -> Res
     Ok(files)
 }
 
+/// The interruption a single result file records, if it is one and says so.
+fn interrupted_reason(path: &Path) -> Option<String> {
+    if !path.is_file() {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let r: servebench_metrics::result::RunResult = serde_json::from_str(&text).ok()?;
+    r.interrupted
+        .then(|| r.interrupted_reason.unwrap_or_else(|| "interrupted".into()))
+}
+
 /// Where the report of `path` goes by default, and the file-name prefix: an experiment
 /// directory gets plain names in itself; a single result file gets `<stem>.` names beside it.
 pub fn default_destination(path: &Path) -> (PathBuf, String) {
@@ -93,10 +107,147 @@ pub fn default_destination(path: &Path) -> (PathBuf, String) {
     }
 }
 
+/// The suffix of a run's per-request records file.
+const RECORDS_SUFFIX: &str = ".requests.jsonl";
+
+/// What a rebuild wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// `<stem>.rebuilt.servebench.json`, marked interrupted.
+    pub native: PathBuf,
+    /// `<stem>.rebuilt.json`, vLLM's layout.
+    pub vllm: PathBuf,
+}
+
+/// Rebuild a run's servebench result and vLLM result from its records file alone, beside it
+/// (or in `dir`). Both say what they are: the servebench result is marked interrupted with
+/// the reason; the vLLM file keeps vLLM's layout (its duration is the records' span).
+pub fn rebuild_from_records(records_path: &Path, dir: Option<&Path>) -> Result<Rebuilt> {
+    use servebench_metrics::result::{
+        to_sorted_json_pretty, ClientHealth, RunMetadata, RunResult, RESULT_SCHEMA,
+    };
+    use servebench_metrics::summary::{summarize, SummaryOptions};
+
+    let read = servebench_metrics::read_jsonl_counted(records_path)?;
+    let records = read.records;
+    if records.is_empty() {
+        anyhow::bail!("{} holds no complete record", records_path.display());
+    }
+    let start = records
+        .iter()
+        .map(|r| r.intended.min(r.sent))
+        .min()
+        .unwrap_or(0);
+    let end = records
+        .iter()
+        .map(|r| r.done.or(r.end).unwrap_or(r.sent))
+        .max()
+        .unwrap_or(start);
+    let duration_ns = end.saturating_sub(start).max(1);
+    let summary = summarize(
+        &records,
+        &SummaryOptions {
+            duration_ns: Some(duration_ns),
+            ..SummaryOptions::default()
+        },
+    );
+    let name = records_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name
+        .strip_suffix(RECORDS_SUFFIX)
+        .unwrap_or(&name)
+        .to_owned();
+    let out_dir = dir.map(Path::to_path_buf).unwrap_or_else(|| {
+        records_path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    });
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+
+    let mut reason = format!(
+        "rebuilt from the per-request records alone ({} records{})",
+        records.len(),
+        if read.partial_tail_bytes > 0 {
+            format!(
+                "; a final record cut off mid-line ({} bytes) was dropped",
+                read.partial_tail_bytes
+            )
+        } else {
+            String::new()
+        }
+    );
+    reason.push_str("; the run's own summary was not available");
+    let info = servebench_report::VllmRunInfo {
+        date: chrono::Local::now().format("%Y%m%d-%H%M%S").to_string(),
+        backend: "unknown".into(),
+        label: None,
+        model_id: "unknown".into(),
+        tokenizer_id: "unknown".into(),
+        num_prompts: records.len(),
+        metadata: Vec::new(),
+        request_rate: f64::INFINITY,
+        burstiness: 1.0,
+        max_concurrency: None,
+        ramp_up: None,
+        duration_s: duration_ns as f64 / 1e9,
+        percentile_metrics: vec!["ttft".into(), "tpot".into(), "itl".into()],
+        percentiles: vec![99.0],
+        goodput: Vec::new(),
+        detailed: false,
+    };
+    let vllm = servebench_report::vllm_result(&info, &records);
+    let paths = Rebuilt {
+        native: out_dir.join(format!("{stem}.rebuilt.servebench.json")),
+        vllm: out_dir.join(format!("{stem}.rebuilt.json")),
+    };
+    std::fs::write(&paths.vllm, servebench_report::to_python_json(&vllm))
+        .with_context(|| format!("writing {}", paths.vllm.display()))?;
+    // What the records alone can say about the run's validity (rate and lengths unknown).
+    let validity = servebench_metrics::RunValidity::from_facts(&servebench_metrics::run_facts(
+        &records,
+        &summary,
+        &servebench_metrics::FactsOptions::default(),
+    ));
+    let native = RunResult {
+        schema: RESULT_SCHEMA.to_owned(),
+        servebench_version: env!("CARGO_PKG_VERSION").to_owned(),
+        simulated: false,
+        metadata: RunMetadata::default(),
+        plan: None,
+        summary,
+        client_health: None::<ClientHealth>,
+        server_telemetry: None,
+        records_path: Some(name.clone()),
+        validity: Some(validity),
+        interrupted: true,
+        interrupted_reason: Some(reason),
+    };
+    let text = to_sorted_json_pretty(&native).context("serializing the rebuilt result")?;
+    std::fs::write(&paths.native, text)
+        .with_context(|| format!("writing {}", paths.native.display()))?;
+    Ok(paths)
+}
+
 /// `servebench report`.
-pub fn report(args: ReportArgs) -> Result<ExitCode> {
-    let report =
+pub fn report(mut args: ReportArgs) -> Result<ExitCode> {
+    if args.path.is_file() && args.path.to_string_lossy().ends_with(RECORDS_SUFFIX) {
+        let rebuilt = rebuild_from_records(&args.path, args.output_dir.as_deref())?;
+        eprintln!("servebench result (rebuilt): {}", rebuilt.native.display());
+        eprintln!(
+            "vLLM-compatible result (rebuilt): {}",
+            rebuilt.vllm.display()
+        );
+        args.path = rebuilt.native;
+    }
+    let mut report =
         load_experiment(&args.path).with_context(|| format!("loading {}", args.path.display()))?;
+    // Every rendering (terminal, Markdown, HTML) lists the notes first.
+    if let Some(reason) = interrupted_reason(&args.path) {
+        report.notes.insert(0, format!("INTERRUPTED: {reason}"));
+    }
     let text = match args.print {
         PrintFormat::Table => render_terminal(&report),
         PrintFormat::Markdown => render_markdown(&report),

@@ -83,6 +83,7 @@ fn record(state: StreamState) -> RequestRecord {
         finish_reason: acc.finish_reason,
         text: None,
         failure: acc.failure,
+        resent: 0,
     }
 }
 

@@ -18,8 +18,10 @@ use crate::stream::StreamState;
 use crate::target::{ApiKind, Target};
 use crate::LoadgenError;
 
-/// Sends of one request on stale pooled connections before its failure is recorded.
-const MAX_STALE_RETRIES: u32 = 8;
+/// Sends of one request in all: the first, plus at most one resend when the first went out on
+/// a reused pooled connection the server had closed without reading it. A benchmark sends each
+/// request once; this one exception is counted in the record (`resent`).
+const MAX_SENDS: u32 = 2;
 
 /// One request ready to send: the body is built before the clock point `sent` is taken.
 #[derive(Debug, Clone)]
@@ -139,11 +141,12 @@ impl BackendClient {
             let r = self
                 .attempt(clock, req, &mut state, &mut outcome, stop)
                 .await;
-            // A pooled keep-alive connection the server had already closed (llama.cpp's server
+            // A reused keep-alive connection the server had already closed (llama.cpp's server
             // closes after each stream despite advertising keep-alive) fails before any response
-            // byte: the server never saw the request, so it is sent again (the pool may hold
-            // several such connections), and `sent` is the time of the send that got through.
-            if r.is_err() && outcome.stale_connection && attempt < MAX_STALE_RETRIES {
+            // byte: the server never read the request, so it is sent once more, counted, and
+            // `sent` is the time of the send that got through. A fresh connection that fails
+            // is a failure of the server, recorded as such.
+            if r.is_err() && outcome.stale_connection && attempt < MAX_SENDS {
                 continue;
             }
             break r;
@@ -157,7 +160,7 @@ impl BackendClient {
             }
         }
         let done = outcome.done.unwrap_or_else(|| clock.now_ns());
-        self.finish_record(
+        let mut record = self.finish_record(
             p,
             intended,
             released,
@@ -166,7 +169,9 @@ impl BackendClient {
             done,
             state,
             result,
-        )
+        );
+        record.resent = attempt - 1;
+        record
     }
 
     /// One exchange under the request timeout and the run's cancellation.
@@ -212,7 +217,8 @@ impl BackendClient {
         outcome: &mut Exchange,
     ) -> Result<(), Failure> {
         let resp = self.http.request(req).await.map_err(|e| {
-            outcome.stale_connection = !e.is_connect() && closed_before_response(&e);
+            outcome.stale_connection =
+                !e.is_connect() && closed_before_response(&e) && reused_and_unanswered(&e);
             let kind = if e.is_connect() {
                 FailureKind::Connect
             } else {
@@ -335,6 +341,7 @@ impl BackendClient {
                 None
             },
             failure,
+            resent: 0,
         }
     }
 }
@@ -346,6 +353,19 @@ struct Exchange {
     stale_connection: bool,
     /// When the request's first byte went to the socket (from the connection's write stamp).
     written: Option<u64>,
+}
+
+/// Did the request go out on a reused connection and get no byte of its answer (from the
+/// connection's own stamp, which the client error carries)?
+fn reused_and_unanswered(e: &hyper_util::client::legacy::Error) -> bool {
+    let Some(info) = e.connect_info() else {
+        return false;
+    };
+    let mut extras = http::Extensions::new();
+    info.get_extras(&mut extras);
+    extras
+        .get::<WriteStamp>()
+        .is_some_and(WriteStamp::reused_and_unanswered)
 }
 
 /// Did the connection close or reset before the server answered (a stale pooled connection)?
@@ -376,6 +396,9 @@ pub fn http_client() -> Client<StampingConnector, Full<Bytes>> {
     connector.set_keepalive(Some(Duration::from_secs(60)));
     connector.set_connect_timeout(Some(Duration::from_secs(30)));
     Client::builder(TokioExecutor::new())
+        // hyper would resend a request that failed on a reused connection as often as it
+        // likes, unseen; the client decides itself, once at most, and records it.
+        .retry_canceled_requests(false)
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(usize::MAX)
         .build(StampingConnector::new(connector))

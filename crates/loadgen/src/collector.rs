@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use servebench_metrics::RequestRecord;
@@ -15,12 +16,25 @@ use crate::LoadgenError;
 /// handed to the OS in one write before the next is taken, so a process killed at any moment
 /// leaves at most one partial line, at the end of the file (no user-space buffer holds records
 /// across requests).
-#[derive(Debug)]
 pub struct JsonlSink {
     path: PathBuf,
     out: File,
     /// Reused between records so serializing does not allocate per request.
     line: Vec<u8>,
+    /// Told of the first write error, so the run can stop measuring what it cannot keep.
+    on_error: Option<OnWriteError>,
+}
+
+/// Called once with the first error writing the records file (a full disk, say).
+pub type OnWriteError = Arc<dyn Fn(&LoadgenError) + Send + Sync>;
+
+impl std::fmt::Debug for JsonlSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonlSink")
+            .field("path", &self.path)
+            .field("on_error", &self.on_error.is_some())
+            .finish()
+    }
 }
 
 impl JsonlSink {
@@ -33,7 +47,14 @@ impl JsonlSink {
             path: path.to_owned(),
             out: file,
             line: Vec::with_capacity(4096),
+            on_error: None,
         })
+    }
+
+    /// Call `f` with the first write error (writing stops there; what was written stays).
+    pub fn on_write_error(mut self, f: OnWriteError) -> Self {
+        self.on_error = Some(f);
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -82,6 +103,9 @@ pub(crate) async fn collect(
     while let Some(record) = rx.recv().await {
         if let Some(s) = sink.as_mut() {
             if let Err(e) = s.append(&record) {
+                if let Some(f) = &s.on_error {
+                    f(&e);
+                }
                 write_error = Some(e);
                 sink = None;
             }
@@ -160,7 +184,32 @@ mod tests {
             finish_reason: None,
             text: Some("x".repeat(100_000)),
             failure: None,
+            resent: 0,
         }
+    }
+
+    /// A full disk mid-run: the first failed write is reported to the run (which stops
+    /// measuring), the later records are still collected, and nothing more is written.
+    #[tokio::test]
+    async fn a_full_disk_reports_the_first_write_error_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let calls = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&calls);
+        let sink = JsonlSink::create(Path::new("/dev/full"))
+            .unwrap()
+            .on_write_error(Arc::new(move |_| {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }));
+        let (tx, rx) = mpsc::unbounded_channel();
+        for id in 0..3 {
+            tx.send(record(id)).unwrap();
+        }
+        drop(tx);
+        let (records, err) = collect(rx, Some(sink), None).await;
+        assert_eq!(records.len(), 3);
+        let err = err.expect("the write error is returned").to_string();
+        assert!(err.contains("/dev/full"), "{err}");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     /// A killed process loses only what is still in its own memory: each record must be in the

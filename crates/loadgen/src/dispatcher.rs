@@ -313,6 +313,7 @@ mod tests {
                     status: None,
                     message: "cancelled".into(),
                 }),
+                resent: 0,
             }
         }
     }

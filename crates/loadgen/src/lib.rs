@@ -30,11 +30,10 @@ use std::path::Path;
 pub enum LoadgenError {
     #[error("{0}")]
     Config(String),
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    // The reason is part of the message and not also a `source`, so a printed error chain
+    // says it once.
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("{0}")]
     Server(String),
     #[error("internal error: {0}")]
@@ -45,7 +44,7 @@ impl LoadgenError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         LoadgenError::Io {
             path: path.display().to_string(),
-            source,
+            error: source,
         }
     }
 }

@@ -23,7 +23,7 @@ pub async fn get_json(
         let excerpt: String = body.chars().take(200).collect();
         LoadgenError::Server(format!(
             "{}{path} did not answer with JSON ({e}): {excerpt}",
-            target.base_url
+            target.display_url()
         ))
     })
 }
@@ -40,20 +40,20 @@ pub async fn get_text(
         let resp = client
             .request(req)
             .await
-            .map_err(|e| LoadgenError::Server(format!("{}{path}: {e}", target.base_url)))?;
+            .map_err(|e| LoadgenError::Server(format!("{}{path}: {e}", target.display_url())))?;
         let status = resp.status();
         let bytes = resp
             .into_body()
             .collect()
             .await
-            .map_err(|e| LoadgenError::Server(format!("{}{path}: {e}", target.base_url)))?
+            .map_err(|e| LoadgenError::Server(format!("{}{path}: {e}", target.display_url())))?
             .to_bytes();
         let text = String::from_utf8_lossy(&bytes).into_owned();
         if !status.is_success() {
             let excerpt: String = text.chars().take(200).collect();
             return Err(LoadgenError::Server(format!(
                 "{}{path}: HTTP {status}: {excerpt}",
-                target.base_url
+                target.display_url()
             )));
         }
         Ok(text)
@@ -61,7 +61,7 @@ pub async fn get_text(
     tokio::time::timeout(timeout, fut).await.map_err(|_| {
         LoadgenError::Server(format!(
             "{}{path}: no answer within {:.0} s",
-            target.base_url,
+            target.display_url(),
             timeout.as_secs_f64()
         ))
     })?
@@ -77,7 +77,7 @@ pub async fn first_model(target: &Target, timeout: Duration) -> Result<String, L
         .ok_or_else(|| {
             LoadgenError::Server(format!(
                 "{}/v1/models lists no model; pass --model",
-                target.base_url
+                target.display_url()
             ))
         })
 }
@@ -93,7 +93,7 @@ pub async fn post_status(
     let client = http_client();
     let resp = tokio::time::timeout(timeout, client.request(req))
         .await
-        .map_err(|_| LoadgenError::Server(format!("{}{path}: no answer", target.base_url)))?
-        .map_err(|e| LoadgenError::Server(format!("{}{path}: {e}", target.base_url)))?;
+        .map_err(|_| LoadgenError::Server(format!("{}{path}: no answer", target.display_url())))?
+        .map_err(|e| LoadgenError::Server(format!("{}{path}: {e}", target.display_url())))?;
     Ok(resp.status().as_u16())
 }

@@ -22,6 +22,10 @@ struct StampState {
     /// The next write starts a new request (set at connect and by every read).
     armed: bool,
     first_write: Option<Instant>,
+    /// Response bytes read on this connection so far.
+    read_bytes: u64,
+    /// `read_bytes` when the latest request started to be written.
+    read_at_write: u64,
 }
 
 /// Shared with every response of the connection (through the response extensions).
@@ -33,6 +37,8 @@ impl WriteStamp {
         WriteStamp(Arc::new(Mutex::new(StampState {
             armed: true,
             first_write: None,
+            read_bytes: 0,
+            read_at_write: 0,
         })))
     }
 
@@ -41,18 +47,39 @@ impl WriteStamp {
         self.0.lock().ok().and_then(|s| s.first_write)
     }
 
+    /// Did the latest request go out on a connection that had already answered an earlier
+    /// one, and get no byte of its own answer? Only such a request may be sent again: the
+    /// server closed a pooled connection it had advertised as reusable, and never read it.
+    pub fn reused_and_unanswered(&self) -> bool {
+        let Ok(s) = self.0.lock() else {
+            return false;
+        };
+        if s.armed {
+            // Nothing of this request was written since the last response bytes.
+            s.read_bytes > 0
+        } else {
+            s.read_at_write > 0 && s.read_bytes == s.read_at_write
+        }
+    }
+
     fn on_write(&self) {
         if let Ok(mut s) = self.0.lock() {
             if s.armed {
                 s.armed = false;
                 s.first_write = Some(Instant::now());
+                s.read_at_write = s.read_bytes;
             }
         }
     }
 
-    fn on_read(&self) {
+    fn on_read(&self, n: usize) {
+        // An end of stream (0 bytes) is no answer and does not start a new request.
+        if n == 0 {
+            return;
+        }
         if let Ok(mut s) = self.0.lock() {
             s.armed = true;
+            s.read_bytes += n as u64;
         }
     }
 }
@@ -62,7 +89,12 @@ impl WriteStamp {
 pub struct StampedStream {
     inner: TokioIo<TcpStream>,
     stamp: WriteStamp,
+    /// Reads land here first so their size is known without unsafe buffer handling.
+    scratch: Box<[u8]>,
 }
+
+/// Bytes read from the socket at once (hyper's own read buffer starts at 8 KiB).
+const READ_CHUNK: usize = 16 * 1024;
 
 impl Connection for StampedStream {
     fn connected(&self) -> Connected {
@@ -74,14 +106,20 @@ impl Read for StampedStream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: ReadBufCursor<'_>,
+        mut buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
-        if r.is_ready() {
-            this.stamp.on_read();
+        let want = buf.remaining().min(this.scratch.len());
+        let mut tbuf = tokio::io::ReadBuf::new(&mut this.scratch[..want]);
+        match tokio::io::AsyncRead::poll_read(Pin::new(this.inner.inner_mut()), cx, &mut tbuf) {
+            Poll::Ready(Ok(())) => {
+                let filled = tbuf.filled();
+                buf.put_slice(filled);
+                this.stamp.on_read(filled.len());
+                Poll::Ready(Ok(()))
+            }
+            other => other,
         }
-        r
     }
 }
 
@@ -149,6 +187,7 @@ impl tower_service::Service<Uri> for StampingConnector {
             Ok(StampedStream {
                 inner,
                 stamp: WriteStamp::new(),
+                scratch: vec![0; READ_CHUNK].into_boxed_slice(),
             })
         })
     }

@@ -35,25 +35,38 @@ pub struct Target {
 }
 
 impl Target {
-    /// The full request URI of the endpoint.
+    /// The full request URI of the endpoint (credentials in the URL go in a header instead).
     pub fn endpoint_uri(&self) -> Result<Uri, LoadgenError> {
-        parse_uri(&format!("{}{}", self.base_url, self.endpoint))
+        parse_uri(&format!(
+            "{}{}",
+            strip_userinfo(&self.base_url).0,
+            self.endpoint
+        ))
     }
 
     /// A URI for another path on the same server (`/v1/models`, `/metrics`, ...).
     pub fn uri_for(&self, path: &str) -> Result<Uri, LoadgenError> {
-        parse_uri(&format!("{}{}", self.base_url, path))
+        parse_uri(&format!("{}{}", strip_userinfo(&self.base_url).0, path))
     }
 
-    /// The `Authorization: Bearer …` value for `api_key`, marked sensitive so it is never
-    /// printed by `Debug`.
+    /// The base URL as it may be shown or written: credentials replaced by `***`.
+    pub fn display_url(&self) -> String {
+        redact_url(&self.base_url)
+    }
+
+    /// The `Authorization` value: `Bearer` for `api_key`, else `Basic` for `user:password@`
+    /// in the base URL (as curl does); marked sensitive so it is never printed by `Debug`.
     pub fn auth_header(&self) -> Result<Option<HeaderValue>, LoadgenError> {
-        let Some(key) = &self.api_key else {
-            return Ok(None);
+        let value = match (&self.api_key, strip_userinfo(&self.base_url).1) {
+            (Some(key), _) => format!("Bearer {key}"),
+            (None, Some(userinfo)) => {
+                format!("Basic {}", base64(percent_decode(userinfo).as_bytes()))
+            }
+            (None, None) => return Ok(None),
         };
-        let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+        let mut v = HeaderValue::from_str(&value).map_err(|_| {
             LoadgenError::Config(
-                "the API key holds characters not allowed in an HTTP header".into(),
+                "the credentials hold characters not allowed in an HTTP header".into(),
             )
         })?;
         v.set_sensitive(true);
@@ -135,18 +148,112 @@ impl Target {
     }
 }
 
+/// Query parameters whose values are secrets.
+fn is_secret_param(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ["key", "token", "secret", "password", "auth", "signature"]
+        .iter()
+        .any(|s| n.contains(s))
+}
+
+/// `(url without "user:password@", the userinfo)`.
+fn strip_userinfo(url: &str) -> (String, Option<&str>) {
+    let (scheme, rest) = match url.find("://") {
+        Some(i) => (&url[..i + 3], &url[i + 3..]),
+        None => ("", url),
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => (format!("{scheme}{}", &rest[at + 1..]), Some(&rest[..at])),
+        None => (url.to_owned(), None),
+    }
+}
+
+/// A URL as it may be shown or written anywhere: `user:password@` becomes `***@`, and the
+/// values of secret-looking query parameters (`api_key`, `token`, ...) become `***`. Text
+/// without a URL comes back unchanged.
+pub fn redact_url(url: &str) -> String {
+    let (bare, userinfo) = strip_userinfo(url);
+    let mut out = match userinfo {
+        Some(_) => match bare.find("://") {
+            Some(i) => format!("{}***@{}", &bare[..i + 3], &bare[i + 3..]),
+            None => format!("***@{bare}"),
+        },
+        None => bare,
+    };
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let (query, fragment) = match query.find('#') {
+            Some(h) => (&query[..h], &query[h..]),
+            None => (query, ""),
+        };
+        let redacted: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((k, _)) if is_secret_param(k) => format!("{k}=***"),
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out = format!("{head}{}{fragment}", redacted.join("&"));
+    }
+    out
+}
+
+/// `%XX` escapes of a URL's userinfo, decoded (curl decodes them too).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Standard base64 with padding (for a Basic auth header; not worth a dependency).
+fn base64(data: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &c)| acc | u32::from(c) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
 /// Parse a URL, accepting only plain `http://` (TLS is not supported yet: say so).
 pub fn parse_uri(s: &str) -> Result<Uri, LoadgenError> {
+    // Errors name the URL as it may be shown, never with its credentials.
+    let shown = redact_url(s);
+    let s = strip_userinfo(s).0;
     let uri: Uri = s
         .parse()
-        .map_err(|e| LoadgenError::Config(format!("invalid URL {s:?}: {e}")))?;
+        .map_err(|e| LoadgenError::Config(format!("invalid URL {shown:?}: {e}")))?;
     match uri.scheme_str() {
         Some("http") => Ok(uri),
         Some("https") => Err(LoadgenError::Config(format!(
-            "{s}: https is not supported yet; use an http:// endpoint (e.g. through a local proxy)"
+            "{shown}: https is not supported yet; use an http:// endpoint (e.g. through a local proxy)"
         ))),
         _ => Err(LoadgenError::Config(format!(
-            "{s}: the URL must start with http://"
+            "{shown}: the URL must start with http://"
         ))),
     }
 }
@@ -203,6 +310,37 @@ mod tests {
         let v: Value = serde_json::from_slice(&t.body("hi", Some(3))).unwrap();
         assert_eq!(v["max_tokens"], "ten");
         assert_eq!(v["prompt"], "hi");
+    }
+
+    #[test]
+    fn credentials_in_the_url_are_redacted_but_sent_as_basic_auth() {
+        let url = "http://user:sk-SECRET@127.0.0.1:8000/v1?api_key=sk-Q&x=1";
+        let shown = redact_url(url);
+        assert_eq!(shown, "http://***@127.0.0.1:8000/v1?api_key=***&x=1");
+        let mut t = target(ApiKind::Completions);
+        t.base_url = "http://user:sk-SECRET@127.0.0.1:8000".into();
+        assert_eq!(t.display_url(), "http://***@127.0.0.1:8000");
+        assert_eq!(
+            t.endpoint_uri().unwrap().to_string(),
+            "http://127.0.0.1:8000/v1/completions"
+        );
+        // curl -u user:sk-SECRET sends this header.
+        assert_eq!(
+            t.auth_header().unwrap().unwrap(),
+            "Basic dXNlcjpzay1TRUNSRVQ="
+        );
+        assert_eq!(redact_url("not a url"), "not a url");
+        let err = parse_uri("ftp://u:sk-SECRET@h").unwrap_err().to_string();
+        assert!(!err.contains("SECRET"), "{err}");
+    }
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_and_padding() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"foobar"), "Zm9vYmFy");
     }
 
     #[test]

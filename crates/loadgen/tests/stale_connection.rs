@@ -103,6 +103,8 @@ async fn requests_on_a_closed_keep_alive_connection_are_resent_not_failed() {
         .collect();
     assert!(failures.is_empty(), "{failures:?}");
     assert!(out.records.iter().all(|r| r.output_tokens == 2));
+    // Each request is sent at most twice: once, and once more after a stale connection.
+    assert!(out.records.iter().all(|r| r.resent <= 1));
     assert!(
         accepted.load(Ordering::SeqCst) >= n as usize,
         "every request needed a fresh connection"

@@ -163,6 +163,7 @@ pub(crate) mod tests {
             finish_reason: None,
             text: None,
             failure: None,
+            resent: 0,
         }
     }
 

@@ -137,6 +137,14 @@ pub struct RequestRecord {
     /// `None` on success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<Failure>,
+    /// Times the request was sent again because its first send went out on a reused
+    /// connection the server had closed without reading it (at most once; absent when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resent: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl RequestRecord {

@@ -47,6 +47,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         finish_reason: Some("length".into()),
         text: None,
         failure: None,
+        resent: 0,
     }
 }
 
@@ -139,6 +140,7 @@ fn run_result() -> RunResult {
             cpus: 2,
             client_limited: false,
             not_dispatched: 0,
+            resent: 0,
         })),
         server_telemetry: Some(ServerTelemetry {
             samples: vec![TelemetrySample {
@@ -161,6 +163,8 @@ fn run_result() -> RunResult {
                 ..FactsOptions::default()
             },
         ))),
+        interrupted: false,
+        interrupted_reason: None,
     }
 }
 

@@ -365,6 +365,7 @@ mod tests {
                     finish_reason: Some("length".into()),
                     text: None,
                     failure: None,
+                    resent: 0,
                 }
             })
             .collect();

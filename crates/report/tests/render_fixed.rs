@@ -42,6 +42,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         finish_reason: Some("length".into()),
         text: None,
         failure: None,
+        resent: 0,
     }
 }
 

@@ -112,6 +112,7 @@ pub fn record(id: u64, arrival_ms: u64, ttft_ms: u64) -> RequestRecord {
         finish_reason: None,
         text: None,
         failure: None,
+        resent: 0,
     }
 }
 

@@ -96,11 +96,13 @@ impl Bench {
                     .await
                     .context("asking the server for its model (pass --model)")?,
             };
+            let shown = servebench_loadgen::target::redact_url(&url);
             target_flags.extend(["--base-url".to_owned(), url.clone()]);
-            eprintln!("Target: {url} (model {model})");
+            eprintln!("Target: {shown} (model {model})");
             return Ok(Bench {
                 hardware: dir_name(
-                    url.trim_start_matches("http://")
+                    shown
+                        .trim_start_matches("http://")
                         .trim_start_matches("https://"),
                 ),
                 target: RunTarget::Http(HttpTarget {
@@ -112,7 +114,7 @@ impl Bench {
                 target_flags,
                 api_key: t.api_key.clone(),
                 environment: json!({
-                    "kind": "server", "clock": "real", "base_url": url,
+                    "kind": "server", "clock": "real", "base_url": shown,
                     "server_version": version, "server_models": models,
                 }),
             });

@@ -75,6 +75,15 @@ impl Executor for HttpTarget {
             .map(|(i, r)| client.prepare(i as u64, &r.prompt, r.prompt_tokens, r.max_tokens))
             .collect();
 
+        // The records file is open before the first request (ready check and warm-up
+        // included), and a write error on it later stops the run instead of going unnoticed.
+        let report_args = plan.to_args();
+        let (finish, sink) =
+            output::Finish::open(&report_args, model_id, &tokenizer, command_line, print)?;
+        let sink = sink.on_write_error(Arc::new(|e| {
+            super::stop_for_output_failure(format!("writing the per-request records failed: {e}"))
+        }));
+
         if let Some(timeout) = plan.ready_check_timeout {
             output::ready_check(&client, &prepared[0], timeout, stop).await?;
         }
@@ -109,9 +118,6 @@ impl Executor for HttpTarget {
                 eprintln!("note: the server did not reset its prefix cache after warm-up; the first request may hit the cache");
             }
         }
-        let report_args = plan.to_args();
-        let (finish, sink) =
-            output::Finish::open(&report_args, model_id, &tokenizer, command_line, print)?;
         if print {
             print_traffic(plan);
         }
@@ -140,7 +146,7 @@ impl Executor for HttpTarget {
         }
         let server = output::ServerInfo::fetch(client.target(), self.sim.clone()).await;
         let simulated = server.sim.is_some();
-        let meta = server.target_info(&client.target().base_url)?;
+        let meta = server.target_info(&client.target().display_url())?;
         output::write_results(
             &finish,
             &outcome.records,

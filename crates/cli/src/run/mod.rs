@@ -6,12 +6,14 @@ pub mod executor;
 pub mod http_run;
 pub mod options;
 pub mod output;
+pub mod output_check;
 pub mod overrides;
 pub mod plan;
 pub mod target;
 pub mod virtual_run;
 
 use std::process::ExitCode;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -27,6 +29,51 @@ use self::virtual_run::VirtualTarget;
 
 /// How long in-flight requests may finish after Ctrl-C before they are cancelled.
 const GRACE: Duration = Duration::from_secs(5);
+
+/// Exit code of a run stopped by Ctrl-C or SIGTERM (as shells report SIGINT).
+pub const EXIT_INTERRUPTED: u8 = 130;
+/// Exit code of a run stopped because its records could not be written (disk full).
+pub const EXIT_OUTPUT_FAILED: u8 = 3;
+
+/// Why measuring stopped early, once something stopped it: every output says so.
+static INTERRUPTION: Mutex<Option<Interruption>> = Mutex::new(None);
+/// Wakes the stop task when the run itself must stop (its records cannot be written).
+static STOP_NOW: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// What stopped a run before its schedule ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interruption {
+    pub reason: String,
+    /// The process exit code it maps to.
+    pub exit: u8,
+}
+
+/// The interruption of this process's measurement, if one happened.
+pub fn interruption() -> Option<Interruption> {
+    INTERRUPTION.lock().ok().and_then(|g| g.clone())
+}
+
+fn set_interruption(reason: String, exit: u8) {
+    if let Ok(mut g) = INTERRUPTION.lock() {
+        // The first cause is the one that stopped the run.
+        g.get_or_insert(Interruption { reason, exit });
+    }
+}
+
+/// Stop measuring because the run's output cannot be written: no new requests, in-flight
+/// ones cancelled after the usual grace.
+pub fn stop_for_output_failure(reason: String) {
+    set_interruption(reason, EXIT_OUTPUT_FAILED);
+    STOP_NOW.notify_one();
+}
+
+/// The exit code of a finished run: an interruption overrides the run's own code.
+pub fn final_exit(exit: ExitCode) -> ExitCode {
+    match interruption() {
+        Some(i) => ExitCode::from(i.exit),
+        None => exit,
+    }
+}
 
 /// Where `execute` sends its load.
 pub enum RunTarget {
@@ -61,9 +108,11 @@ pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
     let stop = interrupt_on_ctrl_c();
     if plan.repeat <= 1 {
         let out = execute(&plan, &target, command_line, &stop, true).await?;
-        return Ok(out.exit);
+        return Ok(final_exit(out.exit));
     }
-    repeat(&plan, &target, command_line, &stop).await
+    repeat(&plan, &target, command_line, &stop)
+        .await
+        .map(final_exit)
 }
 
 /// `--repeat N`: the same measurement N times, then mean ± std of every headline figure.
@@ -108,24 +157,61 @@ async fn repeat(
     Ok(exit)
 }
 
-/// Ctrl-C stops dispatching; a second Ctrl-C or the grace period cancels what is in flight.
+/// Ctrl-C or SIGTERM (or a records file that cannot be written) stops dispatching; a second
+/// signal or the grace period cancels what is in flight. The cause is kept for the outputs
+/// and the exit code.
 pub fn interrupt_on_ctrl_c() -> StopSignal {
     let (handle, stop) = stop_pair();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!(
-                "\nInterrupted: no new requests; waiting up to {} s for those in flight (Ctrl-C again to stop now)",
-                GRACE.as_secs()
-            );
-            handle.stop_dispatch();
-            tokio::select! {
-                _ = tokio::time::sleep(GRACE) => {}
-                _ = tokio::signal::ctrl_c() => {}
+        let cause = tokio::select! {
+            r = tokio::signal::ctrl_c() => match r {
+                Ok(()) => Some("SIGINT (Ctrl-C)".to_owned()),
+                // No signal handling possible: only an output failure can stop the run.
+                Err(_) => {
+                    STOP_NOW.notified().await;
+                    None
+                }
+            },
+            _ = sigterm() => Some("SIGTERM".to_owned()),
+            _ = STOP_NOW.notified() => None,
+        };
+        match cause {
+            Some(signal) => {
+                set_interruption(format!("interrupted by {signal}"), EXIT_INTERRUPTED);
+                eprintln!(
+                    "\nInterrupted: no new requests; waiting up to {} s for those in flight (Ctrl-C again to stop now)",
+                    GRACE.as_secs()
+                );
             }
-            handle.cancel();
+            None => {
+                let reason = interruption().map(|i| i.reason).unwrap_or_default();
+                eprintln!(
+                    "\nStopping: {reason}; no new requests; waiting up to {} s for those in flight",
+                    GRACE.as_secs()
+                );
+            }
         }
+        handle.stop_dispatch();
+        tokio::select! {
+            _ = tokio::time::sleep(GRACE) => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        handle.cancel();
     });
     stop
+}
+
+/// Resolves on SIGTERM (never where there is no such signal).
+async fn sigterm() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut s) = signal(SignalKind::terminate()) {
+            s.recv().await;
+            return;
+        }
+    }
+    std::future::pending::<()>().await;
 }
 
 /// The tokenizer the flags ask for (the built-in one when none is given).
@@ -153,6 +239,8 @@ pub async fn execute(
     stop: &StopSignal,
     print: bool,
 ) -> Result<RunOutcome> {
+    // A run that could not keep its results must not send a single request.
+    output_check::check_outputs(plan)?;
     let tokenizer = load_tokenizer(plan.tokenizer.as_deref(), print)?;
     let requests = dataset::build(plan, &tokenizer, target.is_virtual())?;
     if requests.is_empty() {

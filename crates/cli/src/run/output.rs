@@ -270,6 +270,13 @@ pub fn write_results(
                 let _ = writeln!(stdout, "\n{w}");
             }
         }
+        if let Some(i) = super::interruption() {
+            let _ = writeln!(
+                stdout,
+                "INTERRUPTED: {}; the figures cover only the requests measured before it",
+                i.reason
+            );
+        }
         let _ = stdout.flush();
     }
 
@@ -313,6 +320,8 @@ pub fn write_results(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned()),
         validity: Some(validity),
+        interrupted: super::interruption().is_some(),
+        interrupted_reason: super::interruption().map(|i| i.reason),
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)
@@ -467,5 +476,6 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary) -> ClientHealt
         cpus: cpus as u64,
         client_limited: saturated_cpu || lagging,
         not_dispatched: outcome.not_dispatched as u64,
+        resent: outcome.records.iter().map(|r| u64::from(r.resent)).sum(),
     })
 }

@@ -261,5 +261,6 @@ fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
         finish_reason: t.finish_reason.map(|f| f.as_str().to_owned()),
         text: None,
         failure,
+        resent: 0,
     }
 }

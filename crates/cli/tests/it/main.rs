@@ -20,3 +20,4 @@ mod report_cli;
 mod run_cli;
 mod sim_cli;
 mod sweep_cli;
+mod trust;

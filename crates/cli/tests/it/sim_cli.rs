@@ -131,7 +131,7 @@ fn ctrl_c_stops_dispatch_and_still_writes_every_output() {
             "--result-filename",
             "r.json",
         ])
-        .stdout(Stdio::null())
+        .stdout(std::fs::File::create(dir.join("stdout.txt")).expect("stdout file"))
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn run");
@@ -161,7 +161,26 @@ fn ctrl_c_stops_dispatch_and_still_writes_every_output() {
     };
     signal(&run, "-INT");
     let status = wait_with_timeout(&mut run, Duration::from_secs(60));
-    assert!(status.success(), "interrupted run exit {status:?}");
+    // An interrupted run says so: exit code 130, the terminal summary and the result file.
+    assert_eq!(status.code(), Some(130), "interrupted run exit {status:?}");
+    let stdout = std::fs::read_to_string(dir.join("stdout.txt")).expect("stdout");
+    assert!(
+        stdout.contains("INTERRUPTED: interrupted by SIGINT"),
+        "{stdout}"
+    );
+    let native = std::fs::read_dir(dir.join("results/runs"))
+        .expect("runs")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".servebench.json"))
+        .expect("native result");
+    let native: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(native).expect("read")).expect("json");
+    assert_eq!(native["interrupted"], true);
+    assert_eq!(
+        native["interrupted_reason"],
+        "interrupted by SIGINT (Ctrl-C)"
+    );
     let records = std::fs::read_to_string(&jsonl).expect("records");
     let n = records.lines().count();
     assert!((10..12_000).contains(&n), "records {n}");

@@ -45,6 +45,13 @@ pub struct RunResult {
     /// from results written before verdicts existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validity: Option<RunValidity>,
+    /// Measuring stopped before the schedule ended, or the result was rebuilt from the
+    /// records alone (absent otherwise).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
+    /// Why, when `interrupted`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_reason: Option<String>,
 }
 
 impl RunResult {
@@ -310,4 +317,12 @@ pub struct MeasuredHealth {
     pub client_limited: bool,
     /// Arrivals never sent (the run ended first).
     pub not_dispatched: u64,
+    /// Requests sent a second time because the first send went out on a reused connection
+    /// the server had closed unread (absent when none).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub resent: u64,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }

@@ -163,6 +163,7 @@ mod tests {
             finish_reason: Some("length".into()),
             text: None,
             failure: None,
+            resent: 0,
         };
         let log_path = dir.join("server.jsonl");
         let rec_path = dir.join("run.requests.jsonl");
