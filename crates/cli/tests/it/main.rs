@@ -7,6 +7,7 @@ mod browser_report;
 mod compare_cli;
 mod decide_record;
 mod diagnose_rules;
+mod fault_matrix;
 mod kill_nine;
 mod matrix_cli;
 mod predict_plan;
