@@ -75,9 +75,9 @@ fn run(dir: &Path, tok: &Path, prompts: usize, target: &[String]) -> (Output, Du
     (out, started.elapsed())
 }
 
-fn with_suffix(dir: &Path, suffix: &str) -> PathBuf {
+fn with_suffix(dir: &Path, suffix: &str, out: &Output) -> PathBuf {
     std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .unwrap_or_else(|e| panic!("{}: {e}; {}", dir.display(), text(out)))
         .filter_map(|e| e.ok())
         .map(|e| e.path())
         .find(|p| p.to_string_lossy().ends_with(suffix))
@@ -88,7 +88,7 @@ fn with_suffix(dir: &Path, suffix: &str) -> PathBuf {
 fn check(row: &str, dir: &Path, out: &Output, prompts: usize) -> BTreeMap<String, usize> {
     let ctx = || format!("row {row}: {}", text(out));
     let records: Vec<RequestRecord> =
-        read_jsonl_counted(with_suffix(&dir.join("out"), ".requests.jsonl"))
+        read_jsonl_counted(with_suffix(&dir.join("out"), ".requests.jsonl", out))
             .unwrap_or_else(|e| panic!("{e}; {}", ctx()))
             .records;
     assert_eq!(
@@ -105,7 +105,7 @@ fn check(row: &str, dir: &Path, out: &Output, prompts: usize) -> BTreeMap<String
         }
     }
     let failed: usize = kinds.values().sum();
-    let native = super::common::read_json(&with_suffix(&dir.join("out"), ".servebench.json"));
+    let native = super::common::read_json(&with_suffix(&dir.join("out"), ".servebench.json", out));
     let completed = native["summary"]["completed"].as_u64().unwrap_or(u64::MAX) as usize;
     let summary_failed = native["summary"]["failed"].as_u64().unwrap_or(u64::MAX) as usize;
     assert_eq!(summary_failed, failed, "result's failed count; {}", ctx());
@@ -274,6 +274,8 @@ fn every_fault_kind_is_accounted_for_classified_and_bounded_in_time() {
         vec![
             "--base-url".into(),
             format!("http://127.0.0.1:{}", free_port()),
+            "--model".into(),
+            "m".into(),
         ],
         Expect {
             failed: &[("connect", PROMPTS)],
