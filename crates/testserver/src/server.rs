@@ -151,6 +151,8 @@ impl ScriptedServer {
 
     /// Closes the listening socket: later connects are refused, as by a server that lost its
     /// listener, while the responses in progress go on and then close their connections.
+    /// A request that arrives on an open connection afterwards is answered with
+    /// `connection: close`.
     pub fn close_listener(&self) {
         self.shared.unlistened.store(true, Ordering::Relaxed);
         let _ = self.unlisten.send(true);
@@ -266,8 +268,10 @@ async fn serve_connection(
                 }
             };
             match respond(&mut stream, &shared, req).await {
-                Ok(Next::KeepAlive) => {}
-                Ok(Next::Close) | Err(_) => return,
+                // A server without its listener is going away: it takes no further request
+                // on a kept-alive connection either.
+                Ok(Next::KeepAlive) if !shared.unlistened.load(Ordering::Relaxed) => {}
+                Ok(_) | Err(_) => return,
             }
         }
     };

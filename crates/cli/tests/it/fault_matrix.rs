@@ -451,10 +451,11 @@ fn a_server_that_closes_its_listener_refuses_queued_requests_at_once() {
         .block_on(ScriptedServer::start(
             Script::new()
                 .tokens(10)
-                .inter_token_interval(Duration::from_millis(150)),
+                .inter_token_interval(Duration::from_millis(300)),
         ))
         .expect("start");
     let url = server.base_url();
+    let started = server.started();
     let prompts = 8;
     let child = bin()
         .current_dir(&dir)
@@ -481,10 +482,11 @@ fn a_server_that_closes_its_listener_refuses_queued_requests_at_once() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn servebench run");
-    // The first two requests take 1.5 s each; the run starts in about a second: closing at
-    // 2 s lands while they are in flight (and before any third one could start on a new
-    // connection, which the closing answers refuse anyway).
-    std::thread::sleep(Duration::from_secs(2));
+    // Close in the middle of the second pair of responses, 1 s into their 3 s, far from
+    // any moment a connection is between requests.
+    let first = rt.block_on(server.wait_for_log(1, Duration::from_secs(60)));
+    assert!(!first.is_empty(), "no request reached the server");
+    std::thread::sleep(Duration::from_secs(1));
     server.close_listener();
     let closed = Instant::now();
     let out = child.wait_with_output().expect("run output");
@@ -495,15 +497,30 @@ fn a_server_that_closes_its_listener_refuses_queued_requests_at_once() {
         "the run went on {after_close:?} after the close; {}",
         text(&out)
     );
+    // The server answered only requests that arrived before its listener closed; every
+    // other request was refused at once.
+    let log = rt.block_on(server.shutdown());
+    let close_ns = u64::try_from(closed.duration_since(started).as_nanos()).unwrap_or(u64::MAX);
+    let late: Vec<_> = log.iter().filter(|r| r.arrival_ns > close_ns).collect();
+    assert!(late.is_empty(), "served after the close: {late:?}");
     assert!(
-        kinds.get("connect").copied().unwrap_or(0) >= prompts - 4,
-        "queued requests are connect failures: {kinds:?}; {}",
+        log.len() < prompts,
+        "the close landed mid-run: {} served",
+        log.len()
+    );
+    assert!(
+        kinds.keys().all(|k| k == "connect"),
+        "{kinds:?}; {}",
         text(&out)
     );
-    assert!(kinds.keys().all(|k| k == "connect"), "{kinds:?}");
+    assert_eq!(
+        kinds.get("connect").copied().unwrap_or(0),
+        prompts - log.len(),
+        "{}",
+        text(&out)
+    );
     let all_failed = kinds.values().sum::<usize>() == prompts;
     let code = if all_failed { 2 } else { 0 };
     assert_eq!(out.status.code(), Some(code), "{}", text(&out));
-    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
