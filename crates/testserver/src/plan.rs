@@ -402,6 +402,30 @@ mod tests {
     }
 
     #[test]
+    fn non_utf8_and_huge_chunk_faults_break_one_event_and_keep_the_rest() {
+        let bad = plan_stream(&spec(false, 4), Some(&Fault::NonUtf8 { at_event: 1 }));
+        assert!(std::str::from_utf8(&bad.body).is_err());
+        let lines: Vec<&[u8]> = bad
+            .body
+            .split(|b| *b == b'\n')
+            .filter(|l| l.starts_with(b"data: "))
+            .collect();
+        assert_eq!(lines.len(), 6, "four events, usage and [DONE]");
+        assert!(std::str::from_utf8(lines[1]).is_err());
+        assert!(std::str::from_utf8(lines[2]).is_ok());
+
+        let huge = plan_stream(&spec(false, 3), Some(&Fault::HugeChunk { bytes: 1 << 20 }));
+        let evs = events(&huge.body);
+        assert!(evs[0].len() > 1 << 20, "{} bytes", evs[0].len());
+        assert!(
+            classify(&evs[0], EndpointKind::Completions)
+                .unwrap()
+                .token_bearing
+        );
+        assert!(is_done(evs.last().unwrap()));
+    }
+
+    #[test]
     fn faults_shape_the_plan() {
         let reset = plan_stream(&spec(false, 10), Some(&Fault::Reset { after_events: 3 }));
         assert_eq!(reset.steps.last(), Some(&Step::Reset));

@@ -190,7 +190,8 @@ fn every_fault_kind_is_accounted_for_classified_and_bounded_in_time() {
             },
         ));
     }
-    let rows: [(&str, Fault, &'static str); 8] = [
+    let rows: [(&str, Fault, &'static str); 9] = [
+        ("stream without a token", Fault::Empty, "empty_output"),
         (
             "reset mid-stream",
             Fault::Reset { after_events: 2 },
@@ -439,6 +440,12 @@ fn a_server_killed_mid_run_turns_queued_requests_into_connect_failures_at_once()
         kinds.keys().all(|k| k == "connect" || k == "truncated"),
         "in-flight requests are cut, queued ones refused: {kinds:?}"
     );
+    let code = if kinds.values().sum::<usize>() == prompts {
+        2
+    } else {
+        0
+    };
+    assert_eq!(out.status.code(), Some(code), "{}", text(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
