@@ -114,6 +114,14 @@ pub(crate) fn plan_stream(spec: &StreamSpec<'_>, fault: Option<&Fault>) -> Plan 
         Some(Fault::Malformed { at_event }) => Some(u64::from(*at_event)),
         _ => None,
     };
+    let non_utf8_at = match fault {
+        Some(Fault::NonUtf8 { at_event }) => Some(u64::from(*at_event)),
+        _ => None,
+    };
+    let huge = match fault {
+        Some(Fault::HugeChunk { bytes }) => Some(*bytes),
+        _ => None,
+    };
     let mut text = String::new();
     for j in 0..=n_events {
         if interrupt_at == Some(j) {
@@ -161,8 +169,16 @@ pub(crate) fn plan_stream(spec: &StreamSpec<'_>, fault: Option<&Fault>) -> Plan 
         for k in first..last {
             text.push_str(WORDS[(k % WORDS.len() as u64) as usize]);
         }
+        if let (0, Some(bytes)) = (j, huge) {
+            // One letter repeated needs no JSON escaping, like the words.
+            text.push(' ');
+            text.extend(std::iter::repeat_n('x', bytes.saturating_sub(1)));
+        }
         let token_events = if malformed_at == Some(j) {
             r.malformed(&mut body, &text);
+            0
+        } else if non_utf8_at == Some(j) {
+            r.non_utf8(&mut body);
             0
         } else {
             let finish = (j + 1 == n_events).then_some(spec.finish_reason);
@@ -242,6 +258,12 @@ impl Renderer {
     fn usage(&self, out: &mut Vec<u8>, completion_tokens: u64) {
         let usage = Usage::new(self.prompt_tokens, completion_tokens, None);
         self.chunks.usage(out, &usage);
+    }
+
+    /// A data line whose bytes are not UTF-8 (a lone continuation byte and an overlong
+    /// encoding), framed as a normal event.
+    fn non_utf8(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"data: {\"choices\":[{\"text\":\"\x80\xC0\xAF\xFF\"}]}\n\n");
     }
 
     fn stream_error(&self, out: &mut Vec<u8>, message: &str) {
@@ -377,6 +399,30 @@ mod tests {
         assert_eq!(ats, [70, 110, 130]);
         let evs = events(&plan.body);
         assert!(evs[0].contains(r#""text":" the of""#), "{}", evs[0]);
+    }
+
+    #[test]
+    fn non_utf8_and_huge_chunk_faults_break_one_event_and_keep_the_rest() {
+        let bad = plan_stream(&spec(false, 4), Some(&Fault::NonUtf8 { at_event: 1 }));
+        assert!(std::str::from_utf8(&bad.body).is_err());
+        let lines: Vec<&[u8]> = bad
+            .body
+            .split(|b| *b == b'\n')
+            .filter(|l| l.starts_with(b"data: "))
+            .collect();
+        assert_eq!(lines.len(), 6, "four events, usage and [DONE]");
+        assert!(std::str::from_utf8(lines[1]).is_err());
+        assert!(std::str::from_utf8(lines[2]).is_ok());
+
+        let huge = plan_stream(&spec(false, 3), Some(&Fault::HugeChunk { bytes: 1 << 20 }));
+        let evs = events(&huge.body);
+        assert!(evs[0].len() > 1 << 20, "{} bytes", evs[0].len());
+        assert!(
+            classify(&evs[0], EndpointKind::Completions)
+                .unwrap()
+                .token_bearing
+        );
+        assert!(is_done(evs.last().unwrap()));
     }
 
     #[test]

@@ -44,6 +44,25 @@ pub enum Fault {
         /// The error message in the body.
         message: String,
     },
+    /// Answer with this HTTP status and an empty body (a proxy or a crashing server's answer).
+    BareStatus {
+        /// The status code (4xx or 5xx).
+        status: u16,
+    },
+    /// Send the status line and some headers, then nothing more: the head never ends.
+    HeadersNeverFinish,
+    /// Replace token event `at_event` (0-based) with one whose data holds bytes that are not
+    /// UTF-8; the rest of the stream is normal.
+    NonUtf8 {
+        /// Index of the broken event.
+        at_event: u32,
+    },
+    /// Make token event 0 one SSE event of about `bytes` bytes (a single token whose text is
+    /// that long); the rest of the stream is normal.
+    HugeChunk {
+        /// Length of the token text.
+        bytes: usize,
+    },
     /// Reset the TCP connection (RST) after this many token events.
     Reset {
         /// Token events written before the reset.
@@ -86,6 +105,10 @@ impl Fault {
     pub fn name(&self) -> &'static str {
         match self {
             Fault::HttpStatus { .. } => "http_status",
+            Fault::BareStatus { .. } => "bare_status",
+            Fault::HeadersNeverFinish => "headers_never_finish",
+            Fault::NonUtf8 { .. } => "non_utf8",
+            Fault::HugeChunk { .. } => "huge_chunk",
             Fault::Reset { .. } => "reset",
             Fault::Truncate { .. } => "truncate",
             Fault::Malformed { .. } => "malformed",

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -38,6 +38,9 @@ struct Shared {
     created: u64,
     next_index: AtomicU64,
     log: Arc<LogStore>,
+    /// Set by [`ScriptedServer::close_listener`]: answers from then on close their connection,
+    /// so a client cannot go on reusing it.
+    unlistened: AtomicBool,
 }
 
 /// A running scripted server. Dropping it stops the server (in the background);
@@ -47,6 +50,8 @@ pub struct ScriptedServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
+    /// True once the listening socket should be closed (connections carry on).
+    unlisten: watch::Sender<bool>,
     task: Option<JoinHandle<()>>,
 }
 
@@ -91,13 +96,21 @@ impl ScriptedServer {
                 entries: Mutex::new(Vec::new()),
                 count,
             }),
+            unlistened: AtomicBool::new(false),
         });
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared), stop_rx));
+        let (unlisten, unlisten_rx) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(
+            listener,
+            Arc::clone(&shared),
+            stop_rx,
+            unlisten_rx,
+        ));
         Ok(ScriptedServer {
             addr,
             shared,
             stop,
+            unlisten,
             task: Some(task),
         })
     }
@@ -136,6 +149,15 @@ impl ScriptedServer {
         self.log()
     }
 
+    /// Closes the listening socket: later connects are refused, as by a server that lost its
+    /// listener, while the responses in progress go on and then close their connections.
+    /// A request that arrives on an open connection afterwards is answered with
+    /// `connection: close`.
+    pub fn close_listener(&self) {
+        self.shared.unlistened.store(true, Ordering::Relaxed);
+        let _ = self.unlisten.send(true);
+    }
+
     /// Stops accepting, ends every connection and returns the complete log.
     pub async fn shutdown(mut self) -> Vec<RequestLog> {
         let _ = self.stop.send(true);
@@ -161,14 +183,27 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    mut unlisten: watch::Receiver<bool>,
+) {
     let mut conns = JoinSet::new();
+    let mut listener = Some(listener);
     loop {
         while conns.try_join_next().is_some() {}
+        let Some(l) = listener.as_ref() else {
+            stopped(&mut stop).await;
+            break;
+        };
         tokio::select! {
             biased;
             _ = stopped(&mut stop) => break,
-            accepted = listener.accept() => match accepted {
+            _ = stopped(&mut unlisten) => {
+                listener = None;
+            }
+            accepted = l.accept() => match accepted {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
                     conns.spawn(serve_connection(stream, Arc::clone(&shared), stop.clone()));
@@ -219,7 +254,10 @@ async fn serve_connection(
         let mut buf = Vec::with_capacity(8 * 1024);
         loop {
             let req = match read_request(&mut stream, &mut buf).await {
-                Ok(Some(req)) => req,
+                Ok(Some(mut req)) => {
+                    req.close |= shared.unlistened.load(Ordering::Relaxed);
+                    req
+                }
                 Ok(None) | Err(ReadError::Io) => return,
                 Err(ReadError::Bad(status, message)) => {
                     let body = error_body(status, &message);
@@ -230,8 +268,10 @@ async fn serve_connection(
                 }
             };
             match respond(&mut stream, &shared, req).await {
-                Ok(Next::KeepAlive) => {}
-                Ok(Next::Close) | Err(_) => return,
+                // A server without its listener is going away: it takes no further request
+                // on a kept-alive connection either.
+                Ok(Next::KeepAlive) if !shared.unlistened.load(Ordering::Relaxed) => {}
+                Ok(_) | Err(_) => return,
             }
         }
     };
@@ -553,6 +593,27 @@ async fn generate(
     pending.entry.max_tokens = max_tokens;
     let fault = script.fault_for(index, rid).cloned();
     pending.entry.fault = fault.as_ref().map(|f| f.name().to_owned());
+    if let Some(Fault::BareStatus { status }) = &fault {
+        return finish_plain(
+            stream,
+            &mut pending,
+            req.arrival,
+            *status,
+            rid,
+            b"",
+            close,
+            next,
+        )
+        .await;
+    }
+    if fault == Some(Fault::HeadersNeverFinish) {
+        pending.entry.status = 200;
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nx-partial: ")
+            .await?;
+        // The connection ends when the client gives up or the server stops.
+        std::future::pending::<()>().await;
+    }
     if let Some(Fault::HttpStatus { status, message }) = &fault {
         let body = error_body(*status, message);
         return finish_plain(

@@ -9,6 +9,7 @@ mod compare_clocks;
 mod decide_record;
 mod decision_run_flags;
 mod diagnose_rules;
+mod fault_matrix;
 mod help_text;
 mod kill_nine;
 mod matrix_cli;
