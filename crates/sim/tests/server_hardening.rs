@@ -64,8 +64,8 @@ async fn send_large(addr: std::net::SocketAddr, body_len: usize, chunked: bool) 
                     .expect("a content-length on the error response");
                 if buf.len() >= end + 4 + len {
                     let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-                    let body = serde_json::from_slice(&buf[end + 4..end + 4 + len])
-                        .unwrap_or_else(|e| {
+                    let body =
+                        serde_json::from_slice(&buf[end + 4..end + 4 + len]).unwrap_or_else(|e| {
                             panic!("{e}: {}", String::from_utf8_lossy(&buf[end + 4..]))
                         });
                     return (status, body);
@@ -170,7 +170,10 @@ async fn a_slowloris_connection_is_dropped_after_the_header_timeout_while_others
         }
     })
     .await;
-    assert!(closed.is_ok(), "a stalled request head was still open after 5 s");
+    assert!(
+        closed.is_ok(),
+        "a stalled request head was still open after 5 s"
+    );
     let after = opened.elapsed();
     assert!(
         after >= Duration::from_millis(900),
@@ -204,7 +207,11 @@ async fn connections_over_the_cap_get_a_json_503_and_the_slot_frees_on_close() {
         if r.status == 200 {
             break;
         }
-        assert!(Instant::now() < deadline, "the slot never freed: {}", r.status);
+        assert!(
+            Instant::now() < deadline,
+            "the slot never freed: {}",
+            r.status
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -10,7 +10,11 @@ use futures_util::StreamExt;
 use super::error::ApiError;
 
 /// Collects `body`, at most `limit` bytes of it.
-pub async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+pub async fn read_limited(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -42,13 +46,19 @@ mod tests {
     #[tokio::test]
     async fn bodies_over_the_cap_are_413_whether_declared_or_not() {
         let none = HeaderMap::new();
-        let ok = read_limited(&none, Body::from("0123456789"), 10).await.unwrap();
+        let ok = read_limited(&none, Body::from("0123456789"), 10)
+            .await
+            .unwrap();
         assert_eq!(&ok[..], b"0123456789");
-        let e = read_limited(&none, Body::from("0123456789x"), 10).await.unwrap_err();
+        let e = read_limited(&none, Body::from("0123456789x"), 10)
+            .await
+            .unwrap_err();
         assert_eq!(e.status.as_u16(), 413);
         let mut declared = HeaderMap::new();
         declared.insert(header::CONTENT_LENGTH, HeaderValue::from_static("20000000"));
-        let e = read_limited(&declared, Body::empty(), 10).await.unwrap_err();
+        let e = read_limited(&declared, Body::empty(), 10)
+            .await
+            .unwrap_err();
         assert_eq!(e.status.as_u16(), 413);
         assert_eq!(e.body()["error"]["code"], 413);
     }

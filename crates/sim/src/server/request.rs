@@ -491,7 +491,11 @@ mod tests {
             r#"{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":0}"#,
             "max_completion_tokens must be at least 1, got 0.",
         );
-        check(Endpoint::Completions, r#"{"prompt":[1],"n":0}"#, "n must be at least 1, got 0.");
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"n":0}"#,
+            "n must be at least 1, got 0.",
+        );
         check(
             Endpoint::Completions,
             r#"{"prompt":[1],"min_tokens":-1}"#,
@@ -502,9 +506,21 @@ mod tests {
             r#"{"prompt":[1],"temperature":-1}"#,
             "temperature must be non-negative, got -1.",
         );
-        check(Endpoint::Completions, r#"{"prompt":[1],"top_p":0}"#, "top_p must be in (0, 1]");
-        check(Endpoint::Completions, r#"{"prompt":[1],"top_k":-2}"#, "top_k must be");
-        check(Endpoint::Completions, r#"{"prompt":[1],"min_p":1.5}"#, "min_p must be in [0, 1]");
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"top_p":0}"#,
+            "top_p must be in (0, 1]",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"top_k":-2}"#,
+            "top_k must be",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"min_p":1.5}"#,
+            "min_p must be in [0, 1]",
+        );
     }
 
     #[test]
@@ -519,14 +535,20 @@ mod tests {
             assert_eq!(e.status.as_u16(), 400);
             assert_eq!(e.param, Some("max_tokens"));
             assert!(
-                e.message.contains(&format!("you requested {total} tokens (1 in the prompt, {max} in the completion)")),
+                e.message.contains(&format!(
+                    "you requested {total} tokens (1 in the prompt, {max} in the completion)"
+                )),
                 "{}",
                 e.message
             );
         }
         let json = r#"{"prompt":[1],"max_tokens":4,"min_tokens":4294967296}"#;
         let e = validate(&body(Endpoint::Completions, json), &tok, LIMITS).unwrap_err();
-        assert!(e.message.contains("min_tokens must be less than or equal"), "{}", e.message);
+        assert!(
+            e.message.contains("min_tokens must be less than or equal"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
