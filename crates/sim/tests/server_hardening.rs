@@ -305,3 +305,31 @@ async fn shutdown_does_not_wait_for_idle_connections() {
     assert!(done.is_ok(), "shutdown waited on idle connections");
     done.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_body_that_stalls_is_given_up_on_after_the_header_timeout() {
+    let sim = start(&format!("{SPEC} --header-timeout-secs 1")).await;
+    let mut slow = TcpStream::connect(sim.addr).await.unwrap();
+    let opened = Instant::now();
+    slow.write_all(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"prompt\":",
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let closed = timeout(Duration::from_secs(5), async {
+        let mut tmp = [0u8; 1024];
+        loop {
+            match slow.read(&mut tmp).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&tmp[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "a stalled body was still open after 5 s");
+    assert!(opened.elapsed() >= Duration::from_millis(900));
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("\"code\":408"), "{text}");
+}

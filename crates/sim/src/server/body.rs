@@ -1,6 +1,10 @@
 //! Reading a request body under `--max-body-bytes`: a declared length over the cap is refused
 //! before anything is read, and a body without one is refused as soon as it crosses the cap, in
-//! the JSON error shape (axum's own limit answers in plain text).
+//! the JSON error shape (axum's own limit answers in plain text). A body that stalls for longer
+//! than the header timeout is given up on with 408, so a slow sender cannot hold a connection
+//! after a complete head either.
+
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap};
@@ -9,11 +13,12 @@ use futures_util::StreamExt;
 
 use super::error::ApiError;
 
-/// Collects `body`, at most `limit` bytes of it.
+/// Collects `body`, at most `limit` bytes of it, waiting at most `stall` for each piece.
 pub async fn read_limited(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
+    stall: Duration,
 ) -> Result<Bytes, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -25,7 +30,11 @@ pub async fn read_limited(
     // The declared length is within the cap here, so reserving it is bounded.
     let mut buf = BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
     let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
+    loop {
+        let Ok(next) = tokio::time::timeout(stall, stream.next()).await else {
+            return Err(ApiError::body_stalled(stall));
+        };
+        let Some(chunk) = next else { break };
         let chunk = chunk.map_err(|e| {
             ApiError::bad_request(format!("Failed to read the request body: {e}"), None)
         })?;
@@ -46,17 +55,17 @@ mod tests {
     #[tokio::test]
     async fn bodies_over_the_cap_are_413_whether_declared_or_not() {
         let none = HeaderMap::new();
-        let ok = read_limited(&none, Body::from("0123456789"), 10)
+        let ok = read_limited(&none, Body::from("0123456789"), 10, Duration::from_secs(5))
             .await
             .unwrap();
         assert_eq!(&ok[..], b"0123456789");
-        let e = read_limited(&none, Body::from("0123456789x"), 10)
+        let e = read_limited(&none, Body::from("0123456789x"), 10, Duration::from_secs(5))
             .await
             .unwrap_err();
         assert_eq!(e.status.as_u16(), 413);
         let mut declared = HeaderMap::new();
         declared.insert(header::CONTENT_LENGTH, HeaderValue::from_static("20000000"));
-        let e = read_limited(&declared, Body::empty(), 10)
+        let e = read_limited(&declared, Body::empty(), 10, Duration::from_secs(5))
             .await
             .unwrap_err();
         assert_eq!(e.status.as_u16(), 413);

@@ -62,6 +62,17 @@ impl ApiError {
         )
     }
 
+    /// 408 for a request body that stopped arriving.
+    pub fn body_stalled(after: std::time::Duration) -> Self {
+        ApiError::with_status(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "The request body stalled for more than {} s (--header-timeout-secs).",
+                after.as_secs_f64()
+            ),
+        )
+    }
+
     /// The serialized JSON body.
     pub fn json_bytes(&self) -> Vec<u8> {
         self.response().to_json()

@@ -66,6 +66,8 @@ struct Shared {
     limits: Limits,
     /// `--max-body-bytes`.
     max_body_bytes: usize,
+    /// Longest wait for the next piece of a request body (`--header-timeout-secs`).
+    body_stall: std::time::Duration,
     /// Output words by token id, each with its leading space: raw and JSON-escaped.
     words: HashMap<u32, Word>,
     sim_config: Bytes,
@@ -120,6 +122,10 @@ impl AppState {
                     vocab_size: e.vocab_size,
                 },
                 max_body_bytes: sim.args.max_body_bytes,
+                // `serve` refuses a bad timeout before any state exists; this fallback is the default.
+                body_stall: ConnectionLimits::from_args(&sim.args)
+                    .map(|l| l.header_timeout)
+                    .unwrap_or(std::time::Duration::from_secs(10)),
                 words,
                 sim_config,
                 faults: FaultInjector::new(sim.faults.clone(), e.seed),
@@ -221,7 +227,13 @@ async fn generate(
     body: Body,
     received: Instant,
 ) -> Result<Response, ApiError> {
-    let body = body::read_limited(headers, body, app.inner.max_body_bytes).await?;
+    let body = body::read_limited(
+        headers,
+        body,
+        app.inner.max_body_bytes,
+        app.inner.body_stall,
+    )
+    .await?;
     let body = GenerateBody::parse(endpoint, &body)?;
     app.check_model(body.model())?;
     let req = request::validate(&body, &app.inner.tokenizer, app.inner.limits)?;
@@ -357,7 +369,14 @@ async fn metrics(State(app): State<AppState>) -> Response {
 }
 
 async fn tokenize(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let body = match body::read_limited(&headers, body, app.inner.max_body_bytes).await {
+    let body = match body::read_limited(
+        &headers,
+        body,
+        app.inner.max_body_bytes,
+        app.inner.body_stall,
+    )
+    .await
+    {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
