@@ -230,7 +230,7 @@ fn check_sampling(common: &Common<'_>) -> Result<(), ApiError> {
     if let Some(k) = common.top_k {
         if k < -1 {
             return Err(ApiError::bad_request(
-                format!("top_k must be 0 or -1 (disable), or at least 1, got {k}."),
+                format!("top_k must be 0 (disable), or at least 1, got {k}."),
                 Some("top_k"),
             ));
         }
