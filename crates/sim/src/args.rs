@@ -200,6 +200,19 @@ pub struct SimArgs {
     #[arg(long, value_name = "PORT", default_value_t = 8000)]
     pub port: u16,
 
+    /// Largest request body accepted, in bytes; a larger one is refused with 413.
+    #[arg(long, value_name = "BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+
+    /// Seconds a connection may take to send a request head, counted from when it connects or
+    /// finished its previous response (so it also closes idle keep-alive connections).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub header_timeout_secs: f64,
+
+    /// Connections served at once; one more is answered 503 and closed.
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub max_connections: usize,
+
     /// Model name(s) served by the API; the first is reported, all are accepted.
     #[arg(long, value_name = "NAME", num_args = 1..)]
     pub served_model_name: Vec<String>,

@@ -52,6 +52,32 @@ impl ApiError {
         )
     }
 
+    /// 413 for a body over `--max-body-bytes`.
+    pub fn body_too_large(limit: usize) -> Self {
+        ApiError::with_status(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "The request body is larger than this server accepts ({limit} bytes, --max-body-bytes)."
+            ),
+        )
+    }
+
+    /// 408 for a request body that stopped arriving.
+    pub fn body_stalled(after: std::time::Duration) -> Self {
+        ApiError::with_status(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "The request body stalled for more than {} s (--header-timeout-secs).",
+                after.as_secs_f64()
+            ),
+        )
+    }
+
+    /// The serialized JSON body.
+    pub fn json_bytes(&self) -> Vec<u8> {
+        self.response().to_json()
+    }
+
     /// The JSON body (the `type` follows the status, as the other servers' bodies do).
     pub fn body(&self) -> serde_json::Value {
         serde_json::to_value(self.response()).unwrap_or_default()
@@ -64,7 +90,7 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = self.response().to_json();
+        let body = self.json_bytes();
         (
             self.status,
             [(header::CONTENT_TYPE, "application/json")],

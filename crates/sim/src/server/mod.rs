@@ -6,6 +6,8 @@
 //! bound listener and a shutdown future; [`spawn_in_process`] binds `127.0.0.1:0` for callers
 //! that want a private simulator.
 
+mod body;
+mod connections;
 mod error;
 mod request;
 mod response;
@@ -19,16 +21,16 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::Router;
 use servebench_tokenizer::Tokenizer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+pub use connections::ConnectionLimits;
 pub use error::ApiError;
 pub use request::Endpoint;
 pub use signal::stop_requested;
@@ -62,6 +64,10 @@ struct Shared {
     accepted_names: Vec<String>,
     tokenizer: Tokenizer,
     limits: Limits,
+    /// `--max-body-bytes`.
+    max_body_bytes: usize,
+    /// Longest wait for the next piece of a request body (`--header-timeout-secs`).
+    body_stall: std::time::Duration,
     /// Output words by token id, each with its leading space: raw and JSON-escaped.
     words: HashMap<u32, Word>,
     sim_config: Bytes,
@@ -115,6 +121,11 @@ impl AppState {
                     max_model_len: e.max_model_len,
                     vocab_size: e.vocab_size,
                 },
+                max_body_bytes: sim.args.max_body_bytes,
+                // `serve` refuses a bad timeout before any state exists; this fallback is the default.
+                body_stall: ConnectionLimits::from_args(&sim.args)
+                    .map(|l| l.header_timeout)
+                    .unwrap_or(std::time::Duration::from_secs(10)),
                 words,
                 sim_config,
                 faults: FaultInjector::new(sim.faults.clone(), e.seed),
@@ -195,16 +206,16 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn completions(State(app): State<AppState>, body: Bytes) -> Response {
+async fn completions(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let received = Instant::now();
-    generate(app, Endpoint::Completions, body, received)
+    generate(app, Endpoint::Completions, &headers, body, received)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response {
+async fn chat_completions(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let received = Instant::now();
-    generate(app, Endpoint::Chat, body, received)
+    generate(app, Endpoint::Chat, &headers, body, received)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -212,9 +223,17 @@ async fn chat_completions(State(app): State<AppState>, body: Bytes) -> Response 
 async fn generate(
     app: AppState,
     endpoint: Endpoint,
-    body: Bytes,
+    headers: &HeaderMap,
+    body: Body,
     received: Instant,
 ) -> Result<Response, ApiError> {
+    let body = body::read_limited(
+        headers,
+        body,
+        app.inner.max_body_bytes,
+        app.inner.body_stall,
+    )
+    .await?;
     let body = GenerateBody::parse(endpoint, &body)?;
     app.check_model(body.model())?;
     let req = request::validate(&body, &app.inner.tokenizer, app.inner.limits)?;
@@ -349,7 +368,18 @@ async fn metrics(State(app): State<AppState>) -> Response {
         .into_response()
 }
 
-async fn tokenize(State(app): State<AppState>, body: Bytes) -> Response {
+async fn tokenize(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let body = match body::read_limited(
+        &headers,
+        body,
+        app.inner.max_body_bytes,
+        app.inner.body_stall,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
     let result = (|| {
         let body: TokenizeRequest = request::parse_json(&body)?;
         app.check_model(body.model.as_deref())?;
@@ -404,22 +434,17 @@ pub async fn serve(
     sim: ResolvedSim,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), SimError> {
+    let limits = ConnectionLimits::from_args(&sim.args)?;
     let core = EngineCore::new(sim.engine.clone())?;
     let (engine, _thread) = realtime::spawn_thread(core, sim.timing.clone())?;
     let state = AppState::new(&sim, engine.clone());
-    // Token chunks are small writes that must leave at once.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
     let stopper = engine.clone();
-    let result = axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            stopper.stop();
-        })
-        .await;
+    connections::serve_connections(listener, router(state), limits, shutdown, move || {
+        stopper.stop()
+    })
+    .await;
     engine.stop();
-    result.map_err(SimError::Io)
+    Ok(())
 }
 
 /// Stops an in-process simulator when dropped or on [`ShutdownHandle::shutdown`].
@@ -454,6 +479,8 @@ impl Drop for ShutdownHandle {
 /// Starts a simulator on `127.0.0.1:0` in the current runtime; it serves until the handle is
 /// dropped or shut down.
 pub async fn spawn_in_process(sim: ResolvedSim) -> Result<(SocketAddr, ShutdownHandle), SimError> {
+    // Refuse bad limits here rather than from inside the spawned task.
+    ConnectionLimits::from_args(&sim.args)?;
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let (trigger, rx) = oneshot::channel::<()>();

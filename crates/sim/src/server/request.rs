@@ -39,6 +39,10 @@ struct Common<'a> {
     stream_options: Option<&'a StreamOptions>,
     seed: Option<i64>,
     cache_salt: Option<&'a String>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<i64>,
+    min_p: Option<f64>,
 }
 
 impl GenerateBody {
@@ -78,6 +82,10 @@ impl GenerateBody {
                     stream_options: $b.stream_options.as_ref(),
                     seed: $b.seed,
                     cache_salt: $b.cache_salt.as_ref(),
+                    temperature: $b.temperature,
+                    top_p: $b.top_p,
+                    top_k: $b.top_k,
+                    min_p: $b.min_p,
                 }
             };
         }
@@ -181,13 +189,61 @@ pub fn completion_prompt(
     }
 }
 
-fn non_negative(v: Option<i64>, name: &'static str) -> Result<Option<u32>, ApiError> {
-    match v {
-        None => Ok(None),
-        Some(x) => u32::try_from(x).map(Some).map_err(|_| {
-            ApiError::bad_request(format!("{name} must be non-negative, got {x}."), Some(name))
-        }),
+/// The requested output length and the field it came from, still as sent: a value too large
+/// for the context is answered with the context-length error, whatever its size.
+fn requested_max_tokens(body: &GenerateBody) -> Result<Option<i64>, ApiError> {
+    let (value, name) = match body {
+        GenerateBody::Completions(b) => (b.max_tokens, "max_tokens"),
+        GenerateBody::Chat(b) => match b.max_completion_tokens {
+            Some(v) => (Some(v), "max_completion_tokens"),
+            None => (b.max_tokens, "max_tokens"),
+        },
+    };
+    match value {
+        Some(x) if x < 1 => Err(ApiError::bad_request(
+            format!("{name} must be at least 1, got {x}."),
+            Some(name),
+        )),
+        v => Ok(v),
     }
+}
+
+/// vLLM's `SamplingParams` range checks, with its messages. The simulator ignores these values
+/// but refuses what vLLM refuses, so a client mistake shows here as it would in production.
+fn check_sampling(common: &Common<'_>) -> Result<(), ApiError> {
+    if let Some(t) = common.temperature {
+        if !(t >= 0.0 && t.is_finite()) {
+            return Err(ApiError::bad_request(
+                format!("temperature must be non-negative, got {t}."),
+                Some("temperature"),
+            ));
+        }
+    }
+    if let Some(p) = common.top_p {
+        if !(p > 0.0 && p <= 1.0) {
+            return Err(ApiError::bad_request(
+                format!("top_p must be in (0, 1], got {p}."),
+                Some("top_p"),
+            ));
+        }
+    }
+    if let Some(k) = common.top_k {
+        if k < -1 {
+            return Err(ApiError::bad_request(
+                format!("top_k must be 0 (disable), or at least 1, got {k}."),
+                Some("top_k"),
+            ));
+        }
+    }
+    if let Some(p) = common.min_p {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(ApiError::bad_request(
+                format!("min_p must be in [0, 1], got {p}."),
+                Some("min_p"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Validates a generation request and counts its prompt, as vLLM does.
@@ -199,6 +255,12 @@ pub fn validate(
     let endpoint = body.endpoint();
     let common = body.common();
     if let Some(n) = common.n {
+        if n < 1 {
+            return Err(ApiError::bad_request(
+                format!("n must be at least 1, got {n}."),
+                Some("n"),
+            ));
+        }
         if n != 1 {
             return Err(ApiError::bad_request(
                 format!("n must be 1 (the simulator generates one choice per request), got {n}."),
@@ -206,6 +268,17 @@ pub fn validate(
             ));
         }
     }
+    check_sampling(&common)?;
+    let requested = requested_max_tokens(body)?;
+    let min_tokens = match common.min_tokens {
+        Some(m) if m < 0 => {
+            return Err(ApiError::bad_request(
+                format!("min_tokens must be greater than or equal to 0, got {m}."),
+                Some("min_tokens"),
+            ))
+        }
+        m => m.unwrap_or(0),
+    };
     let prompt = match body {
         GenerateBody::Completions(b) => match &b.prompt {
             Some(p) => completion_prompt(tokenizer, p, limits)?,
@@ -243,27 +316,14 @@ pub fn validate(
             Some("input_tokens"),
         ));
     }
-    let requested = match body {
-        GenerateBody::Completions(b) => non_negative(b.max_tokens, "max_tokens")?,
-        GenerateBody::Chat(b) => {
-            match non_negative(b.max_completion_tokens, "max_completion_tokens")? {
-                Some(v) => Some(v),
-                None => non_negative(b.max_tokens, "max_tokens")?,
-            }
-        }
-    };
-    let max_tokens = match (requested, endpoint) {
+    let max_tokens: i64 = match (requested, endpoint) {
         (Some(v), _) => v,
-        (None, Endpoint::Completions) => DEFAULT_COMPLETION_MAX_TOKENS as u32,
-        (None, Endpoint::Chat) => max_model_len - input,
+        (None, Endpoint::Completions) => DEFAULT_COMPLETION_MAX_TOKENS as i64,
+        (None, Endpoint::Chat) => i64::from(max_model_len - input),
     };
-    if max_tokens == 0 {
-        return Err(ApiError::bad_request(
-            "max_tokens must be at least 1, got 0.",
-            Some("max_tokens"),
-        ));
-    }
-    if u64::from(input) + u64::from(max_tokens) > u64::from(max_model_len) {
+    // In i128 so that no i64 a client sends can overflow the sum.
+    let total = i128::from(input) + i128::from(max_tokens);
+    if total > i128::from(max_model_len) {
         let (what, reduce) = match endpoint {
             Endpoint::Completions => ("prompt", "prompt or completion"),
             Endpoint::Chat => ("messages", "messages or completion"),
@@ -272,13 +332,14 @@ pub fn validate(
             format!(
                 "This model's maximum context length is {max_model_len} tokens. However, you requested {} tokens \
                  ({input} in the {what}, {max_tokens} in the completion). Please reduce the length of the {reduce}.",
-                u64::from(input) + u64::from(max_tokens)
+                total
             ),
             Some("max_tokens"),
         ));
     }
-    let min_tokens = non_negative(common.min_tokens, "min_tokens")?.unwrap_or(0);
-    if min_tokens > max_tokens {
+    // Bounded by max_model_len (checked above), so nothing downstream sizes by a client's number.
+    let max_tokens = u32::try_from(max_tokens).unwrap_or(max_model_len);
+    if min_tokens > i64::from(max_tokens) {
         return Err(ApiError::bad_request(
             format!("min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}."),
             Some("min_tokens"),
@@ -288,7 +349,8 @@ pub fn validate(
     Ok(ValidRequest {
         prompt,
         max_tokens,
-        min_tokens,
+        // At most max_tokens here.
+        min_tokens: u32::try_from(min_tokens).unwrap_or(max_tokens),
         ignore_eos: common.ignore_eos.unwrap_or(false),
         stream: common.stream.unwrap_or(false),
         include_usage: options.and_then(|o| o.include_usage).unwrap_or(false),
@@ -419,6 +481,74 @@ mod tests {
         );
         check(Endpoint::Chat, r#"{"messages":[]}"#, "messages");
         check(Endpoint::Completions, r#"{"messages":[]}"#, "prompt");
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"max_tokens":-3}"#,
+            "max_tokens must be at least 1, got -3.",
+        );
+        check(
+            Endpoint::Chat,
+            r#"{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":0}"#,
+            "max_completion_tokens must be at least 1, got 0.",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"n":0}"#,
+            "n must be at least 1, got 0.",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"min_tokens":-1}"#,
+            "min_tokens must be greater than or equal to 0, got -1.",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"temperature":-1}"#,
+            "temperature must be non-negative, got -1.",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"top_p":0}"#,
+            "top_p must be in (0, 1]",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"top_k":-2}"#,
+            "top_k must be",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"min_p":1.5}"#,
+            "min_p must be in [0, 1]",
+        );
+    }
+
+    #[test]
+    fn max_tokens_beyond_u32_is_a_context_length_error_not_a_sign_error() {
+        let tok = Tokenizer::builtin();
+        for (max, total) in [
+            ("4294967296", "4294967297"),
+            ("9223372036854775807", "9223372036854775808"),
+        ] {
+            let json = format!(r#"{{"prompt":[1],"max_tokens":{max}}}"#);
+            let e = validate(&body(Endpoint::Completions, &json), &tok, LIMITS).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400);
+            assert_eq!(e.param, Some("max_tokens"));
+            assert!(
+                e.message.contains(&format!(
+                    "you requested {total} tokens (1 in the prompt, {max} in the completion)"
+                )),
+                "{}",
+                e.message
+            );
+        }
+        let json = r#"{"prompt":[1],"max_tokens":4,"min_tokens":4294967296}"#;
+        let e = validate(&body(Endpoint::Completions, json), &tok, LIMITS).unwrap_err();
+        assert!(
+            e.message.contains("min_tokens must be less than or equal"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
