@@ -356,7 +356,9 @@ pub async fn sweep(args: SweepArgs, command_line: Vec<String>) -> Result<ExitCod
     bench.shutdown().await;
     let (dir, exit) = result?;
     println!("experiment: {}", dir.display());
-    Ok(exit)
+    // Interrupted (Ctrl-C, SIGTERM) or stopped by a failing records file: the same exit
+    // codes as `run`, so a script never mistakes a cut-short experiment for a finished one.
+    Ok(crate::run::final_exit(exit))
 }
 
 /// The plan.toml of a sweep: the swept row (at its first point) as a one-row matrix, and the

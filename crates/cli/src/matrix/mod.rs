@@ -160,7 +160,9 @@ pub async fn matrix(args: MatrixArgs, command_line: Vec<String>) -> Result<ExitC
     bench.shutdown().await;
     let (dir, exit) = result?;
     println!("experiment: {}", dir.display());
-    Ok(exit)
+    // Interrupted (Ctrl-C, SIGTERM) or stopped by a failing records file: the same exit
+    // codes as `run`, so a script never mistakes a cut-short experiment for a finished one.
+    Ok(crate::run::final_exit(exit))
 }
 
 /// Parses every row's flags and checks its plan before anything runs, so a typo in row E

@@ -193,3 +193,64 @@ fn ctrl_c_stops_dispatch_and_still_writes_every_output() {
         n as u64
     );
 }
+
+#[test]
+fn an_interrupted_sweep_exits_like_an_interrupted_run() {
+    let dir = std::env::temp_dir().join(format!("servebench-ctrlc-sweep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut sweep = bin()
+        .current_dir(&dir)
+        .args([
+            "sweep",
+            "--row",
+            "A",
+            "--request-rate",
+            "2,4",
+            "--num-prompts",
+            "400",
+            "--results-dir",
+            "results",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sweep");
+    // Interrupt once the first point has measured a few requests.
+    let start = Instant::now();
+    loop {
+        let measuring = find_records(&dir.join("results"))
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .is_some_and(|s| s.lines().count() >= 3);
+        if measuring {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "sweep never started measuring"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    signal(&sweep, "-INT");
+    let status = wait_with_timeout(&mut sweep, Duration::from_secs(60));
+    assert_eq!(
+        status.code(),
+        Some(130),
+        "interrupted sweep exit {status:?}"
+    );
+}
+
+/// The first `*.requests.jsonl` anywhere below `dir`.
+fn find_records(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok()) {
+        let p = entry.path();
+        if p.is_dir() {
+            if let Some(found) = find_records(&p) {
+                return Some(found);
+            }
+        } else if p.to_string_lossy().ends_with(".requests.jsonl") {
+            return Some(p);
+        }
+    }
+    None
+}
