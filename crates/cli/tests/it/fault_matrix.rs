@@ -18,8 +18,8 @@ use super::common::{bin, tempdir, text};
 
 /// Short, so a stalled row costs little; every timing bound below is this + [`SLACK`].
 const REQUEST_TIMEOUT_S: u64 = 3;
-/// The brief's "ends within timeout + 5 s": process start, tokenizer load and result writing
-/// on a loaded 2-core machine fit in it many times over.
+/// A run ends within its request timeout plus this slack: process start, tokenizer load and
+/// result writing on a loaded 2-core machine fit in it many times over.
 const SLACK: Duration = Duration::from_secs(5);
 const PROMPTS: usize = 4;
 
