@@ -151,8 +151,8 @@ impl ScriptedServer {
 
     /// Closes the listening socket: later connects are refused, as by a server that lost its
     /// listener, while the responses in progress go on and then close their connections.
-    /// A request that arrives on an open connection afterwards is answered with
-    /// `connection: close`.
+    /// Idle connections are closed at once; a request already being read when the close
+    /// came is answered with `connection: close`.
     pub fn close_listener(&self) {
         self.shared.unlistened.store(true, Ordering::Relaxed);
         let _ = self.unlisten.send(true);
@@ -206,7 +206,12 @@ async fn accept_loop(
             accepted = l.accept() => match accepted {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    conns.spawn(serve_connection(stream, Arc::clone(&shared), stop.clone()));
+                    conns.spawn(serve_connection(
+                        stream,
+                        Arc::clone(&shared),
+                        stop.clone(),
+                        unlisten.clone(),
+                    ));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -249,10 +254,28 @@ async fn serve_connection(
     mut stream: TcpStream,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
+    mut unlisten: watch::Receiver<bool>,
 ) {
     let work = async {
         let mut buf = Vec::with_capacity(8 * 1024);
         loop {
+            if buf.is_empty() {
+                // A server going away closes its idle connections too: otherwise one the
+                // client's pool opened before the close (and never used) would carry a
+                // request after it. Biased: when the close and a request race, the close wins
+                // and the client sees an unanswered connection, as from a real server.
+                // `peek`, not `readable`: readiness can be reported before any byte is there.
+                let mut first = [0u8; 1];
+                tokio::select! {
+                    biased;
+                    _ = stopped(&mut unlisten) => return,
+                    peeked = stream.peek(&mut first) => {
+                        if !matches!(peeked, Ok(n) if n > 0) {
+                            return;
+                        }
+                    }
+                }
+            }
             let req = match read_request(&mut stream, &mut buf).await {
                 Ok(Some(mut req)) => {
                     req.close |= shared.unlistened.load(Ordering::Relaxed);
@@ -881,5 +904,25 @@ mod tests {
         );
         let parsed: servebench_wire::openai::ErrorResponse = serde_json::from_str(&body).unwrap();
         assert_eq!(parsed.error.message, "max_tokens is too large");
+    }
+
+    #[tokio::test]
+    async fn closing_the_listener_closes_idle_connections_and_refuses_new_ones() {
+        use tokio::io::AsyncReadExt;
+        let server = ScriptedServer::start(Script::new().tokens(1))
+            .await
+            .unwrap();
+        let mut idle = TcpStream::connect(server.addr()).await.unwrap();
+        // Let the accept loop take the connection before the close.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        server.close_listener();
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(10), idle.read(&mut byte))
+            .await
+            .expect("the idle connection is closed, not left open");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(TcpStream::connect(server.addr()).await.is_err());
+        assert!(server.shutdown().await.is_empty());
     }
 }
