@@ -82,15 +82,39 @@ pub struct Progress {
     pub label: String,
 }
 
-/// Drain the channel until every sender is gone; returns the records in arrival order and the
-/// first write error, if any (writing stops at the first error, measuring goes on).
+/// What the collector gathered. Records that reached the JSONL file are not also held in
+/// memory, so a long run's memory stays flat: the caller reads them back from the file once
+/// the run is over ([`crate::LoadOutcome::take_records`]).
+#[derive(Debug, Default)]
+pub(crate) struct Collected {
+    /// Records held in memory: every record when there was no file, otherwise only those that
+    /// could not be written (from the first write error on).
+    pub kept: Vec<RequestRecord>,
+    /// The records file, when there was one.
+    pub path: Option<PathBuf>,
+    /// Records written whole to the file (they are its first `written` lines).
+    pub written: usize,
+    /// Every record received.
+    pub finished: usize,
+    /// The latest moment any request ended (ns from the run start).
+    pub last_end_ns: u64,
+    /// Resends over all records.
+    pub resent: u64,
+    /// The first error writing the file, if any.
+    pub write_error: Option<LoadgenError>,
+}
+
+/// Drain the channel until every sender is gone (writing stops at the first error, measuring
+/// goes on).
 pub(crate) async fn collect(
     mut rx: mpsc::UnboundedReceiver<RequestRecord>,
     mut sink: Option<JsonlSink>,
     progress: Option<Progress>,
-) -> (Vec<RequestRecord>, Option<LoadgenError>) {
-    let mut records = Vec::new();
-    let mut write_error = None;
+) -> Collected {
+    let mut out = Collected {
+        path: sink.as_ref().map(|s| s.path().to_owned()),
+        ..Collected::default()
+    };
     let mut failed = 0usize;
     let started = std::time::Instant::now();
     let tty = std::io::stderr().is_terminal();
@@ -101,30 +125,43 @@ pub(crate) async fn collect(
     };
     let mut last_print = started;
     while let Some(record) = rx.recv().await {
-        if let Some(s) = sink.as_mut() {
-            if let Err(e) = s.append(&record) {
-                if let Some(f) = &s.on_error {
-                    f(&e);
-                }
-                write_error = Some(e);
-                sink = None;
-            }
-        }
+        out.finished += 1;
+        out.last_end_ns = out
+            .last_end_ns
+            .max(record.end.max(record.done).unwrap_or(record.sent));
+        out.resent += u64::from(record.resent);
         if record.failure.is_some() {
             failed += 1;
         }
-        records.push(record);
+        let mut on_disk = false;
+        if let Some(s) = sink.as_mut() {
+            match s.append(&record) {
+                Ok(()) => on_disk = true,
+                Err(e) => {
+                    if let Some(f) = &s.on_error {
+                        f(&e);
+                    }
+                    out.write_error = Some(e);
+                    sink = None;
+                }
+            }
+        }
+        if on_disk {
+            out.written += 1;
+        } else {
+            out.kept.push(record);
+        }
         if let Some(p) = &progress {
             if last_print.elapsed() >= every {
                 last_print = std::time::Instant::now();
-                print_progress(p, records.len(), failed, started.elapsed(), tty, false);
+                print_progress(p, out.finished, failed, started.elapsed(), tty, false);
             }
         }
     }
     if let Some(p) = &progress {
-        print_progress(p, records.len(), failed, started.elapsed(), tty, true);
+        print_progress(p, out.finished, failed, started.elapsed(), tty, true);
     }
-    (records, write_error)
+    out
 }
 
 fn print_progress(
@@ -205,9 +242,14 @@ mod tests {
             tx.send(record(id)).unwrap();
         }
         drop(tx);
-        let (records, err) = collect(rx, Some(sink), None).await;
-        assert_eq!(records.len(), 3);
-        let err = err.expect("the write error is returned").to_string();
+        let got = collect(rx, Some(sink), None).await;
+        // Nothing reached the file, so every record stays in memory.
+        assert_eq!(got.kept.len(), 3);
+        assert_eq!((got.written, got.finished), (0, 3));
+        let err = got
+            .write_error
+            .expect("the write error is returned")
+            .to_string();
         assert!(err.contains("/dev/full"), "{err}");
         assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
@@ -231,6 +273,29 @@ mod tests {
             let last: RequestRecord = serde_json::from_slice(lines[lines.len() - 1]).unwrap();
             assert_eq!(last, record(id));
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Records that reached the file are not held in memory too: a long run's memory is
+    /// flat. Only the counts and the latest end are kept.
+    #[tokio::test]
+    async fn written_records_are_not_kept_in_memory() {
+        let dir = std::env::temp_dir().join(format!("servebench-keep-{}", std::process::id()));
+        let path = dir.join("r.requests.jsonl");
+        let sink = JsonlSink::create(&path).unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        for id in 0..4 {
+            let mut r = record(id);
+            r.done = Some(10 + id);
+            r.resent = 1;
+            tx.send(r).unwrap();
+        }
+        drop(tx);
+        let got = collect(rx, Some(sink), None).await;
+        assert!(got.kept.is_empty());
+        assert_eq!((got.written, got.finished, got.resent), (4, 4, 4));
+        assert_eq!(got.last_end_ns, 13);
+        assert_eq!(got.path.as_deref(), Some(path.as_path()));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,6 +1,7 @@
 //! The dispatcher: releases each request at its absolute intended time (no drift), behind an
 //! optional concurrency cap that queues — never drops — and records the wait.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -33,8 +34,16 @@ pub struct LoadSpec {
 /// What a measured run produced.
 #[derive(Debug)]
 pub struct LoadOutcome {
-    /// One record per dispatched request, sorted by id.
+    /// Records held in memory, sorted by id: one per dispatched request when the run had no
+    /// records file; with a file, only those that could not be written to it (the rest are
+    /// read back by [`LoadOutcome::take_records`], so memory stays flat during a long run).
     pub records: Vec<RequestRecord>,
+    /// The records file and how many whole records it holds (its first lines).
+    pub records_file: Option<(PathBuf, usize)>,
+    /// Requests that finished (measured), on disk or in memory.
+    pub finished: usize,
+    /// Resends over every record (see `RequestRecord::resent`).
+    pub resent: u64,
     /// Wall-clock time at the run start (metadata only).
     pub started_at: SystemTime,
     /// From the start of the arrival loop to the end of the last request.
@@ -148,15 +157,11 @@ pub async fn run_load<B: Backend>(
         let _ = r.await;
     }
     drop(tx);
-    let (mut records, write_error) = collector
+    let collected = collector
         .await
         .map_err(|e| LoadgenError::Internal(format!("the collector task failed: {e}")))?;
+    let mut records = collected.kept;
     records.sort_by_key(|r| r.id);
-    let duration_ns = records
-        .iter()
-        .map(|r| r.end.max(r.done).unwrap_or(r.sent))
-        .max()
-        .unwrap_or(0);
     let cpu = process_cpu_times().since(&cpu_before);
     let telemetry = match scraper {
         Some(s) => Some(s.finish().await),
@@ -164,13 +169,45 @@ pub async fn run_load<B: Backend>(
     };
     Ok(LoadOutcome {
         telemetry,
-        not_dispatched: total.saturating_sub(records.len()),
+        not_dispatched: total.saturating_sub(collected.finished),
         records,
+        records_file: collected.path.map(|p| (p, collected.written)),
+        finished: collected.finished,
+        resent: collected.resent,
         started_at,
-        duration_ns,
+        duration_ns: collected.last_end_ns,
         cpu,
-        write_error,
+        write_error: collected.write_error,
     })
+}
+
+impl LoadOutcome {
+    /// Every record of the run, sorted by id: those written to the records file, read back,
+    /// and those held in memory. Leaves `records` empty.
+    pub fn take_records(&mut self) -> Result<Vec<RequestRecord>, LoadgenError> {
+        let mut all = match &self.records_file {
+            Some((path, written)) if *written > 0 => {
+                let mut read = servebench_metrics::read_jsonl(path).map_err(|e| {
+                    LoadgenError::Internal(format!("reading back the records file: {e}"))
+                })?;
+                if read.len() < *written {
+                    return Err(LoadgenError::Internal(format!(
+                        "{} holds {} records, {written} were written",
+                        path.display(),
+                        read.len()
+                    )));
+                }
+                // A write that failed part-way can leave a last line behind the whole ones;
+                // that record is among those held in memory.
+                read.truncate(*written);
+                read
+            }
+            _ => Vec::new(),
+        };
+        all.append(&mut self.records);
+        all.sort_by_key(|r| r.id);
+        Ok(all)
+    }
 }
 
 /// Start one request: `released` is now; the permit (if any) is held until it ends.
@@ -325,6 +362,57 @@ mod tests {
             progress: None,
             scrape_every: Some(Duration::from_secs(1)),
         }
+    }
+
+    /// With a records file, the run holds no written record in memory; `take_records` gives
+    /// back every record, sorted by id, identical to what was measured.
+    #[tokio::test(start_paused = true)]
+    async fn written_records_come_back_from_the_file() {
+        let dir = std::env::temp_dir().join(format!("servebench-readback-{}", std::process::id()));
+        let path = dir.join("r.requests.jsonl");
+        let sink = JsonlSink::create(&path).unwrap();
+        let schedule = [0, 1, 2, 3, 4];
+        let mut out = run_load(
+            Dummy::new(5),
+            (0..5).collect(),
+            spec(&schedule, None),
+            Some(sink),
+            StopSignal::never(),
+        )
+        .await
+        .unwrap();
+        assert!(out.records.is_empty(), "written records are not kept");
+        assert_eq!(out.records_file.as_ref().map(|f| f.1), Some(5));
+        assert_eq!(out.finished, 5);
+        let all = out.take_records().unwrap();
+        let ids: Vec<u64> = all.iter().map(|r| r.id).collect();
+        assert_eq!(ids, vec![0, 1, 2, 3, 4]);
+        let mut from_file = servebench_metrics::read_jsonl(&path).unwrap();
+        from_file.sort_by_key(|r| r.id);
+        assert_eq!(all, from_file);
+        assert_eq!(
+            out.duration_ns,
+            all.iter().filter_map(|r| r.end).max().unwrap()
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A records file that cannot be written: every record stays in memory instead.
+    #[tokio::test(start_paused = true)]
+    async fn records_that_cannot_be_written_stay_in_memory() {
+        let sink = JsonlSink::create(std::path::Path::new("/dev/full")).unwrap();
+        let mut out = run_load(
+            Dummy::new(5),
+            (0..3).collect(),
+            spec(&[0, 1, 2], None),
+            Some(sink),
+            StopSignal::never(),
+        )
+        .await
+        .unwrap();
+        assert!(out.write_error.is_some());
+        assert_eq!(out.records.len(), 3);
+        assert_eq!(out.take_records().unwrap().len(), 3);
     }
 
     #[tokio::test(start_paused = true)]

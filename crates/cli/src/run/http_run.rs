@@ -130,7 +130,7 @@ impl Executor for HttpTarget {
             }),
             scrape_every: Some(Duration::from_secs(1)),
         };
-        let outcome = run_load(
+        let mut outcome = run_load(
             Arc::clone(&client),
             prepared,
             spec,
@@ -147,9 +147,12 @@ impl Executor for HttpTarget {
         let server = output::ServerInfo::fetch(client.target(), self.sim.clone()).await;
         let simulated = server.sim.is_some();
         let meta = server.target_info(&client.target().display_url())?;
+        // Records written during the run were not kept in memory (it stays flat however long
+        // the run); the summary is computed once, over all of them, read back from the file.
+        let records = outcome.take_records()?;
         output::write_results(
             &finish,
-            &outcome.records,
+            &records,
             outcome.duration_ns,
             Some(&outcome),
             outcome.telemetry.as_ref(),

@@ -476,6 +476,6 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary) -> ClientHealt
         cpus: cpus as u64,
         client_limited: saturated_cpu || lagging,
         not_dispatched: outcome.not_dispatched as u64,
-        resent: outcome.records.iter().map(|r| u64::from(r.resent)).sum(),
+        resent: outcome.resent,
     })
 }
