@@ -17,13 +17,13 @@ pub mod decision;
 pub mod diagnose;
 mod error;
 mod explained;
-pub mod figures;
+mod figures;
 pub mod frontier;
 pub mod predict;
-pub mod rules;
+mod rules;
 mod stats;
 pub mod thresholds;
-pub mod view;
+mod view;
 
 pub use error::AnalysisError;
 pub use explained::{format_quantity, Explained, Input};

@@ -1,17 +1,17 @@
 //! The `servebench` binary: clap definitions, validation into plans, wiring of the library
 //! crates, progress and exit codes. No measurement logic lives here.
 
-pub mod compare_cmd;
-pub mod decide_cmd;
-pub mod diagnose_cmd;
-pub mod experiment;
+mod compare_cmd;
+mod decide_cmd;
+mod diagnose_cmd;
+mod experiment;
 pub mod matrix;
-pub mod plan_cmd;
-pub mod predict_cmd;
-pub mod report_cmd;
-pub mod run;
-pub mod sim_cmd;
-pub mod sweep_cmd;
+mod plan_cmd;
+mod predict_cmd;
+mod report_cmd;
+mod run;
+mod sim_cmd;
+mod sweep_cmd;
 
 use std::process::ExitCode;
 

@@ -267,11 +267,6 @@ pub async fn warm_up<B: Backend>(
     ok
 }
 
-/// Grace period helper for callers wiring Ctrl-C: stop dispatching now, cancel later.
-pub fn grace_period_default() -> Duration {
-    Duration::from_secs(10)
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

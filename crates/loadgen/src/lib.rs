@@ -2,15 +2,15 @@
 //! drives (the HTTP + SSE client, a timestamp on every chunk), collector (JSONL as records arrive) and client
 //! health.
 
-pub mod backend;
+mod backend;
 pub mod client;
-pub mod clock;
-pub mod collector;
-pub mod dispatcher;
+mod clock;
+mod collector;
+mod dispatcher;
 pub mod health;
 pub mod probe;
-pub mod stamped;
-pub mod stop;
+mod stamped;
+mod stop;
 pub mod stream;
 pub mod target;
 pub mod telemetry;

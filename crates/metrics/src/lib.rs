@@ -14,13 +14,13 @@
 //! - [`units`]: ns/ms/s conversions, used across the workspace.
 //! - [`result`]: the result files (`*.servebench.json`, `experiment.json`) as types.
 
-pub mod derived;
-pub mod io;
-pub mod record;
+mod derived;
+mod io;
+mod record;
 pub mod repeat;
 pub mod result;
 pub mod stats;
-pub mod steady_state;
+mod steady_state;
 pub mod summary;
 pub mod units;
 pub mod validity;

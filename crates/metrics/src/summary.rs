@@ -182,7 +182,7 @@ impl Default for SummaryOptions {
             origin_ns: None,
             percentiles: vec![50.0, 90.0, 95.0, 99.0],
             goodput: Vec::new(),
-            stall_threshold_ms: 250.0,
+            stall_threshold_ms: crate::derived::DEFAULT_STALL_FLOOR_NS as f64 / 1e6,
         }
     }
 }

@@ -1,12 +1,12 @@
 //! Renderers only: terminal summary, vLLM-compatible JSON, servebench's own JSON.
 //! Nothing here measures or decides; it formats what it is given.
 
-pub mod model;
-pub mod pyjson;
+mod model;
+mod pyjson;
 pub mod render;
 pub mod terminal;
 pub mod verdict;
-pub mod vllm;
+mod vllm;
 
 pub use model::{
     ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,

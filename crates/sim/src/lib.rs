@@ -3,10 +3,10 @@
 
 pub mod args;
 pub mod engine;
-pub mod faults;
-pub mod prometheus;
+mod faults;
+mod prometheus;
 pub mod realtime;
-pub mod resolve;
+mod resolve;
 pub mod server;
 pub mod virtual_time;
 

@@ -10,7 +10,7 @@
 //!   error bodies.
 
 pub mod chunk;
-pub mod error;
+mod error;
 pub mod openai;
 pub mod protocol;
 pub mod render;

@@ -10,7 +10,7 @@
 //!
 //! [`Tokenizer`]: servebench_tokenizer::Tokenizer
 
-pub mod arrival;
+mod arrival;
 pub mod custom;
 mod error;
 pub mod random;
@@ -18,7 +18,7 @@ mod request;
 mod rng;
 mod selection;
 pub mod sharegpt;
-pub mod synth;
+mod synth;
 pub mod trace;
 
 pub use arrival::{ArrivalConfig, RampUp, RampUpStrategy};

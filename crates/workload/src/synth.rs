@@ -46,11 +46,6 @@ impl TokenText {
     pub fn len(&self) -> usize {
         self.ids.len()
     }
-
-    /// Whether the text has no tokens.
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
 }
 
 /// Random text of exactly `len` tokens under `tok`, built from
@@ -162,7 +157,7 @@ mod tests {
             assert_eq!(tok.encode(&t.text), t.ids);
             assert!(t.ids.iter().all(|id| !tok.is_special(*id)));
         }
-        assert!(exact_text(&tok, &mut rng, 0).unwrap().is_empty());
+        assert!(exact_text(&tok, &mut rng, 0).unwrap().ids.is_empty());
     }
 
     #[test]
