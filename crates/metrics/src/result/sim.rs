@@ -51,9 +51,10 @@ pub struct SimConfig {
     /// Whether the next step is scheduled while the current one runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub async_scheduling: Option<bool>,
-    /// Every other setting, as recorded.
+    /// Every other setting, as recorded; readers reach it through the accessors, so no
+    /// untyped value leaves this crate.
     #[serde(flatten)]
-    pub other: BTreeMap<String, Value>,
+    other: BTreeMap<String, Value>,
 }
 
 impl SimConfig {
