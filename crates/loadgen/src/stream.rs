@@ -15,6 +15,8 @@ pub struct StreamAccumulator {
     pub first_token: Option<u64>,
     pub end: Option<u64>,
     pub events: Vec<TokenEvent>,
+    /// Events with choices but no token (vLLM's client counts them; servebench does not).
+    pub bare_events: Vec<u64>,
     pub text: String,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
@@ -114,6 +116,8 @@ impl StreamAccumulator {
                 chars: info.text_chars,
             });
             self.text.push_str(&info.text);
+        } else if info.has_choices {
+            self.bare_events.push(t);
         }
     }
 }

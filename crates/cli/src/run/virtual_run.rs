@@ -57,6 +57,7 @@ impl Executor for VirtualTarget {
             duration_ns,
             None,
             Some(&telemetry),
+            None,
             meta,
             true,
         )
@@ -241,6 +242,8 @@ fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
         intended: t.intended_ns,
         released: t.sent_ns,
         sent: t.sent_ns,
+        started: None,
+        bare_events: Vec::new(),
         first_token: first,
         end,
         done: end.or(t.end_ns),
