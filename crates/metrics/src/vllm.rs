@@ -360,6 +360,134 @@ mod tests {
         assert_eq!(max_concurrent_requests(&[a, b, c, failed]), 2);
     }
 
+    const MS: u64 = 1_000_000;
+
+    /// A chat stream as vLLM's client sees it: the role-only chunk at 10 ms and the closing
+    /// chunk at 50 ms are token events; the clock starts at `started` (2 ms), not `sent`.
+    #[test]
+    fn view_counts_bare_events_and_starts_the_clock_early() {
+        let mut r = record(0, 5, &[30, 40], 2);
+        r.started = Some(2 * MS);
+        r.bare_events = vec![10 * MS, 50 * MS];
+        // servebench's own: TTFT 30 − 5 = 25 ms, one ITL of 10 ms, E2EL 35 ms.
+        assert_eq!(r.ttft_ns(), Some(25 * MS));
+        assert_eq!(r.itls_ns().collect::<Vec<_>>(), vec![10 * MS]);
+        let v = view(&r);
+        // vLLM: TTFT = 10 − 2 = 8 ms; ITLs 20, 10, 10 ms; latency 50 − 2 = 48 ms;
+        // TPOT = (48 − 8) / (2 − 1) = 40 ms.
+        assert_eq!(v.sent, 2 * MS);
+        assert_eq!(v.ttft_ns(), Some(8 * MS));
+        assert_eq!(
+            v.itls_ns().collect::<Vec<_>>(),
+            vec![20 * MS, 10 * MS, 10 * MS]
+        );
+        assert_eq!(v.e2el_ns(), Some(48 * MS));
+        assert_eq!(v.tpot_ns(), Some(40.0 * MS as f64));
+        // Queue time as vLLM's client_queue_time: started − intended (intended is 5 ms here,
+        // later than started, so none).
+        assert_eq!(v.queue_ns(), None);
+        // The record itself is untouched.
+        assert_eq!(r.ttft_ns(), Some(25 * MS));
+    }
+
+    #[test]
+    fn view_of_an_old_record_is_the_record() {
+        let r = record(0, 5, &[30, 40], 2);
+        assert_eq!(view(&r), r);
+    }
+
+    #[test]
+    fn a_stream_of_only_role_and_closing_chunks_succeeds_for_vllm() {
+        let mut r = record(0, 0, &[], 0);
+        r.failure = Some(Failure {
+            kind: FailureKind::EmptyOutput,
+            status: None,
+            message: "no token".into(),
+        });
+        r.bare_events = vec![7 * MS, 9 * MS];
+        assert!(!r.is_success());
+        let v = view(&r);
+        assert!(v.is_success());
+        assert_eq!(v.ttft_ns(), Some(7 * MS));
+        assert_eq!(v.itls_ns().collect::<Vec<_>>(), vec![2 * MS]);
+        // Any other failure stays a failure.
+        r.failure = Some(Failure {
+            kind: FailureKind::Truncated,
+            status: None,
+            message: "reset".into(),
+        });
+        assert!(!view(&r).is_success());
+    }
+
+    #[test]
+    fn bare_events_count_in_vllms_peak_buckets() {
+        let mut r = record(0, 0, &[100, 200], 2);
+        r.bare_events = vec![50, 300].into_iter().map(|t| t * MS).collect();
+        assert_eq!(max_output_tokens_per_s(&[view(&r)]), 4.0);
+    }
+
+    /// vLLM's loop: start 1 rps at the run start; rates 1.0, 1.9, 2.5, 4.2 → `int` 1, 1, 2,
+    /// 4: 2 at the third request, 3 and 4 at the fourth.
+    #[test]
+    fn rps_change_events_follow_vllms_integer_steps() {
+        let ev = rps_change_events(1, &[(1.0, 0), (1.9, 100), (2.5, 200), (4.2, 300)]);
+        let got: Vec<(u64, u64)> = ev.iter().map(|e| (e.rps, e.at_ns)).collect();
+        assert_eq!(got, vec![(1, 0), (2, 200), (3, 300), (4, 300)]);
+    }
+
+    const METRICS_BEFORE: &str = "\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine=\"0\",model_name=\"m\"} 10.0
+vllm:spec_decode_num_draft_tokens_total{engine=\"0\",model_name=\"m\"} 30.0
+vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"m\"} 12.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",model_name=\"m\",position=\"0\"} 8.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",model_name=\"m\",position=\"1\"} 4.0
+vllm:spec_decode_num_drafts_created 1.7e9
+vllm:num_requests_running{model_name=\"m\"} 0.0
+";
+
+    #[test]
+    fn spec_decode_counters_are_read_as_vllm_reads_them() {
+        let c = SpecDecodeCounters::parse(METRICS_BEFORE).unwrap();
+        assert_eq!(c.num_drafts, 10);
+        assert_eq!(c.num_draft_tokens, 30);
+        assert_eq!(c.num_accepted_tokens, 12);
+        assert_eq!(c.accepted_per_pos, BTreeMap::from([(0, 8), (1, 4)]));
+        // No spec-decode counter at all: None, as vLLM's fetch returns.
+        assert_eq!(
+            SpecDecodeCounters::parse("vllm:num_requests_running 1\n"),
+            None
+        );
+        // Two engines' samples add up.
+        let two = "vllm:spec_decode_num_drafts_total{engine=\"0\"} 2\nvllm:spec_decode_num_drafts_total{engine=\"1\"} 3.9\n";
+        assert_eq!(SpecDecodeCounters::parse(two).unwrap().num_drafts, 5);
+    }
+
+    /// Deltas: 40 drafts, 120 draft tokens, 60 accepted, positions 0 and 1 accepted 36 and
+    /// 24 more. vLLM: rate 60/120·100 = 50 %, length 1 + 60/40 = 2.5, per position 36/40 and
+    /// 24/40.
+    #[test]
+    fn spec_decode_stats_are_vllms_deltas() {
+        let before = SpecDecodeCounters::parse(METRICS_BEFORE).unwrap();
+        let after = SpecDecodeCounters {
+            num_drafts: 50,
+            num_draft_tokens: 150,
+            num_accepted_tokens: 72,
+            accepted_per_pos: BTreeMap::from([(0, 44), (1, 28)]),
+        };
+        let s = SpecDecodeStats::between(Some(&before), Some(&after)).unwrap();
+        assert_eq!(s.num_drafts, 40);
+        assert_eq!(s.draft_tokens, 120);
+        assert_eq!(s.accepted_tokens, 60);
+        assert_eq!(s.acceptance_rate, 50.0);
+        assert_eq!(s.acceptance_length, 2.5);
+        assert_eq!(s.per_position_acceptance_rates, vec![0.9, 0.6]);
+        // Nothing drafted during the run, or a scrape missing: no keys.
+        assert_eq!(SpecDecodeStats::between(Some(&before), Some(&before)), None);
+        assert_eq!(SpecDecodeStats::between(None, Some(&after)), None);
+    }
+
     #[test]
     fn vectors_follow_vllm_lists() {
         let a = record(0, 0, &[100, 150, 250], 3);
