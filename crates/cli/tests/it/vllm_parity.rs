@@ -263,3 +263,48 @@ fn infinite_burstiness_is_written_as_python_writes_it_regression_issue_12() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The simulator's chat stream opens with a role-only chunk written with the first token, so
+/// in virtual time as over HTTP vLLM's client sees 8 tokens + the role chunk = 9 events: 8 ITLs,
+/// the first 0, and a TTFT equal to servebench's own.
+#[test]
+fn virtual_chat_counts_the_role_chunk_as_vllm_does_regression_issue_12() {
+    let dir = tempdir("parity", "virtual-chat");
+    let out = run_in(
+        &dir,
+        &[
+            "--virtual-time",
+            "--backend",
+            "openai-chat",
+            "--num-prompts",
+            "4",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            "8",
+            "--save-result",
+            "--save-detailed",
+            "--result-filename",
+            "r.json",
+            "--disable-tqdm",
+            "--output-dir",
+            "out",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let v = read_json(&dir.join("r.json"));
+    for l in v["itls"].as_array().expect("itls") {
+        let l = l.as_array().expect("list");
+        assert_eq!(l.len(), 8, "{l:?}");
+        assert_eq!(l[0].as_f64(), Some(0.0));
+    }
+    let native = read_json(&only_file(&dir.join("out"), ".servebench.json"));
+    assert_eq!(native["summary"]["itl"]["n"], 4 * 7);
+    let native_ttft = native["summary"]["ttft"]["mean"].as_f64().expect("ttft");
+    let vllm_ttft = v["mean_ttft_ms"].as_f64().expect("ttft");
+    assert!(
+        (native_ttft - vllm_ttft).abs() < 1e-9,
+        "{native_ttft} {vllm_ttft}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
