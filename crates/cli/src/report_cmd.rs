@@ -192,6 +192,8 @@ pub fn rebuild_from_records(records_path: &Path, dir: Option<&Path>) -> Result<R
         burstiness: 1.0,
         max_concurrency: None,
         ramp_up: None,
+        rps_change_events: Vec::new(),
+        spec_decode: None,
         duration_s: duration_ns as f64 / 1e9,
         percentile_metrics: vec!["ttft".into(), "tpot".into(), "itl".into()],
         percentiles: vec![99.0],

@@ -68,6 +68,8 @@ fn record(state: StreamState) -> RequestRecord {
         intended: 0,
         released: 10,
         sent: 20,
+        started: None,
+        bare_events: Vec::new(),
         first_token: acc.first_token,
         end: acc.end,
         done: acc.end,

@@ -121,6 +121,7 @@ impl BackendClient {
         let mut state;
         let mut outcome;
         let mut sent;
+        let mut started;
         let mut attempt = 0;
         let result = loop {
             attempt += 1;
@@ -130,6 +131,7 @@ impl BackendClient {
                 Ok(req) => req,
                 Err(e) => {
                     sent = clock.now_ns();
+                    started = sent;
                     break Err(Failure {
                         kind: FailureKind::Transport,
                         status: None,
@@ -138,6 +140,7 @@ impl BackendClient {
                 }
             };
             sent = clock.now_ns();
+            started = sent;
             let r = self
                 .attempt(clock, req, &mut state, &mut outcome, stop)
                 .await;
@@ -171,6 +174,9 @@ impl BackendClient {
             result,
         );
         record.resent = attempt - 1;
+        // vLLM's `st`: taken before the pool hands out a connection, so a wait for one (or for
+        // the CPU) counts in vLLM's TTFT and E2EL; servebench's own `sent` excludes it.
+        record.started = Some(started);
         record
     }
 
@@ -322,11 +328,13 @@ impl BackendClient {
             intended,
             released,
             sent,
+            started: None,
             first_token: acc.first_token,
             end: acc.end,
             done: Some(done),
             waited_for_slot,
             events: acc.events,
+            bare_events: acc.bare_events,
             input_tokens,
             input_source,
             output_tokens,

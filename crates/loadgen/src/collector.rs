@@ -206,6 +206,8 @@ mod tests {
             intended: 0,
             released: 0,
             sent: 0,
+            started: None,
+            bare_events: Vec::new(),
             first_token: None,
             end: None,
             done: Some(1),

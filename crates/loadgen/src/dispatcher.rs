@@ -326,6 +326,8 @@ mod tests {
                 intended,
                 released,
                 sent,
+                started: None,
+                bare_events: Vec::new(),
                 first_token: (!cancelled).then_some(end),
                 end: (!cancelled).then_some(end),
                 done: Some(end),

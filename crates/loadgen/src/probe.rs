@@ -69,17 +69,40 @@ pub async fn get_text(
 
 /// The first model id from `/v1/models` (vLLM's default for `--model`).
 pub async fn first_model(target: &Target, timeout: Duration) -> Result<String, LoadgenError> {
+    first_model_card(target, timeout).await.map(|(id, _)| id)
+}
+
+/// The first model of `/v1/models` as vLLM's client reads it: its `id` (the name requests
+/// use) and its `root` (what vLLM's result calls `model_id`; the id when the server gives no
+/// root).
+pub async fn first_model_card(
+    target: &Target,
+    timeout: Duration,
+) -> Result<(String, String), LoadgenError> {
     let v = get_json(target, "/v1/models", timeout).await?;
     serde_json::from_value::<ModelList>(v)
         .ok()
         .and_then(|list| list.data.into_iter().next())
-        .map(|model| model.id)
+        .map(|model| {
+            let root = model.root.clone().unwrap_or_else(|| model.id.clone());
+            (model.id, root)
+        })
         .ok_or_else(|| {
             LoadgenError::Server(format!(
                 "{}/v1/models lists no model; pass --model",
                 target.display_url()
             ))
         })
+}
+
+/// The speculative-decoding counters of the server's `/metrics`, as vLLM's client reads them
+/// before and after a run; `None` when the server has none or does not answer.
+pub async fn spec_decode_counters(
+    target: &Target,
+    timeout: Duration,
+) -> Option<servebench_metrics::vllm::SpecDecodeCounters> {
+    let text = get_text(target, "/metrics", timeout).await.ok()?;
+    servebench_metrics::vllm::SpecDecodeCounters::parse(&text)
 }
 
 /// POST an empty JSON body to a path; returns the HTTP status (for best-effort admin calls

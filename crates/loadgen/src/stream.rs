@@ -15,6 +15,8 @@ pub struct StreamAccumulator {
     pub first_token: Option<u64>,
     pub end: Option<u64>,
     pub events: Vec<TokenEvent>,
+    /// Events with choices but no token (vLLM's client counts them; servebench does not).
+    pub bare_events: Vec<u64>,
     pub text: String,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
@@ -114,6 +116,96 @@ impl StreamAccumulator {
                 chars: info.text_chars,
             });
             self.text.push_str(&info.text);
+        } else if info.has_choices {
+            self.bare_events.push(t);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn feed_all(api: ApiKind, events: &[(u64, &str)]) -> StreamAccumulator {
+        let mut s = StreamState::new(api);
+        for (t, data) in events {
+            s.feed(*t, format!("data: {data}\n\n").as_bytes());
+        }
+        assert!(!s.finish());
+        s.acc
+    }
+
+    /// vLLM's chat client counts every event with a non-empty `choices` list; servebench only
+    /// those with content. The usage-only event (`choices: []`) and `[DONE]` are neither.
+    #[test]
+    fn chat_role_and_closing_chunks_are_bare_events() {
+        let acc = feed_all(
+            ApiKind::Chat,
+            &[
+                (
+                    1,
+                    r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#,
+                ),
+                (
+                    2,
+                    r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#,
+                ),
+                (
+                    3,
+                    r#"{"choices":[{"index":0,"delta":{"content":" there"},"finish_reason":null}]}"#,
+                ),
+                (
+                    4,
+                    r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+                ),
+                (
+                    5,
+                    r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}"#,
+                ),
+                (6, "[DONE]"),
+            ],
+        );
+        assert_eq!(
+            acc.events.iter().map(|e| e.t).collect::<Vec<_>>(),
+            vec![2, 3]
+        );
+        assert_eq!(acc.bare_events, vec![1, 4]);
+        assert_eq!(acc.first_token, Some(2));
+        assert_eq!(acc.end, Some(3));
+        assert_eq!(acc.completion_tokens, Some(2));
+    }
+
+    /// Completions: an event with empty text and no finish_reason is a token for both (a
+    /// special token); the closing event with empty text and a finish_reason only for vLLM.
+    #[test]
+    fn completions_closing_chunk_is_a_bare_event() {
+        let acc = feed_all(
+            ApiKind::Completions,
+            &[
+                (
+                    1,
+                    r#"{"choices":[{"index":0,"text":"a","finish_reason":null}]}"#,
+                ),
+                (
+                    2,
+                    r#"{"choices":[{"index":0,"text":"","finish_reason":null}]}"#,
+                ),
+                (
+                    3,
+                    r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}]}"#,
+                ),
+                (
+                    4,
+                    r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":3,"total_tokens":6}}"#,
+                ),
+                (5, "[DONE]"),
+            ],
+        );
+        assert_eq!(
+            acc.events.iter().map(|e| e.t).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert_eq!(acc.bare_events, vec![3]);
     }
 }

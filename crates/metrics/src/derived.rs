@@ -148,6 +148,8 @@ pub(crate) mod tests {
             intended: sent_ms * MS,
             released: sent_ms * MS,
             sent: sent_ms * MS,
+            started: None,
+            bare_events: Vec::new(),
             first_token: events.first().map(|e| e.t),
             end: events.last().map(|e| e.t),
             done: events.last().map(|e| e.t + MS),

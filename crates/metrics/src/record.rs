@@ -99,8 +99,13 @@ pub struct RequestRecord {
     pub intended: u64,
     /// When the dispatcher let it go (after any concurrency cap).
     pub released: u64,
-    /// Just before the request was written to the connection (vLLM's `st`).
+    /// When the request's first byte was written to the connection: servebench's send point.
     pub sent: u64,
+    /// When the client began the request, before a pooled connection was taken and before
+    /// anything was written (vLLM's `st`, which its vLLM-format figures start from). `None`
+    /// in records written before it was kept: `sent` stands in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<u64>,
     /// First token-bearing event.
     #[serde(default)]
     pub first_token: Option<u64>,
@@ -117,6 +122,12 @@ pub struct RequestRecord {
     /// Every token-bearing event.
     #[serde(default)]
     pub events: Vec<TokenEvent>,
+    /// Receipt times of the events that had a non-empty `choices` list but carried no token
+    /// (a chat stream's role-only opening chunk, a closing chunk with only a `finish_reason`).
+    /// They are no token events for servebench, but vLLM's client counts them as such
+    /// (docs/metrics.md "What counts as a token-bearing event").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bare_events: Vec<u64>,
     pub input_tokens: u64,
     pub input_source: CountSource,
     pub output_tokens: u64,

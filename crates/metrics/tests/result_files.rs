@@ -32,6 +32,8 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         intended: sent_ms * MS,
         released: sent_ms * MS,
         sent: sent_ms * MS + MS / 2,
+        started: None,
+        bare_events: Vec::new(),
         first_token: Some(first),
         end,
         done: end,

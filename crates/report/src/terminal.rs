@@ -2,13 +2,11 @@
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
-
-use crate::pyjson::OrderedObject;
-use crate::vllm::percentile_word;
+use crate::pyjson::{OrderedObject, PyValue};
+use crate::vllm::{percentile_word, BLOCK_ORDER};
 
 fn num(o: &OrderedObject, k: &str) -> f64 {
-    o.get(k).and_then(Value::as_f64).unwrap_or(0.0)
+    o.get(k).and_then(PyValue::as_f64).unwrap_or(0.0)
 }
 
 fn line(out: &mut String, label: &str, value: impl std::fmt::Display) {
@@ -50,21 +48,17 @@ fn metric_titles(metric: &str) -> (&str, &str) {
     }
 }
 
-/// Render vLLM's "Serving Benchmark Result" block from its result object.
-pub fn vllm_block(
-    o: &OrderedObject,
-    percentile_metrics: &[String],
-    percentiles: &[f64],
-    has_goodput: bool,
-) -> String {
+/// Render vLLM's "Serving Benchmark Result" block from its result object: the statistics
+/// blocks the object holds, in vLLM's fixed order, then the speculative-decoding block.
+pub fn vllm_block(o: &OrderedObject, percentiles: &[f64], has_goodput: bool) -> String {
     let mut out = String::new();
     header(&mut out, " Serving Benchmark Result ", '=');
     line(&mut out, "Successful requests:", num(o, "completed") as u64);
     line(&mut out, "Failed requests:", num(o, "failed") as u64);
-    if let Some(c) = o.get("max_concurrency").and_then(Value::as_u64) {
+    if let Some(c) = o.get("max_concurrency").and_then(PyValue::as_u64) {
         line(&mut out, "Maximum request concurrency:", c);
     }
-    if let Some(r) = o.get("request_rate").and_then(Value::as_f64) {
+    if let Some(r) = o.get("request_rate").and_then(PyValue::as_f64) {
         line2(&mut out, "Request rate configured (RPS):", r);
     }
     line2(&mut out, "Benchmark duration (s):", num(o, "duration"));
@@ -110,7 +104,7 @@ pub fn vllm_block(
         "Total token throughput (tok/s):",
         num(o, "total_token_throughput"),
     );
-    for metric in percentile_metrics {
+    for metric in BLOCK_ORDER {
         if o.get(&format!("mean_{metric}_ms")).is_none() {
             continue;
         }
@@ -135,9 +129,53 @@ pub fn vllm_block(
             );
         }
     }
+    spec_decode_lines(&mut out, o);
     out.push_str(&"=".repeat(50));
     out.push('\n');
     out
+}
+
+/// vLLM's "Speculative Decoding" lines, when the result holds the `spec_decode_*` keys.
+fn spec_decode_lines(out: &mut String, o: &OrderedObject) {
+    if o.get("spec_decode_acceptance_rate").is_none() {
+        return;
+    }
+    header(out, "Speculative Decoding", '-');
+    line2(
+        out,
+        "Acceptance rate (%):",
+        num(o, "spec_decode_acceptance_rate"),
+    );
+    line2(
+        out,
+        "Acceptance length:",
+        num(o, "spec_decode_acceptance_length"),
+    );
+    line(out, "Drafts:", num(o, "spec_decode_num_drafts") as i64);
+    line(
+        out,
+        "Draft tokens:",
+        num(o, "spec_decode_draft_tokens") as i64,
+    );
+    line(
+        out,
+        "Accepted tokens:",
+        num(o, "spec_decode_accepted_tokens") as i64,
+    );
+    let per_pos = o
+        .get("spec_decode_per_position_acceptance_rates")
+        .and_then(PyValue::as_list)
+        .unwrap_or(&[]);
+    if !per_pos.is_empty() {
+        out.push_str("Per-position acceptance (%):\n");
+        for (i, rate) in per_pos.iter().enumerate() {
+            line2(
+                out,
+                &format!("  Position {i}:"),
+                rate.as_f64().unwrap_or(0.0) * 100.0,
+            );
+        }
+    }
 }
 
 /// The latency table: the name column left-aligned, figures right-aligned, the CI last.
@@ -350,6 +388,8 @@ mod tests {
                     intended: sent,
                     released: sent,
                     sent,
+                    started: None,
+                    bare_events: Vec::new(),
                     first_token: Some(first),
                     end,
                     done: end,

@@ -1,12 +1,14 @@
 //! vLLM's result JSON (`--save-result`): the same keys, in the same order, with the same
-//! meaning as `vllm bench serve` 0.32/0.33 writes them.
+//! meaning as `vllm bench serve` writes them (vllm/benchmarks/serve.py). Every figure here is
+//! computed from [`vllm_metrics::view`]s of the records: vLLM's clock start and vLLM's token
+//! events, not servebench's own (docs/metrics.md "Two clocks and two event rules").
 
-use serde_json::Value;
 use servebench_metrics::summary::Slo;
 use servebench_metrics::units::{ns_f64_to_s, ns_to_s, s_to_ms};
+use servebench_metrics::vllm::SpecDecodeStats;
 use servebench_metrics::{stats, vllm as vllm_metrics, RequestRecord};
 
-use crate::pyjson::OrderedObject;
+use crate::pyjson::{OrderedObject, PyValue};
 
 /// Everything besides the records that vLLM's result JSON holds.
 #[derive(Debug, Clone)]
@@ -24,8 +26,13 @@ pub struct VllmRunInfo {
     pub max_concurrency: Option<usize>,
     /// (strategy, start rps, end rps)
     pub ramp_up: Option<(String, u64, u64)>,
+    /// vLLM's `rps_change_events` under ramp-up: (rps, timestamp as Python's
+    /// `datetime.now().isoformat()` writes it).
+    pub rps_change_events: Vec<(u64, String)>,
+    /// The `spec_decode_*` keys, when the server's `/metrics` had them before and after.
+    pub spec_decode: Option<SpecDecodeStats>,
     pub duration_s: f64,
-    /// `--percentile-metrics`, in the given order.
+    /// `--percentile-metrics`, in the given order (the file uses vLLM's fixed order).
     pub percentile_metrics: Vec<String>,
     /// `--metric-percentiles`.
     pub percentiles: Vec<f64>,
@@ -35,12 +42,49 @@ pub struct VllmRunInfo {
     pub detailed: bool,
 }
 
+/// The statistics blocks vLLM writes, in the order it writes them whatever the order of
+/// `--percentile-metrics`. servebench's own names (`queue`, `user_ttft`, `user_e2el`) follow.
+pub const BLOCK_ORDER: &[&str] = &[
+    "ttft",
+    "tpot",
+    "itl",
+    "e2el",
+    "client_queue_time",
+    "e2el_including_client_queue",
+    "queue",
+    "user_ttft",
+    "user_e2el",
+];
+
+/// The blocks `vllm_result` writes for these flags, in the order it writes them: vLLM's
+/// fixed order; `client_queue_time` only with `--max-concurrency`, and
+/// `e2el_including_client_queue` only with `--max-concurrency` and a finite rate (vLLM's
+/// conditions).
+pub fn written_blocks(
+    selected: &[String],
+    max_concurrency: Option<usize>,
+    request_rate: f64,
+) -> Vec<&'static str> {
+    BLOCK_ORDER
+        .iter()
+        .copied()
+        .filter(|b| selected.iter().any(|s| s == b))
+        .filter(|&b| match b {
+            "client_queue_time" => max_concurrency.is_some(),
+            "e2el_including_client_queue" => {
+                max_concurrency.is_some() && !request_rate.is_infinite()
+            }
+            _ => true,
+        })
+        .collect()
+}
+
 /// vLLM's name for a percentile key: `99` for 99.0, `99.9` for 99.9.
 pub fn percentile_word(p: f64) -> String {
     if p.fract() == 0.0 {
         format!("{}", p as i64)
     } else {
-        format!("{p}")
+        crate::pyjson::py_float_repr(p)
     }
 }
 
@@ -69,6 +113,9 @@ fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>)
 /// Build vLLM's result object from the run's records (all of them, failed included, in
 /// request order).
 pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObject {
+    // Everything below sees the requests as vLLM's client would have.
+    let records = vllm_metrics::views(records);
+    let records = &records[..];
     // vLLM's per-request values: seconds, and 0 / empty for a failed request.
     let secs_or_zero = |v: Option<u64>| v.map(ns_to_s).unwrap_or(0.0);
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.is_success()).collect();
@@ -98,6 +145,7 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     let good = (!info.goodput.is_empty()).then(|| {
         let n = ok
             .iter()
+            // On a view, TTFT, TPOT and E2EL are vLLM's; `itl` is servebench's own objective.
             .filter(|r| info.goodput.iter().all(|slo| slo.is_met_by(r)))
             .count();
         n as f64 / dur
@@ -108,10 +156,7 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     o.insert("date", info.date.clone());
     o.insert("endpoint_type", info.backend.clone());
     o.insert("backend", info.backend.clone());
-    o.insert(
-        "label",
-        info.label.clone().map(Value::String).unwrap_or(Value::Null),
-    );
+    o.insert("label", info.label.clone());
     o.insert("model_id", info.model_id.clone());
     o.insert("tokenizer_id", info.tokenizer_id.clone());
     o.insert("num_prompts", info.num_prompts);
@@ -121,16 +166,13 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     o.insert(
         "request_rate",
         if info.request_rate.is_finite() {
-            Value::from(info.request_rate)
+            PyValue::from(info.request_rate)
         } else {
-            Value::from("inf")
+            PyValue::from("inf")
         },
     );
     o.insert("burstiness", info.burstiness);
-    o.insert(
-        "max_concurrency",
-        info.max_concurrency.map(Value::from).unwrap_or(Value::Null),
-    );
+    o.insert("max_concurrency", info.max_concurrency);
     if let Some((strategy, start, end)) = &info.ramp_up {
         o.insert("ramp_up_strategy", strategy.clone());
         o.insert("ramp_up_start_rps", *start);
@@ -142,10 +184,7 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     o.insert("total_input_tokens", total_input);
     o.insert("total_output_tokens", total_output);
     o.insert("request_throughput", completed as f64 / dur);
-    o.insert(
-        "request_goodput",
-        good.map(Value::from).unwrap_or(Value::Null),
-    );
+    o.insert("request_goodput", good);
     o.insert("output_throughput", total_output as f64 / dur);
     o.insert(
         "total_token_throughput",
@@ -175,19 +214,16 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     o.insert("ttfts", per_request(RequestRecord::ttft_ns));
     o.insert(
         "itls",
-        Value::Array(
-            records
-                .iter()
-                .map(|r| {
-                    let gaps: Vec<f64> = if r.is_success() {
-                        r.itls_ns().map(ns_to_s).collect()
-                    } else {
-                        Vec::new()
-                    };
-                    Value::from(gaps)
-                })
-                .collect(),
-        ),
+        records
+            .iter()
+            .map(|r| {
+                if r.is_success() {
+                    r.itls_ns().map(ns_to_s).collect()
+                } else {
+                    Vec::new()
+                }
+            })
+            .collect::<Vec<Vec<f64>>>(),
     );
     o.insert("latencies", per_request(RequestRecord::e2el_ns));
     o.insert(
@@ -230,8 +266,37 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     );
     o.insert("rtfx", 0.0);
 
-    for metric in &info.percentile_metrics {
-        let values: &[f64] = match metric.as_str() {
+    if !info.rps_change_events.is_empty() {
+        let events: Vec<PyValue> = info
+            .rps_change_events
+            .iter()
+            .map(|(rps, ts)| {
+                let mut e = OrderedObject::new();
+                e.insert("rps", *rps);
+                e.insert("timestamp", ts.clone());
+                PyValue::Object(e)
+            })
+            .collect();
+        o.insert("rps_change_events", PyValue::List(events));
+    }
+    if let Some(sd) = &info.spec_decode {
+        o.insert("spec_decode_acceptance_rate", sd.acceptance_rate);
+        o.insert("spec_decode_acceptance_length", sd.acceptance_length);
+        o.insert("spec_decode_num_drafts", sd.num_drafts);
+        o.insert("spec_decode_draft_tokens", sd.draft_tokens);
+        o.insert("spec_decode_accepted_tokens", sd.accepted_tokens);
+        o.insert(
+            "spec_decode_per_position_acceptance_rates",
+            sd.per_position_acceptance_rates.clone(),
+        );
+    }
+
+    for metric in written_blocks(
+        &info.percentile_metrics,
+        info.max_concurrency,
+        info.request_rate,
+    ) {
+        let values: &[f64] = match metric {
             "ttft" => &ttfts,
             "tpot" => &tpots,
             "itl" => &itls,

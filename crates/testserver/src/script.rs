@@ -155,6 +155,12 @@ pub struct Script {
     pub shape: ChunkShape,
     /// The `model` field of the chunks and of `/v1/models`.
     pub model: String,
+    /// The `root` of the model in `/v1/models` (vLLM: the path behind the served name);
+    /// `None` repeats `model`.
+    pub model_root: Option<String>,
+    /// Prometheus text served at `/metrics`: the first before any generation request has
+    /// arrived, the second from then on. `None`: no `/metrics` (404).
+    pub metrics: Option<(String, String)>,
     /// Faults, first match wins.
     pub faults: Vec<FaultRule>,
     /// Seed of [`Trigger::Probability`].
@@ -175,6 +181,8 @@ impl Default for Script {
             tokens_per_event: 1,
             shape: ChunkShape::ByPath,
             model: "scripted-model".to_owned(),
+            model_root: None,
+            metrics: None,
             faults: Vec::new(),
             seed: 0,
             log_events: true,
@@ -227,6 +235,18 @@ impl Script {
     /// Sets the served model name.
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = model.into();
+        self
+    }
+
+    /// Sets the model's `root` in `/v1/models`.
+    pub fn model_root(mut self, root: impl Into<String>) -> Self {
+        self.model_root = Some(root.into());
+        self
+    }
+
+    /// Serves `/metrics`: `before` until the first generation request arrives, then `after`.
+    pub fn metrics(mut self, before: impl Into<String>, after: impl Into<String>) -> Self {
+        self.metrics = Some((before.into(), after.into()));
         self
     }
 

@@ -499,6 +499,27 @@ async fn respond(stream: &mut TcpStream, shared: &Arc<Shared>, req: Request) -> 
             .await?;
             Ok(next)
         }
+        ("GET", _) if req.path == "/metrics" && shared.script.metrics.is_some() => {
+            let (before, after) = match &shared.script.metrics {
+                Some((b, a)) => (b.as_str(), a.as_str()),
+                None => ("", ""),
+            };
+            let body = if shared.next_index.load(Ordering::SeqCst) == 0 {
+                before
+            } else {
+                after
+            };
+            write_response(
+                stream,
+                200,
+                "text/plain; version=0.0.4",
+                None,
+                body.as_bytes(),
+                next == Next::Close,
+            )
+            .await?;
+            Ok(next)
+        }
         ("GET", _) if req.path == "/v1/models" => {
             let body = ModelList {
                 object: "list".to_owned(),
@@ -507,7 +528,13 @@ async fn respond(stream: &mut TcpStream, shared: &Arc<Shared>, req: Request) -> 
                     object: "model".to_owned(),
                     created: shared.created,
                     owned_by: "vllm".to_owned(),
-                    root: Some(shared.script.model.clone()),
+                    root: Some(
+                        shared
+                            .script
+                            .model_root
+                            .clone()
+                            .unwrap_or_else(|| shared.script.model.clone()),
+                    ),
                     parent: None,
                     max_model_len: Some(131_072),
                 }],

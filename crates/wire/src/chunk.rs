@@ -45,6 +45,9 @@ pub enum EndpointKind {
 pub struct ChunkInfo<'a> {
     /// Does the event count as a token-bearing event (docs/metrics.md)?
     pub token_bearing: bool,
+    /// Did the event have a non-empty `choices` list? vLLM's client counts every such event
+    /// as a token, token-bearing or not.
+    pub has_choices: bool,
     /// Output text of the first choice: completions `text`, or chat `reasoning_content` /
     /// `reasoning` followed by `content`. Borrowed unless it had escapes or two parts.
     pub text: Cow<'a, str>,
@@ -84,6 +87,7 @@ pub fn classify(data: &str, endpoint: EndpointKind) -> Result<ChunkInfo<'_>, Wir
     let text_chars = count_chars(&choices.text);
     Ok(ChunkInfo {
         token_bearing: choices.any_token,
+        has_choices: choices.any_choice,
         text: choices.text,
         text_chars,
         usage: top.usage,
@@ -190,6 +194,7 @@ impl<'a> ChoiceLike<'a> for ChatChoice<'a> {
 /// The `choices` list, folded as it is read: no `Vec` is built.
 struct Choices<'a> {
     any_token: bool,
+    any_choice: bool,
     text: Cow<'a, str>,
     finish_reason: Option<Cow<'a, str>>,
 }
@@ -198,6 +203,7 @@ impl Default for Choices<'_> {
     fn default() -> Self {
         Choices {
             any_token: false,
+            any_choice: false,
             text: Cow::Borrowed(""),
             finish_reason: None,
         }
@@ -221,6 +227,7 @@ impl<'de, C: ChoiceLike<'de>> Visitor<'de> for ChoicesVisitor<C> {
         let mut out = Choices::default();
         let mut first = true;
         while let Some(mut choice) = seq.next_element::<C>()? {
+            out.any_choice = true;
             out.any_token |= choice.is_token();
             if out.finish_reason.is_none() {
                 out.finish_reason = choice.finish_reason();

@@ -97,6 +97,8 @@ pub fn record(id: u64, arrival_ms: u64, ttft_ms: u64) -> RequestRecord {
         intended: arrival_ms * MS,
         released: arrival_ms * MS,
         sent: arrival_ms * MS,
+        started: None,
+        bare_events: Vec::new(),
         first_token: Some(first),
         end: Some(first + 10 * MS),
         done: Some(first + 11 * MS),

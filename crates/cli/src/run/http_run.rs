@@ -45,21 +45,26 @@ impl Executor for HttpTarget {
             extra_body: plan.extra_body.clone(),
             ignore_eos: plan.ignore_eos(),
         };
-        let model_id = match &plan.model {
-            Some(m) => m.clone(),
+        // As vLLM: without --model, requests name the first model's `id` and the result's
+        // `model_id` is its `root` (the path or hub id behind the served name).
+        let (model_name, model_id) = match &plan.model {
+            Some(m) => (
+                plan.served_model_name.clone().unwrap_or_else(|| m.clone()),
+                m.clone(),
+            ),
             None => {
-                let m = servebench_loadgen::probe::first_model(&target, Duration::from_secs(30))
-                    .await?;
+                let (id, root) =
+                    servebench_loadgen::probe::first_model_card(&target, Duration::from_secs(30))
+                        .await?;
                 if print {
-                    eprintln!("Model not specified; using the server's first model: {m}");
+                    eprintln!(
+                        "Model not specified; using the server's first model: {id} (root {root})"
+                    );
                 }
-                m
+                (plan.served_model_name.clone().unwrap_or(id), root)
             }
         };
-        target.model = plan
-            .served_model_name
-            .clone()
-            .unwrap_or_else(|| model_id.clone());
+        target.model = model_name;
 
         let client = Arc::new(BackendClient::new(
             target,
@@ -121,6 +126,9 @@ impl Executor for HttpTarget {
         if print {
             print_traffic(plan);
         }
+        let metrics_timeout = Duration::from_secs(5);
+        let spec_before =
+            servebench_loadgen::probe::spec_decode_counters(client.target(), metrics_timeout).await;
         let spec = LoadSpec {
             schedule,
             max_concurrency: plan.traffic.max_concurrency,
@@ -144,6 +152,12 @@ impl Executor for HttpTarget {
                 finish.jsonl_path.display()
             );
         }
+        let spec_after =
+            servebench_loadgen::probe::spec_decode_counters(client.target(), metrics_timeout).await;
+        let spec_decode = servebench_metrics::vllm::SpecDecodeStats::between(
+            spec_before.as_ref(),
+            spec_after.as_ref(),
+        );
         let server = output::ServerInfo::fetch(client.target(), self.sim.clone()).await;
         let simulated = server.sim.is_some();
         let meta = server.target_info(&client.target().display_url())?;
@@ -156,6 +170,7 @@ impl Executor for HttpTarget {
             outcome.duration_ns,
             Some(&outcome),
             outcome.telemetry.as_ref(),
+            spec_decode,
             meta,
             simulated,
         )

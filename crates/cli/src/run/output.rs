@@ -17,6 +17,7 @@ use servebench_metrics::result::{
 };
 use servebench_metrics::summary::{summarize, Slo, SummaryOptions};
 use servebench_metrics::validity::{run_facts, FactsOptions, RunValidity};
+use servebench_metrics::vllm::SpecDecodeStats;
 use servebench_metrics::{RequestRecord, RunSummary, SteadyStateMode};
 use servebench_report::{to_python_json, vllm_result, VllmRunInfo};
 use servebench_tokenizer::Tokenizer;
@@ -197,13 +198,70 @@ impl<'a> Finish<'a> {
     }
 }
 
+/// Python's `datetime.isoformat()` of a local time: microseconds only when not zero.
+fn py_isoformat(t: std::time::SystemTime) -> String {
+    let local = chrono::DateTime::<chrono::Local>::from(t).naive_local();
+    let micros = local.and_utc().timestamp_subsec_micros();
+    let base = local.format("%Y-%m-%dT%H:%M:%S").to_string();
+    if micros == 0 {
+        base
+    } else {
+        format!("{base}.{micros:06}")
+    }
+}
+
+/// vLLM's `rps_change_events` for a ramp-up run: each request's ramp rate as vLLM's
+/// `_get_current_request_rate` gives it (progress `i / max(n − 1, 1)`, `n` the request count;
+/// a `--duration` run ramps with time, `t / duration`), stamped at the request's intended
+/// time on the wall clock of the run start.
+fn rps_change_events(
+    f: &Finish<'_>,
+    records: &[RequestRecord],
+    started_at: std::time::SystemTime,
+) -> Vec<(u64, String)> {
+    let Some((strategy, start, end)) = &f.ramp_up else {
+        return Vec::new();
+    };
+    let ramp = servebench_workload::RampUp {
+        strategy: if strategy == "exponential" {
+            servebench_workload::RampUpStrategy::Exponential
+        } else {
+            servebench_workload::RampUpStrategy::Linear
+        },
+        start_rps: *start as f64,
+        end_rps: *end as f64,
+    };
+    let mut by_id: Vec<&RequestRecord> = records.iter().collect();
+    by_id.sort_by_key(|r| r.id);
+    let n = f.args.num_prompts.max(by_id.len());
+    let requests: Vec<(f64, u64)> = by_id
+        .iter()
+        .map(|r| {
+            let progress = match f.args.duration.filter(|d| *d > 0.0) {
+                Some(d) => (r.intended as f64 / 1e9 / d).min(1.0),
+                None => r.id as f64 / n.saturating_sub(1).max(1) as f64,
+            };
+            (ramp.rate_at(progress), r.intended)
+        })
+        .collect();
+    servebench_metrics::vllm::rps_change_events(*start, &requests)
+        .into_iter()
+        .map(|c| {
+            let at = started_at + Duration::from_nanos(c.at_ns);
+            (c.rps, py_isoformat(at))
+        })
+        .collect()
+}
+
 /// Summaries, terminal output and files for a finished run; returns the exit code.
+#[allow(clippy::too_many_arguments)]
 pub fn write_results(
     f: &Finish<'_>,
     records: &[RequestRecord],
     duration_ns: u64,
     load: Option<&LoadOutcome>,
     telemetry: Option<&ServerTelemetry>,
+    spec_decode: Option<SpecDecodeStats>,
     target: TargetInfo,
     simulated: bool,
 ) -> Result<super::RunOutcome> {
@@ -238,6 +296,13 @@ pub fn write_results(
         burstiness: args.burstiness,
         max_concurrency: args.max_concurrency,
         ramp_up: f.ramp_up.clone(),
+        rps_change_events: rps_change_events(
+            f,
+            records,
+            load.map(|o| o.started_at)
+                .unwrap_or_else(std::time::SystemTime::now),
+        ),
+        spec_decode,
         duration_s: duration_ns as f64 / 1e9,
         percentile_metrics: f.percentile_metrics.to_vec(),
         percentiles: f.percentiles.to_vec(),
@@ -253,12 +318,8 @@ pub fn write_results(
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
-        let block = servebench_report::terminal::vllm_block(
-            &vllm,
-            &f.percentile_metrics,
-            &f.percentiles,
-            !f.goodput.is_empty(),
-        );
+        let block =
+            servebench_report::terminal::vllm_block(&vllm, &f.percentiles, !f.goodput.is_empty());
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
         let _ = write!(stdout, "{block}{extras}{verdict}");

@@ -57,6 +57,7 @@ impl Executor for VirtualTarget {
             duration_ns,
             None,
             Some(&telemetry),
+            None,
             meta,
             true,
         )
@@ -100,6 +101,7 @@ pub fn simulate(
     schedule: &[u64],
 ) -> anyhow::Result<(Vec<RequestRecord>, u64, ServerTelemetry)> {
     let ignore_eos = plan.ignore_eos();
+    let chat = plan.endpoint.api == servebench_loadgen::ApiKind::Chat;
     let max_concurrency = plan.traffic.max_concurrency;
     let num_warmups = plan.traffic.num_warmups;
     let cold = plan.random.prefix_mode == servebench_workload::PrefixMode::PerRequest;
@@ -141,7 +143,7 @@ pub fn simulate(
         .traces
         .iter()
         .zip(requests)
-        .map(|(t, r)| record(t, r))
+        .map(|(t, r)| record(t, r, chat))
         .collect();
     let duration = records
         .iter()
@@ -223,7 +225,9 @@ fn warmed_up(
     Ok(run)
 }
 
-fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
+/// `chat`: the stream the simulator would have written opens with a role-only chunk, sent
+/// together with the first content chunk; it is kept as the bare event vLLM's client counts.
+fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord {
     let first = t.token_times_ns.first().copied();
     let end = t.token_times_ns.last().copied();
     let failure = match (t.finish_reason, first) {
@@ -241,6 +245,12 @@ fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
         intended: t.intended_ns,
         released: t.sent_ns,
         sent: t.sent_ns,
+        started: None,
+        bare_events: if chat {
+            first.into_iter().collect()
+        } else {
+            Vec::new()
+        },
         first_token: first,
         end,
         done: end.or(t.end_ns),

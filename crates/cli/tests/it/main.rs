@@ -22,3 +22,4 @@ mod run_cli;
 mod sim_cli;
 mod sweep_cli;
 mod trust;
+mod vllm_parity;

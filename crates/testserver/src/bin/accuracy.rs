@@ -145,6 +145,8 @@ mod tests {
             intended: 0,
             released: 0,
             sent: 1_000_000,
+            started: None,
+            bare_events: Vec::new(),
             // 0.5 ms later than the log on the first event, exact gaps afterwards.
             first_token: Some(51_500_000),
             end: Some(91_500_000),
