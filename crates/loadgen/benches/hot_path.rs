@@ -84,6 +84,7 @@ fn record(state: StreamState) -> RequestRecord {
         text: None,
         failure: acc.failure,
         resent: 0,
+        answer_checked: false,
     }
 }
 

@@ -342,6 +342,7 @@ impl BackendClient {
             },
             failure,
             resent: 0,
+            answer_checked: false,
         }
     }
 }

@@ -32,7 +32,8 @@ pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;
 pub use steady_state::{mser5, steady_state, SteadyState, SteadyStateMode, Truncation};
 pub use summary::{
-    summarize, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric, SummaryOptions,
+    summarize, AnswerCheckSummary, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric,
+    SummaryOptions,
     TimeSeries,
 };
 pub use validity::{

@@ -48,6 +48,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         text: None,
         failure: None,
         resent: 0,
+        answer_checked: false,
     }
 }
 
@@ -141,6 +142,7 @@ fn run_result() -> RunResult {
             client_limited: false,
             not_dispatched: 0,
             resent: 0,
+            answer_checked: false,
         })),
         server_telemetry: Some(ServerTelemetry {
             samples: vec![TelemetrySample {

@@ -366,6 +366,7 @@ mod tests {
                     text: None,
                     failure: None,
                     resent: 0,
+                    answer_checked: false,
                 }
             })
             .collect();

@@ -262,5 +262,6 @@ fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
         text: None,
         failure,
         resent: 0,
+        answer_checked: false,
     }
 }
