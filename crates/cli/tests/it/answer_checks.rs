@@ -494,3 +494,51 @@ flags = ["--expect-regex", "^SELECT "]
     let plan = std::fs::read_to_string(exp_dir.join("plan.toml")).expect("plan.toml");
     assert!(plan.contains("--expect-regex"), "{plan}");
 }
+
+fn workspace_root() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+}
+
+#[test]
+fn the_readme_virtual_time_regex_example_runs_as_written_and_every_answer_passes() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README");
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("servebench run --virtual-time --num-prompts 50") && l.contains("--expect-regex"))
+        .expect("the README's --expect-regex example");
+    let words = servebench_sim::args::split_shell_words(line).expect("shell words");
+    let dir = tempdir("readme");
+    let out = bin()
+        .current_dir(&dir)
+        .args(&words[1..])
+        .args(["--disable-tqdm", "--output-dir", "out"])
+        .output()
+        .expect("spawn");
+    assert!(out.status.success(), "{line}\n{}", text(&out));
+    assert_eq!(
+        native(&dir.join("out"))["summary"]["answer_checks"],
+        json!({"checked": 50, "passed": 50, "failed": 0})
+    );
+}
+
+#[test]
+fn the_example_dataset_and_schema_load() {
+    use servebench_answer::{AnswerChecks, Expected};
+    let root = workspace_root();
+    let mut cfg = servebench_workload::CustomConfig::new(root.join("examples/expected.jsonl"));
+    cfg.num_prompts = 0;
+    cfg.disable_shuffle = true;
+    let got = servebench_workload::sample_custom_checked(
+        &cfg,
+        &servebench_tokenizer::Tokenizer::builtin(),
+    )
+    .expect("examples/expected.jsonl");
+    assert_eq!(got.requests.len(), 4);
+    assert_eq!(got.expected[0], Some(Expected::Substring("Paris".into())));
+    assert!(matches!(&got.expected[1], Some(Expected::Regex(_))));
+    assert!(got.expected[3].is_none());
+    let checks = AnswerChecks::new(&[], &[root.join("examples/answer.schema.json")])
+        .expect("examples/answer.schema.json");
+    assert!(checks.verify("{\"answer\": 42}", got.expected[2].as_ref()).is_ok());
+    assert!(checks.verify(" 42 ", got.expected[1].as_ref()).is_err(), "not JSON");
+}
