@@ -78,8 +78,12 @@ impl Schema {
         let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
         let value: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| err(format!("not JSON: {e}")))?;
-        let validator = jsonschema::validator_for(&value)
-            .map_err(|e| err(format!("not a valid JSON schema: {}", one_line(&e.to_string()))))?;
+        let validator = jsonschema::validator_for(&value).map_err(|e| {
+            err(format!(
+                "not a valid JSON schema: {}",
+                one_line(&e.to_string())
+            ))
+        })?;
         Ok(Schema {
             path: path.to_path_buf(),
             validator: Arc::new(validator),
@@ -270,8 +274,16 @@ mod tests {
         let c = AnswerChecks::new(&["^SELECT".into()], &[]).unwrap();
         let f = c.judge(" of the and", None).unwrap();
         assert_eq!(f.kind, FailureKind::InvalidOutput);
-        assert!(f.message.contains("--expect-regex \"^SELECT\""), "{}", f.message);
-        assert!(f.message.contains("answer: \" of the and\""), "{}", f.message);
+        assert!(
+            f.message.contains("--expect-regex \"^SELECT\""),
+            "{}",
+            f.message
+        );
+        assert!(
+            f.message.contains("answer: \" of the and\""),
+            "{}",
+            f.message
+        );
     }
 
     #[test]
@@ -288,7 +300,7 @@ mod tests {
             "obj.json",
             r#"{"type":"object","required":["answer"],"properties":{"answer":{"type":"integer"}}}"#,
         );
-        let c = AnswerChecks::new(&[], &[p.clone()]).unwrap();
+        let c = AnswerChecks::new(&[], std::slice::from_ref(&p)).unwrap();
         assert!(c.verify(r#" {"answer": 42} "#, None).is_ok());
         let m = c.verify("not json at all", None).unwrap_err();
         assert!(m.contains("answer is not JSON"), "{m}");
@@ -302,18 +314,31 @@ mod tests {
     fn unusable_schema_files_are_refused_naming_the_file() {
         let missing = PathBuf::from("/nonexistent/schema.json");
         let m = AnswerChecks::new(&[], &[missing]).unwrap_err().to_string();
-        assert!(m.contains("/nonexistent/schema.json") && m.contains("cannot read"), "{m}");
+        assert!(
+            m.contains("/nonexistent/schema.json") && m.contains("cannot read"),
+            "{m}"
+        );
         let p = schema_file("broken.json", "{ not json");
-        let m = AnswerChecks::new(&[], &[p.clone()]).unwrap_err().to_string();
-        assert!(m.contains(&p.display().to_string()) && m.contains("not JSON"), "{m}");
+        let m = AnswerChecks::new(&[], std::slice::from_ref(&p))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            m.contains(&p.display().to_string()) && m.contains("not JSON"),
+            "{m}"
+        );
         let p = schema_file("bad-type.json", r#"{"type": 12}"#);
-        let m = AnswerChecks::new(&[], &[p.clone()]).unwrap_err().to_string();
+        let m = AnswerChecks::new(&[], std::slice::from_ref(&p))
+            .unwrap_err()
+            .to_string();
         assert!(m.contains("not a valid JSON schema"), "{m}");
     }
 
     #[test]
     fn a_remote_ref_is_refused_never_fetched() {
-        let p = schema_file("remote.json", r#"{"$ref": "http://127.0.0.1:9/schema.json"}"#);
+        let p = schema_file(
+            "remote.json",
+            r#"{"$ref": "http://127.0.0.1:9/schema.json"}"#,
+        );
         assert!(AnswerChecks::new(&[], &[p]).is_err());
     }
 

@@ -33,8 +33,7 @@ pub use stats::PercentileStat;
 pub use steady_state::{mser5, steady_state, SteadyState, SteadyStateMode, Truncation};
 pub use summary::{
     summarize, AnswerCheckSummary, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric,
-    SummaryOptions,
-    TimeSeries,
+    SummaryOptions, TimeSeries,
 };
 pub use validity::{
     judge, load_verdict, run_facts, FactsOptions, LoadVerdict, Needed, Reason, RunFacts,

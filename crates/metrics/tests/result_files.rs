@@ -142,7 +142,6 @@ fn run_result() -> RunResult {
             client_limited: false,
             not_dispatched: 0,
             resent: 0,
-            answer_checked: false,
         })),
         server_telemetry: Some(ServerTelemetry {
             samples: vec![TelemetrySample {

@@ -248,7 +248,10 @@ mod tests {
         assert!(e.contains("regular expression"), "{e}");
         let text = "{\"prompt\": \"b\", \"expected\": 7}\n";
         let e = sample(text, &cfg(0)).unwrap_err().to_string();
-        assert!(e.starts_with("data.jsonl:1:") && e.contains("{\"regex\""), "{e}");
+        assert!(
+            e.starts_with("data.jsonl:1:") && e.contains("{\"regex\""),
+            "{e}"
+        );
     }
 
     #[test]
@@ -264,7 +267,11 @@ mod tests {
         assert_eq!(got.expected.len(), 23);
         for (r, e) in got.requests.iter().zip(&got.expected) {
             let n = r.prompt.trim_start_matches("prompt ");
-            assert_eq!(e, &Some(Expected::Substring(format!("answer {n}"))), "{r:?}");
+            assert_eq!(
+                e,
+                &Some(Expected::Substring(format!("answer {n}"))),
+                "{r:?}"
+            );
         }
         // Without `expected` anywhere, the plain reader's requests are the same.
         let plain: String = (0..5)

@@ -116,10 +116,8 @@ pub fn effective_plan(args: &MatrixArgs) -> Result<MatrixPlan> {
     // Absolute, so plan.toml re-runs from anywhere.
     for schema in &args.expect_json_schema {
         let abs = std::path::absolute(schema).unwrap_or_else(|_| schema.clone());
-        d.flags.extend([
-            "--expect-json-schema".to_owned(),
-            abs.display().to_string(),
-        ]);
+        d.flags
+            .extend(["--expect-json-schema".to_owned(), abs.display().to_string()]);
     }
     d.flags.extend(args.run_flags.iter().cloned());
     if !args.rows.is_empty() {

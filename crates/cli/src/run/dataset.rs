@@ -131,6 +131,8 @@ pub fn cycle_expected(expected: Vec<Option<Expected>>, n: usize) -> Vec<Option<E
     if expected.is_empty() || expected.len() == n {
         expected
     } else {
-        (0..n).map(|i| expected[i % expected.len()].clone()).collect()
+        (0..n)
+            .map(|i| expected[i % expected.len()].clone())
+            .collect()
     }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
-use servebench_loadgen::ApiKind;
 use servebench_answer::AnswerChecks;
+use servebench_loadgen::ApiKind;
 use servebench_metrics::summary::Slo;
 use servebench_workload::{PrefixMode, RampUpStrategy};
 

@@ -38,14 +38,13 @@ impl Executor for VirtualTarget {
         _stop: &servebench_loadgen::StopSignal,
         print: bool,
     ) -> anyhow::Result<RunOutcome> {
-        let (records, duration_ns, telemetry) =
-            simulate_checked(
-                &self.sim,
-                plan,
-                &work.requests,
-                &work.expected,
-                &work.schedule,
-            )?;
+        let (records, duration_ns, telemetry) = simulate_checked(
+            &self.sim,
+            plan,
+            &work.requests,
+            &work.expected,
+            &work.schedule,
+        )?;
         let model_id = plan
             .model
             .clone()

@@ -229,7 +229,10 @@ fn json_schema_turns_invalid_json_and_schema_violations_into_invalid_output() {
     );
 
     let summary = &native(&dir.join("out"))["summary"];
-    assert_eq!((summary["completed"].as_u64(), summary["failed"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(
+        (summary["completed"].as_u64(), summary["failed"].as_u64()),
+        (Some(1), Some(2))
+    );
     assert_eq!(summary["failures_by_kind"]["invalid_output"], 2);
     assert_eq!(
         summary["answer_checks"],
@@ -237,7 +240,10 @@ fn json_schema_turns_invalid_json_and_schema_violations_into_invalid_output() {
     );
     // vLLM's file counts a request as failed when it was not a success.
     let vllm = read_json(&dir.join("vllm.json"));
-    assert_eq!((vllm["completed"].as_u64(), vllm["failed"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(
+        (vllm["completed"].as_u64(), vllm["failed"].as_u64()),
+        (Some(1), Some(2))
+    );
 }
 
 #[test]
@@ -277,7 +283,10 @@ fn custom_dataset_expected_checks_each_request_by_its_own_line() {
     let recs = records(&dir.join("out"));
     assert_eq!(recs.len(), 5);
     let checked = recs.iter().filter(|r| r["answer_checked"] == true).count();
-    assert_eq!(checked, 4, "the line without expected is not checked: {recs:?}");
+    assert_eq!(
+        checked, 4,
+        "the line without expected is not checked: {recs:?}"
+    );
     let failed: Vec<&Value> = recs.iter().filter(|r| !r["failure"].is_null()).collect();
     assert_eq!(failed.len(), 2, "{recs:?}");
     for r in &failed {
@@ -393,8 +402,14 @@ fn bad_checks_exit_2_before_any_request() {
     );
     let target = ["--base-url", server.url.as_str(), "--model", "m"];
     let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
-        (vec!["--expect-regex", "(unclosed"], vec!["--expect-regex", "(unclosed"]),
-        (vec!["--expect-json-schema", &broken], vec![&broken, "not JSON"]),
+        (
+            vec!["--expect-regex", "(unclosed"],
+            vec!["--expect-regex", "(unclosed"],
+        ),
+        (
+            vec!["--expect-json-schema", &broken],
+            vec![&broken, "not JSON"],
+        ),
         (
             vec!["--expect-json-schema", &not_a_schema],
             vec![&not_a_schema, "not a valid JSON schema"],
@@ -427,8 +442,16 @@ fn bad_checks_exit_2_before_any_request() {
         .output()
         .expect("spawn");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains(&broken), "{}", text(&out));
-    assert_eq!(server.posts.load(Ordering::SeqCst), 0, "no request was sent");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&broken),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        server.posts.load(Ordering::SeqCst),
+        0,
+        "no request was sent"
+    );
 }
 
 #[test]
@@ -504,7 +527,10 @@ fn the_readme_virtual_time_regex_example_runs_as_written_and_every_answer_passes
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README");
     let line = readme
         .lines()
-        .find(|l| l.starts_with("servebench run --virtual-time --num-prompts 50") && l.contains("--expect-regex"))
+        .find(|l| {
+            l.starts_with("servebench run --virtual-time --num-prompts 50")
+                && l.contains("--expect-regex")
+        })
         .expect("the README's --expect-regex example");
     let words = servebench_sim::args::split_shell_words(line).expect("shell words");
     let dir = tempdir("readme");
@@ -539,6 +565,11 @@ fn the_example_dataset_and_schema_load() {
     assert!(got.expected[3].is_none());
     let checks = AnswerChecks::new(&[], &[root.join("examples/answer.schema.json")])
         .expect("examples/answer.schema.json");
-    assert!(checks.verify("{\"answer\": 42}", got.expected[2].as_ref()).is_ok());
-    assert!(checks.verify(" 42 ", got.expected[1].as_ref()).is_err(), "not JSON");
+    assert!(checks
+        .verify("{\"answer\": 42}", got.expected[2].as_ref())
+        .is_ok());
+    assert!(
+        checks.verify(" 42 ", got.expected[1].as_ref()).is_err(),
+        "not JSON"
+    );
 }
