@@ -516,6 +516,14 @@ flags = ["--expect-regex", "^SELECT "]
     assert_eq!(strict["failures_by_kind"]["invalid_output"], 5);
     let plan = std::fs::read_to_string(exp_dir.join("plan.toml")).expect("plan.toml");
     assert!(plan.contains("--expect-regex"), "{plan}");
+    // The report shows each run's validity rate.
+    let html = std::fs::read_to_string(exp_dir.join("report.html")).expect("report.html");
+    for rate in [
+        "100.0 % (5 of 5 checked answers passed, 0 failed the check)",
+        "0.0 % (0 of 5 checked answers passed, 5 failed the check)",
+    ] {
+        assert!(html.contains(rate), "report.html lacks {rate:?}");
+    }
 }
 
 fn workspace_root() -> &'static Path {
