@@ -86,6 +86,7 @@ fn record(state: StreamState) -> RequestRecord {
         text: None,
         failure: acc.failure,
         resent: 0,
+        answer_checked: false,
     }
 }
 

@@ -7,6 +7,7 @@ use http::{header, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
+use servebench_answer::{AnswerChecks, Expected};
 use servebench_metrics::{CountSource, Failure, FailureKind, RequestRecord};
 use servebench_tokenizer::Tokenizer;
 use servebench_wire::protocol::{request_id, REQUEST_ID_HEADER};
@@ -31,6 +32,16 @@ pub struct Prepared {
     /// Prompt length the dataset intended, under the client's tokenizer.
     pub input_tokens: u64,
     pub max_tokens: Option<u64>,
+    /// This request's own answer check (the dataset's `expected`), beside the run's.
+    pub expected: Option<Expected>,
+}
+
+impl Prepared {
+    /// The same request with its own answer check.
+    pub fn with_expected(mut self, expected: Option<Expected>) -> Prepared {
+        self.expected = expected;
+        self
+    }
 }
 
 /// How the client behaves beyond the target itself.
@@ -42,6 +53,8 @@ pub struct ClientOptions {
     pub keep_text: bool,
     /// Counts output tokens when the server gives no `usage`.
     pub tokenizer: Option<Tokenizer>,
+    /// Checks every completed answer must pass (`--expect-regex`, `--expect-json-schema`).
+    pub checks: AnswerChecks,
 }
 
 /// A pooled HTTP/1.1 client bound to one target. Cheap to share behind an `Arc`.
@@ -88,6 +101,7 @@ impl BackendClient {
             body: Bytes::from(self.target.body(prompt, max_tokens)),
             input_tokens,
             max_tokens,
+            expected: None,
         }
     }
 
@@ -319,6 +333,12 @@ impl BackendClient {
                 _ => (acc.events.len() as u64, CountSource::Events),
             },
         };
+        // Only an answer that arrived whole is checked: a failed transfer is already a
+        // failure of its own kind.
+        let answer_checked = failure.is_none() && self.options.checks.applies(p.expected.as_ref());
+        if answer_checked {
+            failure = self.options.checks.judge(&acc.text, p.expected.as_ref());
+        }
         let (input_tokens, input_source) = match acc.prompt_tokens {
             Some(n) => (n, CountSource::Usage),
             None => (p.input_tokens, CountSource::Dataset),
@@ -350,6 +370,7 @@ impl BackendClient {
             },
             failure,
             resent: 0,
+            answer_checked,
         }
     }
 }

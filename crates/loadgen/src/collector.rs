@@ -224,6 +224,7 @@ mod tests {
             text: Some("x".repeat(100_000)),
             failure: None,
             resent: 0,
+            answer_checked: false,
         }
     }
 

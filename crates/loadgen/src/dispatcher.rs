@@ -348,6 +348,7 @@ mod tests {
                     message: "cancelled".into(),
                 }),
                 resent: 0,
+                answer_checked: false,
             }
         }
     }

@@ -166,6 +166,7 @@ pub(crate) mod tests {
             text: None,
             failure: None,
             resent: 0,
+            answer_checked: false,
         }
     }
 

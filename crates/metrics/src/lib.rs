@@ -32,8 +32,8 @@ pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;
 pub use steady_state::{mser5, steady_state, SteadyState, SteadyStateMode, Truncation};
 pub use summary::{
-    summarize, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric, SummaryOptions,
-    TimeSeries,
+    summarize, AnswerCheckSummary, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric,
+    SummaryOptions, TimeSeries,
 };
 pub use validity::{
     judge, load_verdict, run_facts, FactsOptions, LoadVerdict, Needed, Reason, RunFacts,

@@ -51,6 +51,9 @@ pub enum FailureKind {
     Cancelled,
     /// Anything else on the transport (I/O errors other than the above).
     Transport,
+    /// The response completed, but its text failed an answer check (`--expect-regex`,
+    /// `--expect-json-schema`, or the dataset's per-request `expected`).
+    InvalidOutput,
 }
 
 impl FailureKind {
@@ -65,6 +68,7 @@ impl FailureKind {
             FailureKind::StreamError => "stream_error",
             FailureKind::Cancelled => "cancelled",
             FailureKind::Transport => "transport",
+            FailureKind::InvalidOutput => "invalid_output",
         }
     }
 }
@@ -152,10 +156,18 @@ pub struct RequestRecord {
     /// connection the server had closed without reading it (at most once; absent when 0).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub resent: u32,
+    /// The answer's text went through at least one answer check (passed, or failed with
+    /// `invalid_output`); absent when the request had none or never completed.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub answer_checked: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl RequestRecord {

@@ -232,6 +232,50 @@ impl MetricSummary {
     }
 }
 
+/// Answer checks of a run: how many answers were checked and how many passed. A failed
+/// check is also a failure of kind `invalid_output` (counted in `failed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerCheckSummary {
+    /// Completed responses whose text went through at least one check.
+    pub checked: u64,
+    /// Of those, the ones that passed every check.
+    pub passed: u64,
+    /// Of those, the ones that failed a check (`invalid_output`).
+    pub failed: u64,
+}
+
+impl AnswerCheckSummary {
+    /// From a run's records; `None` when no answer was checked.
+    pub fn from_records(records: &[RequestRecord]) -> Option<AnswerCheckSummary> {
+        let checked: Vec<&RequestRecord> = records.iter().filter(|r| r.answer_checked).collect();
+        if checked.is_empty() {
+            return None;
+        }
+        let failed = checked
+            .iter()
+            .filter(|r| {
+                r.failure
+                    .as_ref()
+                    .is_some_and(|f| f.kind == crate::record::FailureKind::InvalidOutput)
+            })
+            .count() as u64;
+        Some(AnswerCheckSummary {
+            checked: checked.len() as u64,
+            passed: checked.len() as u64 - failed,
+            failed,
+        })
+    }
+
+    /// Passed answers as a % of checked ones.
+    pub fn validity_pct(&self) -> f64 {
+        if self.checked == 0 {
+            0.0
+        } else {
+            self.passed as f64 * 100.0 / self.checked as f64
+        }
+    }
+}
+
 /// Goodput: completed requests that met every SLO.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GoodputSummary {
@@ -293,6 +337,10 @@ pub struct RunSummary {
     pub total_token_throughput: f64,
     /// `None` when no SLO was given.
     pub goodput: Option<GoodputSummary>,
+    /// Answer checks (`--expect-regex`, `--expect-json-schema`, per-request `expected`);
+    /// `None` when no answer was checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_checks: Option<AnswerCheckSummary>,
     /// Time to first token.
     pub ttft: MetricSummary,
     /// Time per output token (requests with more than one output token).
@@ -476,6 +524,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         prompt_throughput: per_s(total_input_tokens as f64),
         total_token_throughput: per_s((total_input_tokens + total_output_tokens) as f64),
         goodput,
+        answer_checks: AnswerCheckSummary::from_records(records),
         ttft,
         tpot,
         itl,
@@ -774,6 +823,42 @@ mod tests {
         assert_eq!(s.failed, 1);
         assert_eq!(s.failures_by_kind.get("connect"), Some(&1));
         assert_eq!(s.e2el.max, None);
+    }
+
+    #[test]
+    fn an_answer_that_failed_its_check_is_a_failed_request_and_lowers_validity() {
+        let mut good = record(0, 0, &[100, 200], 2);
+        good.answer_checked = true;
+        let mut bad = record(1, 0, &[100, 200], 2);
+        bad.answer_checked = true;
+        bad.failure = Some(Failure {
+            kind: FailureKind::InvalidOutput,
+            status: None,
+            message: "answer does not match --expect-regex \"x\"".into(),
+        });
+        let unchecked = record(2, 0, &[100, 200], 2);
+        let s = summarize(
+            &[good, bad, unchecked],
+            &SummaryOptions {
+                goodput: vec![Slo {
+                    metric: SloMetric::Ttft,
+                    percentile: None,
+                    threshold_ms: 1_000.0,
+                }],
+                ..opts()
+            },
+        );
+        assert_eq!((s.completed, s.failed), (2, 1));
+        assert_eq!(s.failures_by_kind.get("invalid_output"), Some(&1));
+        assert_eq!(s.goodput.as_ref().unwrap().good_requests, 2);
+        let c = s.answer_checks.unwrap();
+        assert_eq!((c.checked, c.passed, c.failed), (2, 1, 1));
+        assert_eq!(c.validity_pct(), 50.0);
+        assert_eq!(s.ttft.n, 2);
+        // No check in the run: no block at all (and none in the serialized summary).
+        let s = summarize(&[record(0, 0, &[100], 1)], &opts());
+        assert!(s.answer_checks.is_none());
+        assert!(!serde_json::to_string(&s).unwrap().contains("answer_checks"));
     }
 
     #[test]

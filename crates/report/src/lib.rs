@@ -2,7 +2,7 @@
 //! Nothing here measures or decides; it formats what it is given.
 
 mod model;
-mod pyjson;
+pub mod pyjson;
 pub mod render;
 pub mod terminal;
 pub mod verdict;

@@ -297,6 +297,13 @@ pub fn servebench_block(
             .collect();
         line(&mut out, "Failures by kind:", kinds.join(", "));
     }
+    if let Some(c) = &s.answer_checks {
+        line(
+            &mut out,
+            "Valid answers (passed/checked):",
+            format!("{}/{} ({:.1} %)", c.passed, c.checked, c.validity_pct()),
+        );
+    }
     let srcs: Vec<String> = s
         .output_sources
         .iter()
@@ -406,6 +413,7 @@ mod tests {
                     text: None,
                     failure: None,
                     resent: 0,
+                    answer_checked: false,
                 }
             })
             .collect();

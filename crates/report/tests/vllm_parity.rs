@@ -41,6 +41,7 @@ fn record(id: u64, started_ms: u64, sent_ms: u64, role_ms: u64, token_ms: &[u64]
         text: Some("ok".into()),
         failure: None,
         resent: 0,
+        answer_checked: false,
     }
 }
 

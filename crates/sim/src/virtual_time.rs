@@ -46,6 +46,9 @@ pub struct RequestTrace {
     pub preemptions: u32,
     /// When the request left the engine.
     pub end_ns: Option<u64>,
+    /// Generated token ids, in order: kept only by a driver asked to
+    /// ([`VirtualDriver::keep_output_ids`]), empty otherwise.
+    pub output_ids: Vec<u32>,
 }
 
 impl RequestTrace {
@@ -87,7 +90,27 @@ pub fn run_virtual(
     config: EngineConfig,
     workload: VirtualWorkload,
 ) -> Result<VirtualRun, SimError> {
+    run_virtual_with(config, workload, false)
+}
+
+/// [`run_virtual`], keeping each request's generated token ids in its trace (so its text can
+/// be rebuilt and checked).
+pub fn run_virtual_keeping_output(
+    config: EngineConfig,
+    workload: VirtualWorkload,
+) -> Result<VirtualRun, SimError> {
+    run_virtual_with(config, workload, true)
+}
+
+fn run_virtual_with(
+    config: EngineConfig,
+    workload: VirtualWorkload,
+    keep_output_ids: bool,
+) -> Result<VirtualRun, SimError> {
     let mut driver = VirtualDriver::new(config, workload.max_concurrency)?;
+    if keep_output_ids {
+        driver.keep_output_ids();
+    }
     // Traces stay in the given order; requests enter in intended order (a stable sort keeps
     // the given order among equal times).
     let mut indexed: Vec<(usize, VirtualArrival)> = workload
@@ -128,6 +151,8 @@ pub struct VirtualDriver {
     /// Request id → trace index; looked up only.
     trace_index: HashMap<u64, usize>,
     steps: u64,
+    /// Record generated token ids in the traces (memory grows with every output token).
+    keep_output_ids: bool,
 }
 
 impl VirtualDriver {
@@ -153,7 +178,13 @@ impl VirtualDriver {
             traces: Vec::new(),
             trace_index: HashMap::new(),
             steps: 0,
+            keep_output_ids: false,
         })
+    }
+
+    /// From now on, traces keep their requests' generated token ids.
+    pub fn keep_output_ids(&mut self) {
+        self.keep_output_ids = true;
     }
 
     /// Queue an arrival. One intended before the current engine time is sent no earlier than
@@ -176,6 +207,7 @@ impl VirtualDriver {
             finish_reason: None,
             preemptions: 0,
             end_ns: None,
+            output_ids: Vec::new(),
         });
         self.traces.len() - 1
     }
@@ -240,6 +272,9 @@ impl VirtualDriver {
         for tok in &out.tokens {
             if let Some(&i) = self.trace_index.get(&tok.id) {
                 self.traces[i].token_times_ns.push(t1);
+                if self.keep_output_ids {
+                    self.traces[i].output_ids.push(tok.token);
+                }
             }
         }
         for f in out.finished {

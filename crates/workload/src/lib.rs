@@ -22,7 +22,7 @@ mod synth;
 pub mod trace;
 
 pub use arrival::{ArrivalConfig, RampUp, RampUpStrategy};
-pub use custom::{sample_custom, CustomConfig};
+pub use custom::{sample_custom, sample_custom_checked, CustomConfig, CustomRequests};
 pub use error::WorkloadError;
 pub use random::{sample_random, PrefixMode, RandomConfig};
 pub use request::{cycle, RequestSpec};

@@ -18,17 +18,23 @@ pub(crate) fn shuffle<T>(items: &mut [T], seed: u64) {
 /// the next ids. Does nothing when `requests` is empty or already long enough.
 pub(crate) fn oversample(requests: &mut Vec<RequestSpec>, target: usize, seed: u64) {
     let have = requests.len();
-    if have == 0 || have >= target {
-        return;
-    }
-    let mut rng = stream(seed, Purpose::Oversample, 0);
-    for i in have..target {
-        let pick = requests[rng.random_range(0..have)].clone();
+    for (i, pick) in (have..target).zip(oversample_picks(have, target, seed)) {
+        let pick = requests[pick].clone();
         requests.push(RequestSpec {
             id: i as u64,
             ..pick
         });
     }
+}
+
+/// The positions [`oversample`] copies, in order (empty when nothing is copied), so data
+/// kept beside the requests can follow the same picks.
+pub(crate) fn oversample_picks(have: usize, target: usize, seed: u64) -> Vec<usize> {
+    if have == 0 || have >= target {
+        return Vec::new();
+    }
+    let mut rng = stream(seed, Purpose::Oversample, 0);
+    (have..target).map(|_| rng.random_range(0..have)).collect()
 }
 
 #[cfg(test)]

@@ -115,6 +115,7 @@ pub fn record(id: u64, arrival_ms: u64, ttft_ms: u64) -> RequestRecord {
         text: None,
         failure: None,
         resent: 0,
+        answer_checked: false,
     }
 }
 

@@ -56,6 +56,14 @@ pub struct MatrixArgs {
     /// Report title [default: the file's, or "Default workload matrix"].
     #[arg(long)]
     pub title: Option<String>,
+    /// Every completed answer of every row must match this regex (as `run --expect-regex`;
+    /// a row's own checks go in its `flags`). Repeatable.
+    #[arg(long, value_name = "RE", help_heading = "Answer checks")]
+    pub expect_regex: Vec<String>,
+    /// Every completed answer of every row must be JSON valid against this schema file (as
+    /// `run --expect-json-schema`). Repeatable.
+    #[arg(long, value_name = "FILE", help_heading = "Answer checks")]
+    pub expect_json_schema: Vec<PathBuf>,
     #[command(flatten)]
     pub target: TargetArgs,
     /// `servebench run` flags added to every row, after `--` (e.g. -- --backend openai-chat).
@@ -101,6 +109,15 @@ pub fn effective_plan(args: &MatrixArgs) -> Result<MatrixPlan> {
     }
     if let Some(s) = args.seed {
         d.seed = s;
+    }
+    for re in &args.expect_regex {
+        d.flags.extend(["--expect-regex".to_owned(), re.clone()]);
+    }
+    // Absolute, so plan.toml re-runs from anywhere.
+    for schema in &args.expect_json_schema {
+        let abs = std::path::absolute(schema).unwrap_or_else(|_| schema.clone());
+        d.flags
+            .extend(["--expect-json-schema".to_owned(), abs.display().to_string()]);
     }
     d.flags.extend(args.run_flags.iter().cloned());
     if !args.rows.is_empty() {

@@ -234,6 +234,18 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "auto", help_heading = "Metrics")]
     pub steady_state: SteadyStateArg,
 
+    // ---- answer checks ----
+    /// Every completed answer must match this regex (anywhere in the text; anchor it with
+    /// ^…$ for the whole). A miss is a failed request of kind invalid_output. Repeatable:
+    /// all must match.
+    #[arg(long, value_name = "RE", help_heading = "Answer checks")]
+    pub expect_regex: Vec<String>,
+    /// Every completed answer must parse as JSON and validate against this JSON schema file
+    /// (local; no remote $ref). A miss is a failed request of kind invalid_output.
+    /// Repeatable: all must validate.
+    #[arg(long, value_name = "FILE", help_heading = "Answer checks")]
+    pub expect_json_schema: Vec<PathBuf>,
+
     // ---- output ----
     /// Save vLLM's result JSON.
     #[arg(long, help_heading = "Output")]

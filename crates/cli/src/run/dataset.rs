@@ -3,10 +3,11 @@
 use std::time::Duration;
 
 use anyhow::Result;
+use servebench_answer::Expected;
 use servebench_tokenizer::Tokenizer;
 use servebench_workload::{
-    sample_dataset, ArrivalConfig, CustomConfig, DatasetConfig, RampUp, RandomConfig, RequestSpec,
-    ShareGptConfig,
+    sample_custom_checked, sample_dataset, ArrivalConfig, CustomConfig, DatasetConfig, RampUp,
+    RandomConfig, RequestSpec, ShareGptConfig,
 };
 
 use super::plan::{DatasetChoice, RunPlan};
@@ -49,14 +50,36 @@ pub fn build(
     tokenizer: &Tokenizer,
     lengths_only: bool,
 ) -> Result<Vec<RequestSpec>> {
+    Ok(build_checked(plan, tokenizer, lengths_only)?.0)
+}
+
+/// [`build`], with each request's own answer check (a custom dataset's `expected`): empty
+/// when the dataset has none.
+pub fn build_checked(
+    plan: &RunPlan,
+    tokenizer: &Tokenizer,
+    lengths_only: bool,
+) -> Result<(Vec<RequestSpec>, Vec<Option<Expected>>)> {
     let cfg = config(plan);
     if lengths_only {
         if let DatasetConfig::Random(c) = &cfg {
-            return Ok(servebench_workload::random::sample_random_lengths(c)?);
+            let requests = servebench_workload::random::sample_random_lengths(c)?;
+            return Ok((requests, Vec::new()));
         }
     }
     let started = std::time::Instant::now();
-    let requests = sample_dataset(&cfg, tokenizer)?;
+    let (requests, expected) = match &cfg {
+        DatasetConfig::Custom(c) => {
+            let got = sample_custom_checked(c, tokenizer)?;
+            let expected = if got.has_expected() {
+                got.expected
+            } else {
+                Vec::new()
+            };
+            (got.requests, expected)
+        }
+        _ => (sample_dataset(&cfg, tokenizer)?, Vec::new()),
+    };
     let took = started.elapsed();
     if took > Duration::from_secs(2) {
         eprintln!(
@@ -65,7 +88,7 @@ pub fn build(
             took.as_secs_f64()
         );
     }
-    Ok(requests)
+    Ok((requests, expected))
 }
 
 /// The arrival process the plan describes.
@@ -100,5 +123,16 @@ pub fn cycle_to(requests: Vec<RequestSpec>, n: usize) -> Vec<RequestSpec> {
         requests
     } else {
         servebench_workload::cycle(&requests, n)
+    }
+}
+
+/// Per-request checks cycled as [`cycle_to`] cycles their requests (empty stays empty).
+pub fn cycle_expected(expected: Vec<Option<Expected>>, n: usize) -> Vec<Option<Expected>> {
+    if expected.is_empty() || expected.len() == n {
+        expected
+    } else {
+        (0..n)
+            .map(|i| expected[i % expected.len()].clone())
+            .collect()
     }
 }

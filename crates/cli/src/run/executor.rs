@@ -3,6 +3,7 @@
 //! leave the same result files.
 
 use anyhow::Result;
+use servebench_answer::Expected;
 use servebench_loadgen::StopSignal;
 use servebench_tokenizer::Tokenizer;
 use servebench_workload::RequestSpec;
@@ -18,6 +19,9 @@ pub struct Workload {
     pub schedule: Vec<u64>,
     /// The tokenizer prompt lengths were counted with.
     pub tokenizer: Tokenizer,
+    /// Each request's own answer check, by position (the dataset's `expected`); empty when
+    /// no request has one.
+    pub expected: Vec<Option<Expected>>,
 }
 
 /// Measures one workload and writes its results.

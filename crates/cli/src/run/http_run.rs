@@ -34,6 +34,7 @@ impl Executor for HttpTarget {
             requests,
             schedule,
             tokenizer,
+            expected,
         } = work;
         let mut target = Target {
             base_url: self.base_url.clone(),
@@ -72,12 +73,17 @@ impl Executor for HttpTarget {
                 request_timeout: plan.request_timeout,
                 keep_text: plan.report.save_detailed,
                 tokenizer: Some(tokenizer.clone()),
+                checks: plan.answer.checks.clone(),
             },
         )?);
         let prepared: Vec<_> = requests
             .iter()
             .enumerate()
-            .map(|(i, r)| client.prepare(i as u64, &r.prompt, r.prompt_tokens, r.max_tokens))
+            .map(|(i, r)| {
+                client
+                    .prepare(i as u64, &r.prompt, r.prompt_tokens, r.max_tokens)
+                    .with_expected(expected.get(i).cloned().flatten())
+            })
             .collect();
 
         // The records file is open before the first request (ready check and warm-up

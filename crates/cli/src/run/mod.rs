@@ -242,16 +242,18 @@ pub async fn execute(
     // A run that could not keep its results must not send a single request.
     output_check::check_outputs(plan)?;
     let tokenizer = load_tokenizer(plan.tokenizer.as_deref(), print)?;
-    let requests = dataset::build(plan, &tokenizer, target.is_virtual())?;
+    let (requests, expected) = dataset::build_checked(plan, &tokenizer, target.is_virtual())?;
     if requests.is_empty() {
         bail!("the dataset produced no requests");
     }
     let schedule = dataset::schedule(plan, requests.len())?;
     let requests = dataset::cycle_to(requests, schedule.len());
+    let expected = dataset::cycle_expected(expected, schedule.len());
     let work = Workload {
         requests,
         schedule,
         tokenizer,
+        expected,
     };
     match target {
         RunTarget::Http(t) => t.measure(plan, work, command_line, stop, print).await,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
+use servebench_answer::AnswerChecks;
 use servebench_loadgen::ApiKind;
 use servebench_metrics::summary::Slo;
 use servebench_workload::{PrefixMode, RampUpStrategy};
@@ -175,6 +176,27 @@ pub struct RunPlan {
     pub report: ReportPlan,
     /// `--repeat`: how many times the whole measurement runs.
     pub repeat: u32,
+    /// `--expect-regex` and `--expect-json-schema`, compiled.
+    pub answer: AnswerPlan,
+}
+
+/// The run-wide answer checks: the flags as given (for the recorded command line) and
+/// compiled (so a bad pattern or schema stops the run before any request).
+#[derive(Debug, Clone, Default)]
+pub struct AnswerPlan {
+    pub regexes: Vec<String>,
+    pub schemas: Vec<PathBuf>,
+    pub checks: AnswerChecks,
+}
+
+impl AnswerPlan {
+    fn from_args(a: &RunArgs) -> Result<AnswerPlan> {
+        Ok(AnswerPlan {
+            regexes: a.expect_regex.clone(),
+            schemas: a.expect_json_schema.clone(),
+            checks: AnswerChecks::new(&a.expect_regex, &a.expect_json_schema)?,
+        })
+    }
 }
 
 impl RunPlan {
@@ -200,6 +222,7 @@ impl RunPlan {
         let dataset = dataset(a)?;
         check_duration(&traffic)?;
         let endpoint = endpoint(a, &target)?;
+        let answer = AnswerPlan::from_args(a)?;
         Ok(RunPlan {
             target,
             endpoint,
@@ -246,6 +269,7 @@ impl RunPlan {
                 steady_state: a.steady_state,
             },
             repeat: a.repeat,
+            answer,
         })
     }
 
@@ -373,6 +397,8 @@ impl RunPlan {
             repeat: self.repeat,
             output_dir: r.output_dir.clone(),
             steady_state: r.steady_state,
+            expect_regex: self.answer.regexes.clone(),
+            expect_json_schema: self.answer.schemas.clone(),
         }
     }
 }

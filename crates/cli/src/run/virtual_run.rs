@@ -2,13 +2,17 @@
 //! engine core in virtual time; the records that come out go through the same metrics and
 //! writers as a real run (marked simulated).
 
+use std::collections::HashMap;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use servebench_answer::Expected;
 use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_metrics::{CountSource, RequestRecord, TokenEvent};
 use servebench_sim::engine::{FinishReason, NewRequest};
 use servebench_sim::virtual_time::{
-    run_virtual, RequestTrace, VirtualArrival, VirtualDriver, VirtualRun, VirtualWorkload,
+    run_virtual, run_virtual_keeping_output, RequestTrace, VirtualArrival, VirtualDriver,
+    VirtualRun, VirtualWorkload,
 };
 use servebench_sim::ResolvedSim;
 use servebench_workload::RequestSpec;
@@ -34,8 +38,13 @@ impl Executor for VirtualTarget {
         _stop: &servebench_loadgen::StopSignal,
         print: bool,
     ) -> anyhow::Result<RunOutcome> {
-        let (records, duration_ns, telemetry) =
-            simulate(&self.sim, plan, &work.requests, &work.schedule)?;
+        let (records, duration_ns, telemetry) = simulate_checked(
+            &self.sim,
+            plan,
+            &work.requests,
+            &work.expected,
+            &work.schedule,
+        )?;
         let model_id = plan
             .model
             .clone()
@@ -100,6 +109,22 @@ pub fn simulate(
     requests: &[RequestSpec],
     schedule: &[u64],
 ) -> anyhow::Result<(Vec<RequestRecord>, u64, ServerTelemetry)> {
+    simulate_checked(sim, plan, requests, &[], schedule)
+}
+
+/// [`simulate`], holding each answer against the plan's answer checks and the request's own
+/// `expected` (by position; `expected` may be empty). The answer is the text the simulator's
+/// server would stream for the same tokens (its filler words), rebuilt only when a check
+/// needs it.
+pub fn simulate_checked(
+    sim: &ResolvedSim,
+    plan: &RunPlan,
+    requests: &[RequestSpec],
+    expected: &[Option<Expected>],
+    schedule: &[u64],
+) -> anyhow::Result<(Vec<RequestRecord>, u64, ServerTelemetry)> {
+    let checks = &plan.answer.checks;
+    let keep_output = !checks.is_empty() || expected.iter().any(Option::is_some);
     let ignore_eos = plan.ignore_eos();
     let chat = plan.endpoint.api == servebench_loadgen::ApiKind::Chat;
     let max_concurrency = plan.traffic.max_concurrency;
@@ -128,22 +153,39 @@ pub fn simulate(
             },
         })
         .collect();
-    let run = if num_warmups == 0 {
-        run_virtual(
-            sim.engine.clone(),
-            VirtualWorkload {
-                arrivals,
-                max_concurrency,
-            },
-        )?
+    let workload = VirtualWorkload {
+        arrivals,
+        max_concurrency,
+    };
+    let run = match (num_warmups, keep_output) {
+        (0, false) => run_virtual(sim.engine.clone(), workload)?,
+        (0, true) => run_virtual_keeping_output(sim.engine.clone(), workload)?,
+        _ => warmed_up(sim, workload, num_warmups, cold, keep_output)?,
+    };
+    let words: HashMap<u32, String> = if keep_output {
+        sim.tokenizer
+            .filler_words()
+            .into_iter()
+            .map(|(w, id)| (id, w))
+            .collect()
     } else {
-        warmed_up(sim, arrivals, max_concurrency, num_warmups, cold)?
+        HashMap::new()
     };
     let records: Vec<RequestRecord> = run
         .traces
         .iter()
         .zip(requests)
-        .map(|(t, r)| record(t, r, chat))
+        .enumerate()
+        .map(|(i, (t, r))| {
+            let mut rec = record(t, r, chat);
+            let own = expected.get(i).and_then(Option::as_ref);
+            if rec.failure.is_none() && checks.applies(own) {
+                let text = answer_text(sim, &words, &t.output_ids);
+                rec.failure = checks.judge(&text, own);
+                rec.answer_checked = true;
+            }
+            rec
+        })
         .collect();
     let duration = records
         .iter()
@@ -177,12 +219,19 @@ pub fn simulate(
 /// starts at 0. Engine counters include the warm-ups. `cold` resets the prefix cache after them.
 fn warmed_up(
     sim: &ResolvedSim,
-    arrivals: Vec<VirtualArrival>,
-    max_concurrency: Option<usize>,
+    workload: VirtualWorkload,
     num_warmups: usize,
     cold: bool,
+    keep_output: bool,
 ) -> anyhow::Result<VirtualRun> {
+    let VirtualWorkload {
+        arrivals,
+        max_concurrency,
+    } = workload;
     let mut driver = VirtualDriver::new(sim.engine.clone(), max_concurrency)?;
+    if keep_output {
+        driver.keep_output_ids();
+    }
     if let Some(first) = arrivals.first() {
         for k in 0..num_warmups {
             let mut request = first.request.clone();
@@ -223,6 +272,19 @@ fn warmed_up(
     }
     run.end_ns = run.end_ns.saturating_sub(offset);
     Ok(run)
+}
+
+/// The text the simulator's server streams for these tokens: each token's filler word (the
+/// tokenizer's decoding for any other id).
+fn answer_text(sim: &ResolvedSim, words: &HashMap<u32, String>, ids: &[u32]) -> String {
+    let mut text = String::new();
+    for id in ids {
+        match words.get(id) {
+            Some(w) => text.push_str(w),
+            None => text.push_str(&sim.tokenizer.decode(&[*id])),
+        }
+    }
+    text
 }
 
 /// `chat`: the stream the simulator would have written opens with a role-only chunk, sent
@@ -272,5 +334,6 @@ fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord {
         text: None,
         failure,
         resent: 0,
+        answer_checked: false,
     }
 }

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod answer_checks;
 mod browser_report;
 mod compare_cli;
 mod compare_clocks;

@@ -378,6 +378,18 @@ pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
             .collect();
         out.push(("failures by kind".into(), kinds.join(", ")));
     }
+    if let Some(c) = &s.answer_checks {
+        out.push((
+            "answer validity".into(),
+            format!(
+                "{:.1} % ({} of {} checked answers passed, {} failed the check)",
+                c.validity_pct(),
+                c.passed,
+                c.checked,
+                c.failed
+            ),
+        ));
+    }
     out.push((
         "stalls".into(),
         format!(

@@ -166,6 +166,7 @@ mod tests {
             text: None,
             failure: None,
             resent: 0,
+            answer_checked: false,
         };
         let log_path = dir.join("server.jsonl");
         let rec_path = dir.join("run.requests.jsonl");
