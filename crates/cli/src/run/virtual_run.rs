@@ -223,7 +223,8 @@ fn warmed_up(
     Ok(run)
 }
 
-fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
+/// The record of one simulated request, as the HTTP client would have written it.
+pub fn record(t: &RequestTrace, spec: &RequestSpec) -> RequestRecord {
     let first = t.token_times_ns.first().copied();
     let end = t.token_times_ns.last().copied();
     let failure = match (t.finish_reason, first) {
