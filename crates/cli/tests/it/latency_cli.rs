@@ -1,0 +1,275 @@
+//! `servebench latency` against the simulator in virtual time: per-token decode time follows the
+//! roofline's decode step as the batch grows, the JSON is vLLM's, bad flags are refused.
+
+#![allow(clippy::unwrap_used)]
+
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use servebench_roofline::{Catalog, Deployment, Dtype, KvDtype};
+
+use crate::common::{ok, servebench, tempdir, text};
+
+/// A JSON document's objects with their keys in file order (serde_json's `Value` sorts them).
+#[derive(Debug)]
+pub enum Node {
+    Obj(Vec<(String, Node)>),
+    Other,
+}
+
+impl Node {
+    pub fn keys(&self) -> Vec<&str> {
+        match self {
+            Node::Obj(kv) => kv.iter().map(|(k, _)| k.as_str()).collect(),
+            Node::Other => Vec::new(),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> &Node {
+        match self {
+            Node::Obj(kv) => &kv.iter().find(|(k, _)| k == key).unwrap().1,
+            Node::Other => panic!("not an object"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Node, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Node;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Node, A::Error> {
+                let mut kv = Vec::new();
+                while let Some((k, v)) = m.next_entry::<String, Node>()? {
+                    kv.push((k, v));
+                }
+                Ok(Node::Obj(kv))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Node, A::Error> {
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Node::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Node, E> {
+                Ok(Node::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The keys of a JSON file, in file order, nested.
+pub fn ordered(path: &std::path::Path) -> Node {
+    let s = std::fs::read_to_string(path).unwrap();
+    serde_json::from_str(&s).unwrap()
+}
+
+const LATENCY_KEYS: [&str; 4] = ["avg_latency", "std_latency", "latencies", "percentiles"];
+const PERCENTILE_KEYS: [&str; 6] = ["10", "25", "50", "75", "90", "99"];
+
+/// The table's per-token column (ms) for each batch size.
+fn per_token_ms(stdout: &str) -> Vec<(u32, f64)> {
+    let header = stdout
+        .lines()
+        .position(|l| l.trim_start().starts_with("batch"))
+        .unwrap_or_else(|| panic!("no table:\n{stdout}"));
+    stdout
+        .lines()
+        .skip(header + 1)
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols[0].parse().unwrap(), cols[3].parse().unwrap())
+        })
+        .collect()
+}
+
+/// The roofline's mean decode step for `batch` requests decoding `output_len − 1` tokens
+/// after an `input_len`-token prompt (step j runs on a context of `input_len + j − 1`).
+fn roofline_decode_step_ms(input_len: u32, output_len: u32, batch: u32) -> f64 {
+    let c = Catalog::builtin();
+    let d = Deployment::new(
+        c.gpu("h100").unwrap().clone(),
+        c.model("llama-3.1-8b").unwrap().clone(),
+        Dtype::Bf16,
+        KvDtype::Auto,
+        1,
+    )
+    .unwrap();
+    let steps = output_len - 1;
+    let sum: f64 = (0..steps)
+        .map(|j| d.decode_tpot(input_len + j, batch).total)
+        .sum();
+    sum / f64::from(steps) * 1e3
+}
+
+#[test]
+fn per_token_time_rises_with_the_batch_as_the_roofline_predicts() {
+    let dir = tempdir("latency", "sweep");
+    let json = dir.join("latency.json");
+    let out = servebench(&[
+        "latency",
+        "--sim",
+        "llama-3.1-8b --gpu h100",
+        "--batch-size",
+        "1,8,64",
+        "--num-iters",
+        "3",
+        "--num-iters-warmup",
+        "1",
+        "--output-json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = ok(&out);
+    let rows = per_token_ms(&stdout);
+    assert_eq!(
+        rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+        [1, 8, 64],
+        "{stdout}"
+    );
+    assert!(
+        rows.windows(2).all(|w| w[1].1 > w[0].1),
+        "per-token time must rise with the batch:\n{stdout}"
+    );
+    for (batch, measured) in &rows {
+        // vLLM's defaults: 32 prompt tokens, 128 output tokens.
+        let expected = roofline_decode_step_ms(32, 128, *batch);
+        let err = (measured - expected).abs() / expected;
+        assert!(
+            err < 0.05,
+            "batch {batch}: {measured} ms vs the roofline's {expected} ms\n{stdout}"
+        );
+    }
+
+    // One vLLM object per batch size, in the order measured, vLLM's keys in vLLM's order.
+    let doc = ordered(&json);
+    assert_eq!(doc.keys(), ["1", "8", "64"]);
+    for b in ["1", "8", "64"] {
+        assert_eq!(doc.get(b).keys(), LATENCY_KEYS);
+        assert_eq!(doc.get(b).get("percentiles").keys(), PERCENTILE_KEYS);
+    }
+    let v = crate::common::read_json(&json);
+    for b in ["1", "8", "64"] {
+        let lat = v[b]["latencies"].as_array().unwrap();
+        assert_eq!(lat.len(), 3, "warm-up iterations are not measured");
+        let avg = lat.iter().map(|x| x.as_f64().unwrap()).sum::<f64>() / 3.0;
+        assert!((v[b]["avg_latency"].as_f64().unwrap() - avg).abs() < 1e-12);
+    }
+    // Larger batches take longer end to end.
+    let avg = |b: &str| v[b]["avg_latency"].as_f64().unwrap();
+    assert!(avg("1") < avg("8") && avg("8") < avg("64"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn one_batch_size_writes_vllms_object_and_lines() {
+    let dir = tempdir("latency", "single");
+    let json = dir.join("out/latency.json");
+    let out = servebench(&[
+        "latency",
+        "--input-len",
+        "64",
+        "--output-len",
+        "16",
+        "--batch-size",
+        "4",
+        "--num-iters",
+        "5",
+        "--num-iters-warmup",
+        "0",
+        "--ignore-eos",
+        "--output-json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = ok(&out);
+    for line in [
+        "Avg latency: ",
+        "Std latency: ",
+        "10% percentile latency: ",
+        "99% percentile latency: ",
+    ] {
+        assert!(stdout.contains(line), "{line}\n{stdout}");
+    }
+    let doc = ordered(&json);
+    assert_eq!(doc.keys(), LATENCY_KEYS);
+    assert_eq!(doc.get("percentiles").keys(), PERCENTILE_KEYS);
+    let v = crate::common::read_json(&json);
+    let lat: Vec<f64> = v["latencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(lat.len(), 5);
+    // np.percentile(latencies, 50) with linear interpolation: the median of five.
+    let mut sorted = lat.clone();
+    sorted.sort_by(f64::total_cmp);
+    assert_eq!(v["percentiles"]["50"].as_f64().unwrap(), sorted[2]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn n_sequences_per_prompt_make_the_batch_n_times_larger() {
+    let run = |n: &str| {
+        let out = servebench(&[
+            "latency",
+            "--batch-size",
+            "8",
+            "--n",
+            n,
+            "--num-iters",
+            "1",
+            "--num-iters-warmup",
+            "0",
+            "--output-len",
+            "32",
+        ]);
+        per_token_ms(&ok(&out))[0].1
+    };
+    let one = run("1");
+    let two = run("2");
+    // Twice the sequences decode together: the step (per-token time) is the roofline's at 16.
+    let expected = roofline_decode_step_ms(32, 32, 16);
+    assert!(two > one, "{two} ms at n=2 vs {one} ms at n=1");
+    assert!((two - expected).abs() / expected < 0.05, "{two} vs {expected}");
+}
+
+#[test]
+fn bad_flags_exit_2_with_a_clear_message() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["latency", "--batch-size", "0"], "--batch-size"),
+        (&["latency", "--batch-size", "1,x"], "--batch-size"),
+        (&["latency", "--num-iters", "0"], "--num-iters"),
+        (&["latency", "--output-len", "0"], "--output-len"),
+        (&["latency", "--profile"], "--profile is a `vllm bench latency` flag"),
+        (&["latency", "--use-beam-search"], "beam search"),
+        (&["latency", "--tensor-parallel-size", "2"], "--tensor-parallel-size"),
+        (
+            &["latency", "--sim", "llama-3.1-8b", "--port", "1"],
+            "cannot be combined",
+        ),
+        (&["latency", "--gpu", "h100"], "--gpu names the GPU of a server"),
+        (&["latency", "--sim", "no-such-model"], "no-such-model"),
+    ];
+    for (args, message) in cases {
+        let out = servebench(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}\n{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
