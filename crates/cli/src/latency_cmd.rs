@@ -144,8 +144,17 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
     let plan = plan(&args)?;
     batch_run::check_output_json(args.output_json.as_ref())?;
     let tokenizer = load_tokenizer(plan.tokenizer.as_deref(), true)?;
+    // Flag errors first: nothing is sent before the roofline's flags are known to be good.
+    let server_roofline = server_roofline(&args, &plan)?;
     let mut target = BatchTarget::connect(&plan, &tokenizer).await?;
-    let roofline = roofline(&args, &target)?;
+    let roofline = match target.sim() {
+        Some(sim) => Some(RooflineTarget {
+            deployment: sim.engine.deployment.clone(),
+            budget: sim.engine.max_num_batched_tokens,
+            max_num_seqs: sim.engine.max_num_seqs,
+        }),
+        None => server_roofline,
+    };
     let stop = interrupt_on_ctrl_c();
     let iterations = args.num_iters_warmup + args.num_iters as usize;
     let mut results = Vec::new();
@@ -222,17 +231,14 @@ pub fn plan(args: &LatencyArgs) -> Result<RunPlan> {
     RunPlan::from_args(&a)
 }
 
-/// The roofline to compare with: the simulator's own deployment, or `--gpu/--model`.
-fn roofline(args: &LatencyArgs, target: &BatchTarget) -> Result<Option<RooflineTarget>> {
-    if let Some(sim) = target.sim() {
+/// The roofline a server is compared with: `--gpu` and `--model` from the catalog. The
+/// simulator brings its own deployment, so `--gpu` is refused there.
+fn server_roofline(args: &LatencyArgs, plan: &RunPlan) -> Result<Option<RooflineTarget>> {
+    if plan.is_virtual() {
         if args.gpu.is_some() {
             bail!("--gpu names the GPU of a server; the simulator's GPU comes from --sim \"MODEL --gpu G\"");
         }
-        return Ok(Some(RooflineTarget {
-            deployment: sim.engine.deployment.clone(),
-            budget: sim.engine.max_num_batched_tokens,
-            max_num_seqs: sim.engine.max_num_seqs,
-        }));
+        return Ok(None);
     }
     match (&args.gpu, &args.target.model) {
         (Some(gpu), Some(model)) => RooflineTarget::from_catalog(gpu, model).map(Some),

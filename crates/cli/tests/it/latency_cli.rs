@@ -273,3 +273,144 @@ fn bad_flags_exit_2_with_a_clear_message() {
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
 }
+
+/// A scripted server that streams `tokens` tokens, the first after `first_ms`, then one every
+/// `gap_ms`; `fault` breaks one request.
+fn scripted(
+    rt: &tokio::runtime::Runtime,
+    tokens: u64,
+    first_ms: u64,
+    gap_ms: u64,
+    fault: Option<servebench_testserver::Fault>,
+) -> servebench_testserver::ScriptedServer {
+    use servebench_testserver::{Script, ScriptedServer, Trigger};
+    use std::time::Duration;
+    let mut script = Script::new()
+        .tokens(tokens)
+        .first_token_delay(Duration::from_millis(first_ms))
+        .inter_token_interval(Duration::from_millis(gap_ms));
+    if let Some(f) = fault {
+        script = script.fault(Trigger::Index(2), f);
+    }
+    rt.block_on(ScriptedServer::start(script)).unwrap()
+}
+
+#[test]
+fn over_http_each_iteration_is_one_batch_timed_to_its_last_token() {
+    let _exclusive = crate::common::exclusive();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = scripted(&rt, 10, 50, 20, None);
+    let dir = tempdir("latency", "http");
+    let json = dir.join("l.json");
+    let out = servebench(&[
+        "latency",
+        "--base-url",
+        &server.base_url(),
+        "--model",
+        "m",
+        "--input-len",
+        "8",
+        "--output-len",
+        "10",
+        "--batch-size",
+        "4",
+        "--num-iters",
+        "3",
+        "--num-iters-warmup",
+        "1",
+        "--output-json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = ok(&out);
+    // Four requests per iteration, one warm-up and three measured.
+    assert_eq!(rt.block_on(server.shutdown()).len(), 16);
+    let v = crate::common::read_json(&json);
+    let lat: Vec<f64> = v["latencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(lat.len(), 3);
+    // 50 ms to the first token and nine 20 ms gaps: at least 230 ms; loopback and two busy
+    // cores add a little, never seconds.
+    for l in &lat {
+        assert!((0.23..2.0).contains(l), "{lat:?}\n{stdout}");
+    }
+    let per_token = per_token_ms(&stdout)[0].1;
+    assert!((19.0..60.0).contains(&per_token), "{per_token}\n{stdout}");
+    // A server measured without --gpu gets no roofline column.
+    assert!(!stdout.contains("roofline"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn over_http_a_failed_request_fails_the_command() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = scripted(
+        &rt,
+        4,
+        0,
+        1,
+        Some(servebench_testserver::Fault::HttpStatus {
+            status: 500,
+            message: "boom".into(),
+        }),
+    );
+    let out = servebench(&[
+        "latency",
+        "--base-url",
+        &server.base_url(),
+        "--model",
+        "m",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--batch-size",
+        "4",
+        "--num-iters",
+        "1",
+        "--num-iters-warmup",
+        "0",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("1 of 4 requests failed"), "{stderr}");
+    let _ = rt.block_on(server.shutdown());
+}
+
+#[test]
+fn gpu_and_model_put_the_roofline_beside_a_server() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = scripted(&rt, 4, 0, 1, None);
+    let out = servebench(&[
+        "latency",
+        "--base-url",
+        &server.base_url(),
+        "--model",
+        "llama-3.1-8b",
+        "--gpu",
+        "h100",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--batch-size",
+        "1,2",
+        "--num-iters",
+        "1",
+        "--num-iters-warmup",
+        "0",
+    ]);
+    let stdout = ok(&out);
+    assert!(stdout.contains("roofline token (ms)"), "{stdout}");
+    let _ = rt.block_on(server.shutdown());
+    let out = servebench(&["latency", "--port", "1", "--gpu", "h100"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--gpu needs --model"),
+        "{}",
+        text(&out)
+    );
+}
