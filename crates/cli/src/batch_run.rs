@@ -113,8 +113,7 @@ impl Batch {
 
     /// A batch with a failed request has no figure vLLM would report: it is an error.
     pub fn check_all_succeeded(&self) -> Result<()> {
-        let failed: Vec<&RequestRecord> =
-            self.records.iter().filter(|r| !r.is_success()).collect();
+        let failed: Vec<&RequestRecord> = self.records.iter().filter(|r| !r.is_success()).collect();
         if let Some(first) = failed.first() {
             let why = first
                 .failure
@@ -155,7 +154,10 @@ impl BatchTarget {
     pub async fn connect(plan: &RunPlan, tokenizer: &Tokenizer) -> Result<BatchTarget> {
         match &plan.target {
             TargetChoice::Server { base_url } => {
-                eprintln!("Target: {}", servebench_loadgen::target::redact_url(base_url));
+                eprintln!(
+                    "Target: {}",
+                    servebench_loadgen::target::redact_url(base_url)
+                );
                 let (client, model_id) = http_run::connect(base_url, plan, tokenizer, true).await?;
                 Ok(BatchTarget::Http { client, model_id })
             }
@@ -312,7 +314,9 @@ pub fn write_json_indent4<T: serde::Serialize>(path: &Path, value: &T) -> Result
     let mut out = Vec::new();
     let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
     let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
-    value.serialize(&mut ser).context("serializing the result JSON")?;
+    value
+        .serialize(&mut ser)
+        .context("serializing the result JSON")?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the directory of {}", path.display()))?;
@@ -409,7 +413,10 @@ mod tests {
             &[("--profile", "profiling")],
         )
         .unwrap_err();
-        assert!(err.contains("--profile is a `vllm bench latency` flag"), "{err}");
+        assert!(
+            err.contains("--profile is a `vllm bench latency` flag"),
+            "{err}"
+        );
         assert!(refuse_flags("latency", &["--y".into()], &[("--profile", "p")]).is_ok());
     }
 }

@@ -193,7 +193,13 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
         }
         let prediction = roofline
             .as_ref()
-            .map(|r| r.predict(in_u32(args.input_len), in_u32(args.output_len), batch * args.n))
+            .map(|r| {
+                r.predict(
+                    in_u32(args.input_len),
+                    in_u32(args.output_len),
+                    batch * args.n,
+                )
+            })
             .transpose()?;
         let result = BatchSizeResult {
             batch_size: batch,
@@ -264,11 +270,7 @@ pub fn table(results: &[BatchSizeResult], target: &str) -> String {
         "batch", "avg (s)", "p99 (s)", "per-token (ms)"
     );
     if predicted {
-        let _ = write!(
-            s,
-            "  {:>14}  {:>20}",
-            "roofline (s)", "roofline token (ms)"
-        );
+        let _ = write!(s, "  {:>14}  {:>20}", "roofline (s)", "roofline token (ms)");
     }
     s.push('\n');
     for r in results {

@@ -22,10 +22,7 @@ pub const DEFAULT_RANDOM_OUTPUT_LEN: u64 = 128;
 pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--profile", "profiling the engine"),
     ("--async-engine", "an in-process engine"),
-    (
-        "--disable-frontend-multiprocessing",
-        "an in-process engine",
-    ),
+    ("--disable-frontend-multiprocessing", "an in-process engine"),
     (
         "--disable-detokenize",
         "a server always detokenizes what it streams",
@@ -182,9 +179,7 @@ pub async fn throughput(args: ThroughputArgs) -> Result<ExitCode> {
         args.n
     );
     let stop = interrupt_on_ctrl_c();
-    let batch = target
-        .run_batch(&plan, &requests, plan.seed, &stop)
-        .await?;
+    let batch = target.run_batch(&plan, &requests, plan.seed, &stop).await?;
     batch.check_all_succeeded()?;
     let result = ThroughputResult::from_batch(&batch, args.n);
     print!("{}", result.vllm_lines());

@@ -246,7 +246,10 @@ fn n_sequences_per_prompt_make_the_batch_n_times_larger() {
     // Twice the sequences decode together: the step (per-token time) is the roofline's at 16.
     let expected = roofline_decode_step_ms(32, 32, 16);
     assert!(two > one, "{two} ms at n=2 vs {one} ms at n=1");
-    assert!((two - expected).abs() / expected < 0.05, "{two} vs {expected}");
+    assert!(
+        (two - expected).abs() / expected < 0.05,
+        "{two} vs {expected}"
+    );
 }
 
 #[test]
@@ -256,14 +259,23 @@ fn bad_flags_exit_2_with_a_clear_message() {
         (&["latency", "--batch-size", "1,x"], "--batch-size"),
         (&["latency", "--num-iters", "0"], "--num-iters"),
         (&["latency", "--output-len", "0"], "--output-len"),
-        (&["latency", "--profile"], "--profile is a `vllm bench latency` flag"),
+        (
+            &["latency", "--profile"],
+            "--profile is a `vllm bench latency` flag",
+        ),
         (&["latency", "--use-beam-search"], "beam search"),
-        (&["latency", "--tensor-parallel-size", "2"], "--tensor-parallel-size"),
+        (
+            &["latency", "--tensor-parallel-size", "2"],
+            "--tensor-parallel-size",
+        ),
         (
             &["latency", "--sim", "llama-3.1-8b", "--port", "1"],
             "cannot be combined",
         ),
-        (&["latency", "--gpu", "h100"], "--gpu names the GPU of a server"),
+        (
+            &["latency", "--gpu", "h100"],
+            "--gpu names the GPU of a server",
+        ),
         (&["latency", "--sim", "no-such-model"], "no-such-model"),
     ];
     for (args, message) in cases {

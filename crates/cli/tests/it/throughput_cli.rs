@@ -37,8 +37,14 @@ fn a_thousand_prompts_reach_the_saturated_throughput_of_a_closed_loop_run() {
     ]);
     let stdout = ok(&out);
     assert!(stdout.contains(" output tokens/s"), "{stdout}");
-    assert!(stdout.contains("Total num prompt tokens:  256000"), "{stdout}");
-    assert!(stdout.contains("Total num output tokens:  128000"), "{stdout}");
+    assert!(
+        stdout.contains("Total num prompt tokens:  256000"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Total num output tokens:  128000"),
+        "{stdout}"
+    );
     assert_eq!(ordered(&json).keys(), THROUGHPUT_KEYS);
     let t = read_json(&json);
     assert_eq!(t["num_requests"], 1000);
@@ -101,7 +107,10 @@ fn n_sequences_count_prompt_tokens_once_and_every_output() {
         json.to_str().unwrap(),
     ]);
     let stdout = ok(&out);
-    assert!(stdout.contains("Total num prompt tokens:  1000"), "{stdout}");
+    assert!(
+        stdout.contains("Total num prompt tokens:  1000"),
+        "{stdout}"
+    );
     assert!(stdout.contains("Total num output tokens:  600"), "{stdout}");
     let t = read_json(&json);
     assert_eq!(t["num_requests"], 10);
@@ -148,7 +157,13 @@ fn bad_flags_exit_2_with_a_clear_message() {
             "--async-engine is a `vllm bench throughput` flag",
         ),
         (
-            &["throughput", "--input-len", "8", "--random-range-ratio", "1.5"],
+            &[
+                "throughput",
+                "--input-len",
+                "8",
+                "--random-range-ratio",
+                "1.5",
+            ],
             "--random-range-ratio",
         ),
         (
