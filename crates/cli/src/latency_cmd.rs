@@ -49,7 +49,8 @@ pub struct LatencyArgs {
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
     pub output_len: u64,
     /// Requests per batch; a comma list (e.g. 1,8,64) measures each size in turn and prints a
-    /// table of latency and per-token decode time.
+    /// table of latency, per-token decode time (TPOT and median ITL) and, for the simulator or
+    /// with --gpu/--model, the roofline's latency and decode step.
     #[arg(long, value_delimiter = ',', default_value = "8", value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: Vec<u32>,
     /// Sequences per prompt: each prompt is sent N times in the batch.
@@ -86,6 +87,9 @@ pub struct BatchSizeResult {
     pub latencies: Vec<f64>,
     /// Mean TPOT of the measured requests, seconds.
     pub per_token_s: Option<f64>,
+    /// Median inter-token gap of the measured requests, seconds: the steady decode step, even
+    /// where early requests' decode shared steps with later prompts' prefill.
+    pub itl_p50_s: Option<f64>,
     pub prediction: Option<BatchPrediction>,
 }
 
@@ -175,6 +179,7 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
         );
         let mut latencies = Vec::new();
         let mut tpots = Vec::new();
+        let mut itls = Vec::new();
         for (k, chunk) in prompts.chunks(batch as usize).take(iterations).enumerate() {
             if stop.dispatch_stopped() {
                 eprintln!("Interrupted: nothing written");
@@ -189,6 +194,7 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
             if k >= args.num_iters_warmup {
                 latencies.push(b.elapsed_s());
                 tpots.extend(b.records.iter().filter_map(|r| r.tpot_ns()));
+                itls.extend(b.records.iter().flat_map(|r| r.itls_ns()).map(|x| x as f64));
             }
         }
         let prediction = roofline
@@ -205,6 +211,7 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
             batch_size: batch,
             latencies,
             per_token_s: (!tpots.is_empty()).then(|| mean(&tpots) / 1e9),
+            itl_p50_s: percentile(&itls, 50.0).map(|x| x / 1e9),
             prediction,
         };
         if args.batch_size.len() > 1 {
@@ -261,44 +268,45 @@ pub fn table(results: &[BatchSizeResult], target: &str) -> String {
     let _ = writeln!(s, "Latency by batch size — {target}");
     let _ = writeln!(
         s,
-        "per-token = mean TPOT, (E2E − TTFT) / (output tokens − 1) per request"
+        "TPOT = mean of (E2E − TTFT) / (output tokens − 1) per request; ITL p50 = median gap between tokens"
     );
     let predicted = results.iter().any(|r| r.prediction.is_some());
     let _ = write!(
         s,
-        "{:>6}  {:>12}  {:>12}  {:>14}",
-        "batch", "avg (s)", "p99 (s)", "per-token (ms)"
+        "{:>6}  {:>12}  {:>12}  {:>10}  {:>13}",
+        "batch", "avg (s)", "p99 (s)", "TPOT (ms)", "ITL p50 (ms)"
     );
     if predicted {
-        let _ = write!(s, "  {:>14}  {:>20}", "roofline (s)", "roofline token (ms)");
+        let _ = write!(s, "  {:>12}  {:>18}", "roofline (s)", "roofline step (ms)");
     }
     s.push('\n');
     for r in results {
         let p99 = percentile(&r.latencies, 99.0).unwrap_or(f64::NAN);
-        let tok = r
-            .per_token_s
-            .map(|t| format!("{:.3}", t * 1e3))
-            .unwrap_or_else(|| "—".to_owned());
+        let ms = |v: Option<f64>| {
+            v.map(|t| format!("{:.3}", t * 1e3))
+                .unwrap_or_else(|| "—".to_owned())
+        };
         let _ = write!(
             s,
-            "{:>6}  {:>12.4}  {:>12.4}  {:>14}",
+            "{:>6}  {:>12.4}  {:>12.4}  {:>10}  {:>13}",
             r.batch_size,
             r.avg(),
             p99,
-            tok
+            ms(r.per_token_s),
+            ms(r.itl_p50_s)
         );
         if predicted {
             match &r.prediction {
                 Some(p) => {
                     let _ = write!(
                         s,
-                        "  {:>14.4}  {:>20.3}",
+                        "  {:>12.4}  {:>18.3}",
                         p.latency_s,
                         p.decode_step_s * 1e3
                     );
                 }
                 None => {
-                    let _ = write!(s, "  {:>14}  {:>20}", "—", "—");
+                    let _ = write!(s, "  {:>12}  {:>18}", "—", "—");
                 }
             }
         }
@@ -352,6 +360,7 @@ mod tests {
             batch_size,
             latencies,
             per_token_s: Some(0.01),
+            itl_p50_s: Some(0.009),
             prediction: None,
         }
     }

@@ -416,7 +416,7 @@ fn gpu_and_model_put_the_roofline_beside_a_server() {
         "0",
     ]);
     let stdout = ok(&out);
-    assert!(stdout.contains("roofline token (ms)"), "{stdout}");
+    assert!(stdout.contains("roofline step (ms)"), "{stdout}");
     let _ = rt.block_on(server.shutdown());
     let out = servebench(&["latency", "--port", "1", "--gpu", "h100"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));

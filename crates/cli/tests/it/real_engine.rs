@@ -1092,7 +1092,7 @@ fn latency_batch_sizes_1_and_4_write_vllms_json() {
             assert!(v[b]["percentiles"][p].as_f64().unwrap() > 0.0, "{v}");
         }
     }
-    assert!(stdout.contains("per-token (ms)"), "{stdout}");
+    assert!(stdout.contains("TPOT (ms)"), "{stdout}");
 }
 
 #[test]
