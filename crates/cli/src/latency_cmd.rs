@@ -182,14 +182,15 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
         let mut itls = Vec::new();
         for (k, chunk) in prompts.chunks(batch as usize).take(iterations).enumerate() {
             if stop.dispatch_stopped() {
-                eprintln!("Interrupted: nothing written");
-                return Ok(crate::run::final_exit(ExitCode::from(
-                    crate::run::EXIT_INTERRUPTED,
-                )));
+                return Ok(interrupted());
             }
             let requests = batch_run::with_copies(chunk, args.n as usize);
             let seed = args.seed ^ (u64::from(batch) << 32) ^ k as u64;
-            let b = target.run_batch(&p, &requests, seed, &stop).await?;
+            let b = match target.run_batch(&p, &requests, seed, &stop).await {
+                Ok(b) => b,
+                Err(_) if stop.dispatch_stopped() => return Ok(interrupted()),
+                Err(e) => return Err(e),
+            };
             b.check_all_succeeded()?;
             if k >= args.num_iters_warmup {
                 latencies.push(b.elapsed_s());
@@ -227,6 +228,12 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
         eprintln!("Results: {}", path.display());
     }
     Ok(crate::run::final_exit(ExitCode::SUCCESS))
+}
+
+/// Ctrl-C or SIGTERM stopped the measurement: an unfinished sweep reports nothing.
+fn interrupted() -> ExitCode {
+    eprintln!("Interrupted: no results written");
+    crate::run::final_exit(ExitCode::from(crate::run::EXIT_INTERRUPTED))
 }
 
 fn in_u32(v: u64) -> u32 {

@@ -179,7 +179,16 @@ pub async fn throughput(args: ThroughputArgs) -> Result<ExitCode> {
         args.n
     );
     let stop = interrupt_on_ctrl_c();
-    let batch = target.run_batch(&plan, &requests, plan.seed, &stop).await?;
+    let batch = match target.run_batch(&plan, &requests, plan.seed, &stop).await {
+        Ok(b) => b,
+        Err(_) if stop.dispatch_stopped() => {
+            eprintln!("Interrupted: no results written");
+            return Ok(crate::run::final_exit(ExitCode::from(
+                crate::run::EXIT_INTERRUPTED,
+            )));
+        }
+        Err(e) => return Err(e),
+    };
     batch.check_all_succeeded()?;
     let result = ThroughputResult::from_batch(&batch, args.n);
     print!("{}", result.vllm_lines());
