@@ -426,3 +426,62 @@ fn gpu_and_model_put_the_roofline_beside_a_server() {
         text(&out)
     );
 }
+
+#[test]
+fn ctrl_c_stops_the_sweep_with_130_and_writes_nothing() {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // 30 tokens 100 ms apart: three seconds a batch. The server logs a request once it has
+    // answered it, so the signal lands in the second batch.
+    let server = scripted(&rt, 30, 0, 100, None);
+    let dir = tempdir("latency", "interrupt");
+    let json = dir.join("l.json");
+    let mut child = crate::common::bin()
+        .args([
+            "latency",
+            "--base-url",
+            &server.base_url(),
+            "--model",
+            "m",
+            "--input-len",
+            "8",
+            "--output-len",
+            "30",
+            "--batch-size",
+            "2",
+            "--num-iters",
+            "3",
+            "--num-iters-warmup",
+            "0",
+            "--output-json",
+            json.to_str().unwrap(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while server.log().is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no request arrived"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Interrupted: no results written"),
+        "{}",
+        text(&out)
+    );
+    assert!(!json.exists());
+    let _ = rt.block_on(server.shutdown());
+    let _ = std::fs::remove_dir_all(&dir);
+}
