@@ -60,7 +60,7 @@ pub struct BatchTargetArgs {
     #[arg(long, value_name = "SECS", help_heading = "Target")]
     pub request_timeout: Option<f64>,
     /// The simulator to run in virtual time when no server is given: the arguments of
-    /// `servebench sim` as one string, e.g. "llama-3.1-70b --gpu h100 --tensor-parallel-size 2".
+    /// `servebench sim` as one string, e.g. "llama-3.1-70b --gpu h100 --tensor-parallel-size 4".
     #[arg(long, value_name = "SPEC", help_heading = "Target")]
     pub sim: Option<String>,
     /// Name or path of a HuggingFace tokenizer (tokenizer.json file, directory, or model id in

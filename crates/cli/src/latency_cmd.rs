@@ -48,9 +48,11 @@ pub struct LatencyArgs {
     /// Output tokens of each request (max_tokens, EOS ignored).
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..))]
     pub output_len: u64,
-    /// Requests per batch; a comma list (e.g. 1,8,64) measures each size in turn and prints a
-    /// table of latency, per-token decode time (TPOT and median ITL) and, for the simulator or
-    /// with --gpu/--model, the roofline's latency and decode step.
+    /// Requests per batch; a comma list (e.g. 1,8,64) measures each size in turn. The table
+    /// after the runs gives per batch size the latency, TPOT (the mean over requests of
+    /// (E2E − TTFT) / (output tokens − 1)), ITL p50 (the median gap between streamed tokens:
+    /// the steady decode step) and, for the simulator or with --gpu/--model, the roofline's
+    /// latency and decode step.
     #[arg(long, value_delimiter = ',', default_value = "8", value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: Vec<u32>,
     /// Sequences per prompt: each prompt is sent N times in the batch.
