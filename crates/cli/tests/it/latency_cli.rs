@@ -437,7 +437,7 @@ fn ctrl_c_stops_the_sweep_with_130_and_writes_nothing() {
     let server = scripted(&rt, 30, 0, 100, None);
     let dir = tempdir("latency", "interrupt");
     let json = dir.join("l.json");
-    let mut child = crate::common::bin()
+    let child = crate::common::bin()
         .args([
             "latency",
             "--base-url",
