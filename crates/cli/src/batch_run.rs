@@ -196,15 +196,19 @@ impl BatchTarget {
         }
     }
 
-    /// Release every request at once and wait for all of them. `seed` picks the simulated
-    /// prompts' token ids (a fresh seed per batch keeps batches from hitting the prefix cache).
+    /// Release every prompt `n` times at once (vLLM's `--n`; the copies of a prompt are
+    /// consecutive requests) and wait for all of them. `seed` picks the simulated prompts'
+    /// token ids (a fresh seed per batch keeps batches from hitting the prefix cache).
     pub async fn run_batch(
         &mut self,
         plan: &RunPlan,
-        requests: &[RequestSpec],
+        prompts: &[RequestSpec],
+        n: usize,
         seed: u64,
         stop: &StopSignal,
     ) -> Result<Batch> {
+        let n = n.max(1);
+        let requests = &with_copies(prompts, n)[..];
         match self {
             BatchTarget::Http { client, .. } => {
                 let prepared = requests
@@ -234,7 +238,10 @@ impl BatchTarget {
                 ..
             } => {
                 let t0 = driver.now_ns();
-                let ids = virtual_run::prompt_ids(sim, requests, seed);
+                // The copies of a prompt carry the same token ids, as they carry the same text.
+                let ids = virtual_run::prompt_ids(sim, prompts, seed)
+                    .into_iter()
+                    .flat_map(|ids| std::iter::repeat_n(ids, n));
                 let first_trace = driver.traces().len();
                 for (r, prompt) in requests.iter().zip(ids) {
                     driver.submit(VirtualArrival {

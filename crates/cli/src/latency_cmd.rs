@@ -186,9 +186,11 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
             if stop.dispatch_stopped() {
                 return Ok(interrupted());
             }
-            let requests = batch_run::with_copies(chunk, args.n as usize);
             let seed = args.seed ^ (u64::from(batch) << 32) ^ k as u64;
-            let b = match target.run_batch(&p, &requests, seed, &stop).await {
+            let b = match target
+                .run_batch(&p, chunk, args.n as usize, seed, &stop)
+                .await
+            {
                 Ok(b) => b,
                 Err(_) if stop.dispatch_stopped() => return Ok(interrupted()),
                 Err(e) => return Err(e),

@@ -171,15 +171,17 @@ pub async fn throughput(args: ThroughputArgs) -> Result<ExitCode> {
     if prompts.is_empty() {
         bail!("the dataset produced no requests");
     }
-    let requests = batch_run::with_copies(&prompts, args.n as usize);
     eprintln!(
         "Releasing {} requests at once ({} prompts × {} sequences)",
-        requests.len(),
+        prompts.len() * args.n as usize,
         prompts.len(),
         args.n
     );
     let stop = interrupt_on_ctrl_c();
-    let batch = match target.run_batch(&plan, &requests, plan.seed, &stop).await {
+    let batch = match target
+        .run_batch(&plan, &prompts, args.n as usize, plan.seed, &stop)
+        .await
+    {
         Ok(b) => b,
         Err(_) if stop.dispatch_stopped() => {
             eprintln!("Interrupted: no results written");
