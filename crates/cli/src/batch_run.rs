@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use servebench_loadgen::{run_load, BackendClient, LoadSpec, StopSignal};
+use servebench_loadgen::{run_load, BackendClient, LoadSpec, Progress, StopSignal};
 use servebench_metrics::RequestRecord;
 use servebench_sim::engine::NewRequest;
 use servebench_sim::virtual_time::{VirtualArrival, VirtualDriver};
@@ -199,12 +199,14 @@ impl BatchTarget {
     /// Release every prompt `n` times at once (vLLM's `--n`; the copies of a prompt are
     /// consecutive requests) and wait for all of them. `seed` picks the simulated prompts'
     /// token ids (a fresh seed per batch keeps batches from hitting the prefix cache).
+    /// `progress` labels live progress on stderr while a server answers.
     pub async fn run_batch(
         &mut self,
         plan: &RunPlan,
         prompts: &[RequestSpec],
         n: usize,
         seed: u64,
+        progress: Option<&str>,
         stop: &StopSignal,
     ) -> Result<Batch> {
         let n = n.max(1);
@@ -218,7 +220,10 @@ impl BatchTarget {
                 let spec = LoadSpec {
                     schedule: vec![0; requests.len()],
                     max_concurrency: None,
-                    progress: None,
+                    progress: progress.map(|label| Progress {
+                        total: Some(requests.len()),
+                        label: label.to_owned(),
+                    }),
                     scrape_every: None,
                 };
                 let outcome =

@@ -188,7 +188,7 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
             }
             let seed = args.seed ^ (u64::from(batch) << 32) ^ k as u64;
             let b = match target
-                .run_batch(&p, chunk, args.n as usize, seed, &stop)
+                .run_batch(&p, chunk, args.n as usize, seed, None, &stop)
                 .await
             {
                 Ok(b) => b,

@@ -179,7 +179,14 @@ pub async fn throughput(args: ThroughputArgs) -> Result<ExitCode> {
     );
     let stop = interrupt_on_ctrl_c();
     let batch = match target
-        .run_batch(&plan, &prompts, args.n as usize, plan.seed, &stop)
+        .run_batch(
+            &plan,
+            &prompts,
+            args.n as usize,
+            plan.seed,
+            Some("throughput"),
+            &stop,
+        )
         .await
     {
         Ok(b) => b,
