@@ -1,10 +1,12 @@
 //! The `servebench` binary: clap definitions, validation into plans, wiring of the library
 //! crates, progress and exit codes. No measurement logic lives here.
 
+mod batch_run;
 mod compare_cmd;
 mod decide_cmd;
 mod diagnose_cmd;
 mod experiment;
+mod latency_cmd;
 pub mod matrix;
 mod plan_cmd;
 mod predict_cmd;
@@ -12,6 +14,7 @@ mod report_cmd;
 mod run;
 mod sim_cmd;
 mod sweep_cmd;
+mod throughput_cmd;
 
 use std::process::ExitCode;
 
@@ -31,6 +34,13 @@ pub enum Command {
     /// Benchmark one workload against a server (flags of `vllm bench serve`). Without
     /// --base-url/--host it starts the simulator in-process.
     Run(Box<run::args::RunArgs>),
+    /// The latency of one batch released at once, repeated (flags and JSON of `vllm bench
+    /// latency`); --batch-size 1,8,64 sweeps batch sizes beside the roofline's prediction.
+    /// Without --base-url/--host it runs the simulator in virtual time.
+    Latency(Box<latency_cmd::LatencyArgs>),
+    /// Every request released at once, timed to the last one (flags and JSON of `vllm bench
+    /// throughput`). Without --base-url/--host it runs the simulator in virtual time.
+    Throughput(Box<throughput_cmd::ThroughputArgs>),
     /// Serve the simulated inference engine (an OpenAI-compatible server).
     Sim(Box<servebench_sim::args::SimArgs>),
     /// Bandwidth math for a GPU and model: weights, TPOT floor, prefill, KV capacity.
@@ -62,11 +72,15 @@ pub enum Command {
 pub fn main() -> ExitCode {
     init_tracing();
     let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some("run") {
-        if let Err(msg) = run::args::check_unsupported(&argv[2..]) {
-            eprintln!("error: {msg}");
-            return ExitCode::from(2);
-        }
+    let refused = match argv.get(1).map(String::as_str) {
+        Some("run") => run::args::check_unsupported(&argv[2..]),
+        Some("latency") => latency_cmd::check_unsupported(&argv[2..]),
+        Some("throughput") => throughput_cmd::check_unsupported(&argv[2..]),
+        _ => Ok(()),
+    };
+    if let Err(msg) = refused {
+        eprintln!("error: {msg}");
+        return ExitCode::from(2);
     }
     let cli = Cli::parse_from(&argv);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -82,6 +96,8 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Run(args) => run::run(*args, redact_argv(&argv)).await,
+            Command::Latency(args) => latency_cmd::latency(*args).await,
+            Command::Throughput(args) => throughput_cmd::throughput(*args).await,
             Command::Sim(args) => sim_cmd::serve(*args).await,
             Command::Predict(args) => predict_cmd::predict(*args),
             Command::Plan(args) => plan_cmd::plan(*args),

@@ -209,7 +209,40 @@ fn write_py_str(out: &mut String, s: &str) {
     out.push('"');
 }
 
-fn write_value(out: &mut String, v: &PyValue) {
+/// Python's layout: `indent` None is `json.dump`'s one line (", " and ": "); Some(n) is
+/// `indent=n`: one item per line, "," at line ends, empty containers as `[]`/`{}`.
+#[derive(Clone, Copy)]
+struct Layout {
+    indent: Option<usize>,
+}
+
+impl Layout {
+    fn open(self, out: &mut String, depth: usize) {
+        if let Some(n) = self.indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * (depth + 1)));
+        }
+    }
+
+    fn separate(self, out: &mut String, depth: usize) {
+        match self.indent {
+            None => out.push_str(", "),
+            Some(_) => {
+                out.push(',');
+                self.open(out, depth);
+            }
+        }
+    }
+
+    fn close(self, out: &mut String, depth: usize) {
+        if let Some(n) = self.indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    }
+}
+
+fn write_value(out: &mut String, v: &PyValue, layout: Layout, depth: usize) {
     match v {
         PyValue::Null => out.push_str("null"),
         PyValue::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -218,37 +251,60 @@ fn write_value(out: &mut String, v: &PyValue) {
         }
         PyValue::Float(f) => out.push_str(&py_float_repr(*f)),
         PyValue::Str(s) => write_py_str(out, s),
+        PyValue::List(items) if items.is_empty() => out.push_str("[]"),
         PyValue::List(items) => {
             out.push('[');
+            layout.open(out, depth);
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(", ");
+                    layout.separate(out, depth);
                 }
-                write_value(out, item);
+                write_value(out, item, layout, depth + 1);
             }
+            layout.close(out, depth);
             out.push(']');
         }
-        PyValue::Object(o) => write_object(out, o),
+        PyValue::Object(o) => write_object(out, o, layout, depth),
     }
 }
 
-fn write_object(out: &mut String, o: &OrderedObject) {
+fn write_object(out: &mut String, o: &OrderedObject, layout: Layout, depth: usize) {
+    if o.0.is_empty() {
+        out.push_str("{}");
+        return;
+    }
     out.push('{');
+    layout.open(out, depth);
     for (i, (k, v)) in o.0.iter().enumerate() {
         if i > 0 {
-            out.push_str(", ");
+            layout.separate(out, depth);
         }
         write_py_str(out, k);
         out.push_str(": ");
-        write_value(out, v);
+        write_value(out, v, layout, depth + 1);
     }
+    layout.close(out, depth);
     out.push('}');
 }
 
 /// Serialize like Python's `json.dump(obj, f)`.
 pub fn to_python_json(o: &OrderedObject) -> Vec<u8> {
     let mut out = String::new();
-    write_object(&mut out, o);
+    write_object(&mut out, o, Layout { indent: None }, 0);
+    out.into_bytes()
+}
+
+/// Serialize like Python's `json.dump(obj, f, indent=indent)`.
+pub fn to_python_json_indented(o: &OrderedObject, indent: usize) -> Vec<u8> {
+    let mut out = String::new();
+    write_object(
+        &mut out,
+        o,
+        Layout {
+            indent: Some(indent),
+        },
+        0,
+    );
     out.into_bytes()
 }
 
@@ -320,6 +376,24 @@ mod tests {
         assert_eq!(
             s,
             r#"{"i": 3, "f": 3.0, "n": null, "l": [[0.5, 1e-06], []]}"#
+        );
+    }
+
+    #[test]
+    fn indented_output_is_pythons_indent_4() {
+        let mut inner = OrderedObject::new();
+        inner.insert("10", 0.5);
+        let mut o = OrderedObject::new();
+        o.insert("avg_latency", 1.0);
+        o.insert("latencies", vec![1.0, 2e-5]);
+        o.insert("empty", Vec::<f64>::new());
+        o.insert("percentiles", inner);
+        o.insert("none", OrderedObject::new());
+        // json.dumps({...}, indent=4) in Python 3.
+        let expected = "{\n    \"avg_latency\": 1.0,\n    \"latencies\": [\n        1.0,\n        2e-05\n    ],\n    \"empty\": [],\n    \"percentiles\": {\n        \"10\": 0.5\n    },\n    \"none\": {}\n}";
+        assert_eq!(
+            String::from_utf8(to_python_json_indented(&o, 4)).unwrap(),
+            expected
         );
     }
 }

@@ -36,46 +36,7 @@ impl Executor for HttpTarget {
             tokenizer,
             expected,
         } = work;
-        let mut target = Target {
-            base_url: self.base_url.clone(),
-            endpoint: plan.endpoint.path.clone(),
-            api: plan.endpoint.api,
-            model: String::new(),
-            headers: plan.headers.clone(),
-            api_key: plan.api_key.clone(),
-            extra_body: plan.extra_body.clone(),
-            ignore_eos: plan.ignore_eos(),
-        };
-        // As vLLM: without --model, requests name the first model's `id` and the result's
-        // `model_id` is its `root` (the path or hub id behind the served name).
-        let (model_name, model_id) = match &plan.model {
-            Some(m) => (
-                plan.served_model_name.clone().unwrap_or_else(|| m.clone()),
-                m.clone(),
-            ),
-            None => {
-                let (id, root) =
-                    servebench_loadgen::probe::first_model_card(&target, Duration::from_secs(30))
-                        .await?;
-                if print {
-                    eprintln!(
-                        "Model not specified; using the server's first model: {id} (root {root})"
-                    );
-                }
-                (plan.served_model_name.clone().unwrap_or(id), root)
-            }
-        };
-        target.model = model_name;
-
-        let client = Arc::new(BackendClient::new(
-            target,
-            ClientOptions {
-                request_timeout: plan.request_timeout,
-                keep_text: plan.report.save_detailed,
-                tokenizer: Some(tokenizer.clone()),
-                checks: plan.answer.checks.clone(),
-            },
-        )?);
+        let (client, model_id) = connect(&self.base_url, plan, &tokenizer, print).await?;
         let prepared: Vec<_> = requests
             .iter()
             .enumerate()
@@ -181,6 +142,56 @@ impl Executor for HttpTarget {
             simulated,
         )
     }
+}
+
+/// The HTTP client for the server at `base_url` as the plan describes it, and the model id results name (`--model`, or the
+/// server's first model).
+pub async fn connect(
+    base_url: &str,
+    plan: &RunPlan,
+    tokenizer: &servebench_tokenizer::Tokenizer,
+    print: bool,
+) -> Result<(Arc<BackendClient>, String)> {
+    let mut target = Target {
+        base_url: base_url.to_owned(),
+        endpoint: plan.endpoint.path.clone(),
+        api: plan.endpoint.api,
+        model: String::new(),
+        headers: plan.headers.clone(),
+        api_key: plan.api_key.clone(),
+        extra_body: plan.extra_body.clone(),
+        ignore_eos: plan.ignore_eos(),
+    };
+    // As vLLM: without --model, requests name the first model's `id` and the result's
+    // `model_id` is its `root` (the path or hub id behind the served name).
+    let (model_name, model_id) = match &plan.model {
+        Some(m) => (
+            plan.served_model_name.clone().unwrap_or_else(|| m.clone()),
+            m.clone(),
+        ),
+        None => {
+            let (id, root) =
+                servebench_loadgen::probe::first_model_card(&target, Duration::from_secs(30))
+                    .await?;
+            if print {
+                eprintln!(
+                    "Model not specified; using the server's first model: {id} (root {root})"
+                );
+            }
+            (plan.served_model_name.clone().unwrap_or(id), root)
+        }
+    };
+    target.model = model_name;
+    let client = Arc::new(BackendClient::new(
+        target,
+        ClientOptions {
+            request_timeout: plan.request_timeout,
+            keep_text: plan.report.save_detailed,
+            tokenizer: Some(tokenizer.clone()),
+            checks: plan.answer.checks.clone(),
+        },
+    )?);
+    Ok((client, model_id))
 }
 
 fn print_traffic(plan: &RunPlan) {

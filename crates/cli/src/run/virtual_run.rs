@@ -102,17 +102,8 @@ pub fn prompt_ids(sim: &ResolvedSim, requests: &[RequestSpec], seed: u64) -> Vec
         .collect()
 }
 
-/// Run the workload through the engine core in virtual time; one record per request.
-pub fn simulate(
-    sim: &ResolvedSim,
-    plan: &RunPlan,
-    requests: &[RequestSpec],
-    schedule: &[u64],
-) -> anyhow::Result<(Vec<RequestRecord>, u64, ServerTelemetry)> {
-    simulate_checked(sim, plan, requests, &[], schedule)
-}
-
-/// [`simulate`], holding each answer against the plan's answer checks and the request's own
+/// Run the workload through the engine core in virtual time, one record per request,
+/// holding each answer against the plan's answer checks and the request's own
 /// `expected` (by position; `expected` may be empty). The answer is the text the simulator's
 /// server would stream for the same tokens (its filler words), rebuilt only when a check
 /// needs it.
@@ -287,9 +278,10 @@ fn answer_text(sim: &ResolvedSim, words: &HashMap<u32, String>, ids: &[u32]) -> 
     text
 }
 
-/// `chat`: the stream the simulator would have written opens with a role-only chunk, sent
-/// together with the first content chunk; it is kept as the bare event vLLM's client counts.
-fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord {
+/// The record of one simulated request, as the HTTP client would have written it. `chat`:
+/// the stream the simulator would have written opens with a role-only chunk, sent together
+/// with the first content chunk; it is kept as the bare event vLLM's client counts.
+pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord {
     let first = t.token_times_ns.first().copied();
     let end = t.token_times_ns.last().copied();
     let failure = match (t.finish_reason, first) {

@@ -6,7 +6,18 @@
 use crate::common::{ok, servebench};
 
 const SUBCOMMANDS: &[&str] = &[
-    "run", "sim", "predict", "plan", "matrix", "sweep", "report", "compare", "diagnose", "decide",
+    "run",
+    "latency",
+    "throughput",
+    "sim",
+    "predict",
+    "plan",
+    "matrix",
+    "sweep",
+    "report",
+    "compare",
+    "diagnose",
+    "decide",
 ];
 
 /// The subcommands `servebench --help` lists, so a new one cannot escape the checks below.

@@ -45,3 +45,24 @@ fn readme_matrix_example_with_a_70b_sim_on_two_h100s_runs_as_written() {
     assert!(out.status.success(), "{:?}\n{}", commands[0], text(&out));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The README's `latency` and `throughput` examples that need no server (the simulator in
+/// virtual time), run as written in a scratch directory.
+#[test]
+fn readme_latency_and_throughput_examples_run_as_written() {
+    let mut commands = readme_commands("servebench latency ");
+    commands.extend(readme_commands("servebench throughput "));
+    let local: Vec<_> = commands
+        .into_iter()
+        .filter(|c| !c.iter().any(|w| w == "--base-url"))
+        .collect();
+    assert!(local.len() >= 3, "the README's local examples: {local:?}");
+    let dir = tempdir("readme", "latency-throughput");
+    for c in &local {
+        let out = bin().current_dir(&dir).args(&c[1..]).output().unwrap();
+        assert!(out.status.success(), "{c:?}\n{}", text(&out));
+    }
+    assert!(dir.join("latency.json").is_file());
+    assert!(dir.join("throughput.json").is_file());
+    let _ = std::fs::remove_dir_all(&dir);
+}

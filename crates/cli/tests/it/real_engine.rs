@@ -1010,3 +1010,128 @@ fn raw_stream_timings_match_server_timings() {
     assert_close("raw TTFT vs prompt_ms", ttft, prompt_ms, 1);
     assert_close("raw decode vs predicted_ms", decode, predicted_ms, 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// `servebench latency` and `servebench throughput` against the engine.
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `servebench <args>` against the engine (model and tokenizer added) to completion
+/// within [`RUN_TIMEOUT`]; returns stdout, failing with the whole output otherwise.
+fn bench_command(engine: &Engine, dir: &Path, args: &[&str]) -> String {
+    let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    args.extend(["--base-url".into(), engine.url.clone()]);
+    args.extend(["--model".into(), engine.model.clone()]);
+    if let Some(tokenizer) = &engine.tokenizer {
+        args.push("--tokenizer".into());
+        args.push(tokenizer.to_str().unwrap().into());
+    }
+    let stdout_path = dir.join("stdout.txt");
+    let stderr_path = dir.join("stderr.txt");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_servebench"))
+        .args(&args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&stdout_path).unwrap())
+        .stderr(fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .expect("spawn servebench");
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("servebench did not finish within {RUN_TIMEOUT:?}: {args:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = fs::read_to_string(&stdout_path).unwrap_or_default();
+    let stderr = fs::read_to_string(&stderr_path).unwrap_or_default();
+    assert!(
+        status.success(),
+        "servebench {args:?} exited with {status}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"
+    );
+    stdout
+}
+
+#[test]
+fn latency_batch_sizes_1_and_4_write_vllms_json() {
+    let Some(engine) = engine("latency_batch_sizes_1_and_4_write_vllms_json") else {
+        return;
+    };
+    let scratch = Scratch::new("latency");
+    let json = scratch.0.join("latency.json");
+    let stdout = bench_command(
+        &engine,
+        &scratch.0,
+        &[
+            "latency",
+            "--batch-size",
+            "1,4",
+            "--input-len",
+            "32",
+            "--output-len",
+            "16",
+            "--num-iters",
+            "3",
+            "--num-iters-warmup",
+            "1",
+            "--output-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let v: Value = serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
+    for b in ["1", "4"] {
+        let lat = v[b]["latencies"].as_array().unwrap();
+        assert_eq!(lat.len(), 3, "{v}");
+        assert!(lat.iter().all(|x| x.as_f64().unwrap() > 0.0), "{v}");
+        assert!(v[b]["avg_latency"].as_f64().unwrap() > 0.0);
+        assert!(v[b]["std_latency"].as_f64().unwrap() >= 0.0);
+        for p in ["10", "25", "50", "75", "90", "99"] {
+            assert!(v[b]["percentiles"][p].as_f64().unwrap() > 0.0, "{v}");
+        }
+    }
+    assert!(stdout.contains("TPOT (ms)"), "{stdout}");
+}
+
+#[test]
+fn throughput_16_prompts_writes_vllms_json() {
+    let Some(engine) = engine("throughput_16_prompts_writes_vllms_json") else {
+        return;
+    };
+    let scratch = Scratch::new("throughput");
+    let json = scratch.0.join("throughput.json");
+    let before = scrape(&engine);
+    let stdout = bench_command(
+        &engine,
+        &scratch.0,
+        &[
+            "throughput",
+            "--num-prompts",
+            "16",
+            "--input-len",
+            "32",
+            "--output-len",
+            "16",
+            "--output-json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let after = scrape(&engine);
+    let v: Value = serde_json::from_str(&fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["num_requests"], 16, "{v}");
+    assert!(v["elapsed_time"].as_f64().unwrap() > 0.0, "{v}");
+    // EOS is ignored: every request generates exactly its 16 tokens.
+    assert!(stdout.contains("Total num output tokens:  256"), "{stdout}");
+    let predicted = delta(&before, &after, "llamacpp:tokens_predicted_total");
+    assert_eq!(
+        predicted, 256.0,
+        "the server's own count of generated tokens"
+    );
+    let total = v["total_num_tokens"].as_u64().unwrap();
+    assert!(total > 256, "{v}");
+    let tps = v["tokens_per_second"].as_f64().unwrap();
+    let elapsed = v["elapsed_time"].as_f64().unwrap();
+    assert!((tps - total as f64 / elapsed).abs() < 1e-6 * tps, "{v}");
+}
