@@ -30,7 +30,7 @@ use crate::spec::request;
 pub const BASE_PROMPT: &str = "Pick as many lines as you can from these poem lines:\n";
 
 /// Consecutive over-long draws after which the lengths are declared impossible.
-const MAX_REDRAWS: usize = 1000;
+const MAX_REDRAWS: usize = 200;
 
 /// Parameters of the sonnet dataset.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,6 +111,15 @@ pub fn sample_sonnet_str(
     let mut prefix_text = String::from(BASE_PROMPT);
     prefix_lines.iter().for_each(|l| prefix_text.push_str(l));
     let prefix_ids = tok.encode(&prefix_text);
+    if prefix_ids.len() as u64 > cfg.input_len {
+        return Err(WorkloadError::InvalidConfig(format!(
+            "the shared opening ({} poem lines, {} tokens) is longer than --sonnet-input-len \
+             {}: lower --sonnet-prefix-len or raise --sonnet-input-len",
+            prefix_lines.len(),
+            prefix_ids.len(),
+            cfg.input_len
+        )));
+    }
 
     let mut rng = stream(cfg.seed, Purpose::SonnetLines, 0);
     let mut requests = Vec::with_capacity(cfg.num_prompts);
@@ -240,6 +249,9 @@ mod tests {
         // The prefix alone is longer than the bound.
         let err =
             sample_sonnet_str(POEM, Path::new("p"), &cfg(base + 3, base + 60), &tok).unwrap_err();
+        assert!(err.to_string().contains("is longer than"), "{err}");
+        // Two lines of about 11 tokens never fit in 16.
+        let err = sample_sonnet_str(POEM, Path::new("p"), &cfg(base + 16, 0), &tok).unwrap_err();
         assert!(err.to_string().contains("in a row"), "{err}");
         let err = sample_sonnet_str("", Path::new("p"), &cfg(100, 0), &tok).unwrap_err();
         assert!(err.to_string().contains("no poem lines"), "{err}");

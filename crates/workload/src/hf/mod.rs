@@ -31,6 +31,7 @@ use crate::selection::{oversample, shuffle};
 use crate::spec::request;
 use known::{lookup, supported_list, HfKind, Known};
 use prompts::{take, Taken};
+use rows::Row;
 
 /// Parameters of the `hf` dataset.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,7 +163,20 @@ pub fn sample_hf(cfg: &HfConfig, tok: &Tokenizer) -> Result<Vec<RequestSpec>, Wo
     let (id, kind) = cfg.resolve()?;
     let subset = cfg.subset.as_deref().filter(|_| kind.takes_subset());
     let files = files::data_files(&cfg.path, subset, &cfg.split_for(kind))?;
-    let mut rows = rows::read_all(&files)?;
+    let rows = rows::read_all(&files)?;
+    requests_from_rows(&id, kind, rows, &files, cfg, tok)
+}
+
+/// The requests `rows` (read from `files`) of dataset `id` make under `cfg`: shuffled,
+/// filtered, oversampled.
+pub fn requests_from_rows(
+    id: &str,
+    kind: HfKind,
+    mut rows: Vec<Row>,
+    files: &[PathBuf],
+    cfg: &HfConfig,
+    tok: &Tokenizer,
+) -> Result<Vec<RequestSpec>, WorkloadError> {
     if !cfg.disable_shuffle {
         shuffle(&mut rows, cfg.seed);
     }
@@ -171,9 +185,11 @@ pub fn sample_hf(cfg: &HfConfig, tok: &Tokenizer) -> Result<Vec<RequestSpec>, Wo
         if requests.len() >= cfg.num_prompts {
             break;
         }
-        let path = &files[row.file];
+        let path = files
+            .get(row.file)
+            .map_or(cfg.path.as_path(), PathBuf::as_path);
         if let Taken::Request(prompt, prompt_tokens, output) =
-            take(kind, &id, row, path, cfg.output_len, tok)?
+            take(kind, id, row, path, cfg.output_len, tok)?
         {
             let i = requests.len();
             requests.push(request(i, prompt, prompt_tokens, output, 0));
