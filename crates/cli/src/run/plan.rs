@@ -800,6 +800,141 @@ mod tests {
     }
 
     #[test]
+    fn vllm_offline_datasets_take_vllms_defaults_and_general_lengths() {
+        let p = plan(&["--dataset-name", "sonnet", "--dataset-path", "s.txt"]).unwrap();
+        assert_eq!(
+            p.dataset,
+            DatasetChoice::Sonnet {
+                path: "s.txt".into(),
+                input_len: 550,
+                output_len: 150,
+                prefix_len: 200
+            }
+        );
+        let p = plan(&[
+            "--dataset-name",
+            "sonnet",
+            "--dataset-path",
+            "s.txt",
+            "--input-len",
+            "300",
+            "--output-len",
+            "20",
+        ])
+        .unwrap();
+        assert!(matches!(
+            p.dataset,
+            DatasetChoice::Sonnet {
+                input_len: 300,
+                output_len: 20,
+                ..
+            }
+        ));
+        let p = plan(&["--dataset-name", "prefix_repetition"]).unwrap();
+        assert_eq!(
+            p.dataset,
+            DatasetChoice::PrefixRepetition {
+                prefix_len: 256,
+                suffix_len: 256,
+                num_prefixes: 10,
+                output_len: 128
+            }
+        );
+        assert_eq!(p.dataset.name(), "prefix_repetition");
+        assert!(!p.ignore_eos());
+        let p = plan(&[
+            "--dataset-name",
+            "hf",
+            "--dataset-path",
+            "d",
+            "--hf-split",
+            "test",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.dataset,
+            DatasetChoice::Hf {
+                path: "d".into(),
+                name: None,
+                subset: None,
+                split: Some("test".into()),
+                output_len: None
+            }
+        );
+        let msg = |f: &[&str]| plan(f).unwrap_err().to_string();
+        assert!(msg(&["--dataset-name", "hf"]).contains("local copy"));
+        assert!(
+            msg(&["--dataset-name", "prefix_repetition", "--dataset-path", "x"])
+                .contains("reads no file")
+        );
+        assert!(msg(&[
+            "--dataset-name",
+            "prefix_repetition",
+            "--prefix-repetition-num-prefixes",
+            "0"
+        ])
+        .contains("at least 1"));
+        assert!(msg(&[
+            "--dataset-name",
+            "hf",
+            "--dataset-path",
+            "d",
+            "--output-len=-1"
+        ])
+        .contains("non-negative for the hf dataset"));
+    }
+
+    #[test]
+    fn to_args_gives_the_new_datasets_back() {
+        for flags in [
+            &[
+                "--dataset-name",
+                "sonnet",
+                "--dataset-path",
+                "s.txt",
+                "--sonnet-input-len",
+                "300",
+                "--sonnet-prefix-len",
+                "50",
+                "--sonnet-output-len",
+                "9",
+            ][..],
+            &[
+                "--dataset-name",
+                "prefix_repetition",
+                "--prefix-repetition-prefix-len",
+                "64",
+                "--prefix-repetition-suffix-len",
+                "8",
+                "--prefix-repetition-num-prefixes",
+                "4",
+                "--prefix-repetition-output-len",
+                "3",
+                "--disable-shuffle",
+            ][..],
+            &[
+                "--dataset-name",
+                "hf",
+                "--dataset-path",
+                "d",
+                "--hf-name",
+                "philschmid/mt-bench",
+                "--hf-subset",
+                "en",
+                "--hf-split",
+                "test",
+                "--hf-output-len",
+                "12",
+                "--no-oversample",
+            ][..],
+        ] {
+            let p = plan(flags).unwrap();
+            let back = RunPlan::from_args(&p.to_args()).unwrap();
+            assert_eq!(format!("{p:?}"), format!("{back:?}"), "{flags:?}");
+        }
+    }
+
+    #[test]
     fn check_catches_a_rate_set_beside_a_ramp() {
         let mut p = plan(&[
             "--ramp-up-strategy",
