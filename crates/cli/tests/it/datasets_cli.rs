@@ -365,3 +365,31 @@ fn hf_refusals_say_what_to_do() {
     assert!(err.contains("multimodal"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn readme_dataset_examples_run_as_written() {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let commands: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("servebench run --virtual-time --dataset-name "))
+        .collect();
+    assert_eq!(
+        commands.len(),
+        3,
+        "sonnet, prefix_repetition and hf examples"
+    );
+    let dir = tempdir("readme");
+    for line in commands {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let out = bin()
+            .current_dir(root)
+            .args(&words[1..])
+            .args(["--disable-tqdm", "--output-dir"])
+            .arg(&dir)
+            .output()
+            .expect("spawn servebench");
+        assert!(out.status.success(), "{line}\n{}", text(&out));
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
