@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use servebench_tokenizer::Tokenizer;
 use servebench_workload::hf::known::HfKind;
 use servebench_workload::hf::requests_from_rows;
-use servebench_workload::hf::rows::{parse_json, parse_parquet, Row};
+use servebench_workload::hf::rows::{parse_json, parse_parquet, Numbered, Row};
 use servebench_workload::sonnet::sample_sonnet_str;
 use servebench_workload::{HfConfig, SonnetConfig, WorkloadError};
 
@@ -70,10 +70,7 @@ fn check<T>(r: Result<T, WorkloadError>, path: &Path) -> Result<(), TestCaseErro
 }
 
 /// Rows through every kind, with and without a fixed output length.
-fn all_kinds(
-    rows: Vec<(usize, serde_json::Map<String, serde_json::Value>)>,
-    path: &Path,
-) -> Result<(), TestCaseError> {
+fn all_kinds(rows: Vec<Numbered>, path: &Path) -> Result<(), TestCaseError> {
     let rows: Vec<Row> = rows
         .into_iter()
         .map(|(line, fields)| Row {

@@ -206,7 +206,7 @@ mod tests {
         );
         assert!(data_files(&root, None, "test").is_err());
         let single = root.join("ShareGPT_V3_unfiltered.json");
-        assert_eq!(data_files(&single, None, "test").unwrap(), [single.clone()]);
+        assert_eq!(data_files(&single, None, "test").unwrap(), vec![single]);
         std::fs::remove_dir_all(root).unwrap();
     }
 

@@ -18,6 +18,9 @@ pub struct Row {
     pub line: usize,
 }
 
+/// A row's columns with its 1-based line or position in its file.
+pub type Numbered = (usize, Map<String, Value>);
+
 /// Reads every row of `files`, in order.
 pub(crate) fn read_all(files: &[PathBuf]) -> Result<Vec<Row>, WorkloadError> {
     let mut rows = Vec::new();
@@ -44,10 +47,7 @@ pub(crate) fn read_all(files: &[PathBuf]) -> Result<Vec<Row>, WorkloadError> {
 
 /// Rows of a JSON Lines file or of a JSON list (when the text starts with `[`), each with its
 /// line (JSON Lines) or 1-based position (list). Blank lines are skipped.
-pub fn parse_json(
-    text: &str,
-    path: &Path,
-) -> Result<Vec<(usize, Map<String, Value>)>, WorkloadError> {
+pub fn parse_json(text: &str, path: &Path) -> Result<Vec<Numbered>, WorkloadError> {
     if text.trim_start().starts_with('[') {
         let list: Vec<Value> = serde_json::from_str(text).map_err(|e| {
             WorkloadError::malformed(path, e.line(), format!("not a JSON list of rows: {e}"))
@@ -97,10 +97,7 @@ pub fn parse_json(
 }
 
 /// Rows of a Parquet file, with their 1-based position.
-pub fn parse_parquet(
-    bytes: bytes::Bytes,
-    path: &Path,
-) -> Result<Vec<(usize, Map<String, Value>)>, WorkloadError> {
+pub fn parse_parquet(bytes: bytes::Bytes, path: &Path) -> Result<Vec<Numbered>, WorkloadError> {
     use parquet::file::reader::{FileReader, SerializedFileReader};
 
     let unreadable = |message: String| WorkloadError::Format {
