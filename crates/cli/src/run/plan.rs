@@ -510,7 +510,7 @@ fn target(a: &RunArgs) -> Result<TargetChoice> {
 }
 
 fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
-    // vLLM's --output-len replaces the dataset's own output length flag.
+    // vLLM's --output-len replaces the output length flag of random, sharegpt, sonnet and hf.
     let general_output_len = || -> Result<Option<u64>> {
         match a.output_len {
             Some(v) if v < 0 => bail!(
@@ -568,7 +568,7 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
                 prefix_len: a.prefix_repetition_prefix_len,
                 suffix_len: a.prefix_repetition_suffix_len,
                 num_prefixes: a.prefix_repetition_num_prefixes,
-                output_len: general_output_len()?.unwrap_or(a.prefix_repetition_output_len),
+                output_len: a.prefix_repetition_output_len,
             }
         }
         DatasetName::Hf => DatasetChoice::Hf {
