@@ -393,3 +393,33 @@ fn readme_dataset_examples_run_as_written() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn prefix_repetition_over_http_is_cached_by_the_simulator_as_in_virtual_time() {
+    let _one_at_a_time = common::exclusive();
+    let dir = tempdir("prefix-repetition-http");
+    // One request at a time: each prompt after its group's first finds the 64-token prefix
+    // (4 blocks of 16) cached by the simulator, which tokenizes the text it receives.
+    let out = bin()
+        .current_dir(&dir)
+        .args([
+            "run",
+            "--disable-tqdm",
+            "--save-result",
+            "--result-filename",
+            "v.json",
+        ])
+        .args(["--dataset-name", "prefix_repetition", "--num-prompts", "8"])
+        .args(["--prefix-repetition-prefix-len", "64"])
+        .args(["--prefix-repetition-suffix-len", "16"])
+        .args(["--prefix-repetition-num-prefixes", "2"])
+        .args(["--prefix-repetition-output-len", "4"])
+        .args(["--max-concurrency", "1"])
+        .output()
+        .expect("spawn servebench");
+    let (vllm, native) = results(&dir, &out);
+    assert_eq!(vllm["completed"], 8, "{vllm}");
+    assert_eq!(vllm["total_input_tokens"], 8 * 80, "{vllm}");
+    assert_eq!(cached_tokens(&native), 2 * 3 * 64);
+    std::fs::remove_dir_all(dir).ok();
+}
