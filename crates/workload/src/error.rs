@@ -27,6 +27,14 @@ pub enum WorkloadError {
         /// What is wrong there.
         message: String,
     },
+    /// A whole file is unreadable in its format (a Parquet file, where rows have no lines).
+    #[error("{}: {message}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A dataset held nothing usable after filtering.
     #[error("{}: {reason}", path.display())]
     Empty {

@@ -2,7 +2,10 @@
 //!
 //! - Datasets turn into [`RequestSpec`]s: [`random`] (vLLM's random dataset, with
 //!   prompts of exact token length and a shared or per-request prefix), [`sharegpt`]
-//!   and [`custom`] (files, with vLLM's selection rules), and [`trace`] replay.
+//!   and [`custom`] (files, with vLLM's selection rules), [`sonnet`] (poem lines with a
+//!   shared prefix), [`prefix_repetition`] (groups of prompts sharing exact-length
+//!   prefixes), [`hf`] (local copies of the Hugging Face datasets vLLM knows by name), and
+//!   [`trace`] replay.
 //! - [`synth`] builds text of an exact token count under a [`Tokenizer`].
 //! - [`arrival`] computes intended send offsets from a rate, burstiness and ramp.
 //!
@@ -13,20 +16,27 @@
 mod arrival;
 pub mod custom;
 mod error;
+pub mod hf;
+mod prefix_repetition;
 pub mod random;
 mod request;
 mod rng;
 mod selection;
 pub mod sharegpt;
+pub mod sonnet;
+mod spec;
 mod synth;
 pub mod trace;
 
 pub use arrival::{ArrivalConfig, RampUp, RampUpStrategy};
 pub use custom::{sample_custom, sample_custom_checked, CustomConfig, CustomRequests};
 pub use error::WorkloadError;
+pub use hf::{sample_hf, HfConfig};
+pub use prefix_repetition::{sample_prefix_repetition, PrefixRepetitionConfig};
 pub use random::{sample_random, PrefixMode, RandomConfig};
 pub use request::{cycle, RequestSpec};
 pub use sharegpt::{sample_sharegpt, ShareGptConfig};
+pub use sonnet::{sample_sonnet, SonnetConfig};
 pub use trace::{read_trace, TraceEntry, TraceFormat};
 
 use servebench_tokenizer::Tokenizer;
@@ -40,6 +50,12 @@ pub enum DatasetConfig {
     ShareGpt(ShareGptConfig),
     /// `--dataset-name custom`.
     Custom(CustomConfig),
+    /// `--dataset-name sonnet`.
+    Sonnet(SonnetConfig),
+    /// `--dataset-name prefix_repetition`.
+    PrefixRepetition(PrefixRepetitionConfig),
+    /// `--dataset-name hf`.
+    Hf(HfConfig),
 }
 
 /// Builds the requests of a dataset under `tok`.
@@ -51,5 +67,8 @@ pub fn sample_dataset(
         DatasetConfig::Random(c) => sample_random(c, tok),
         DatasetConfig::ShareGpt(c) => sample_sharegpt(c, tok),
         DatasetConfig::Custom(c) => sample_custom(c, tok),
+        DatasetConfig::Sonnet(c) => sample_sonnet(c, tok),
+        DatasetConfig::PrefixRepetition(c) => sample_prefix_repetition(c, tok),
+        DatasetConfig::Hf(c) => sample_hf(c, tok),
     }
 }

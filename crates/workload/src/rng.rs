@@ -17,6 +17,9 @@ pub(crate) enum Purpose {
     Arrivals = 6,
     TraceBlock = 7,
     TraceTail = 8,
+    SonnetLines = 9,
+    RepeatedPrefix = 10,
+    RepeatedSuffix = 11,
 }
 
 /// The random stream for `purpose` and `index` under `seed`.

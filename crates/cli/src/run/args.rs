@@ -31,6 +31,24 @@ pub enum DatasetName {
     Random,
     Sharegpt,
     Custom,
+    Sonnet,
+    #[value(name = "prefix_repetition")]
+    PrefixRepetition,
+    Hf,
+}
+
+impl DatasetName {
+    /// vLLM's `--dataset-name` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DatasetName::Random => "random",
+            DatasetName::Sharegpt => "sharegpt",
+            DatasetName::Custom => "custom",
+            DatasetName::Sonnet => "sonnet",
+            DatasetName::PrefixRepetition => "prefix_repetition",
+            DatasetName::Hf => "hf",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -112,11 +130,13 @@ pub struct RunArgs {
     /// the local HF cache); default: built-in o200k_base.
     #[arg(long, help_heading = "Dataset")]
     pub tokenizer: Option<String>,
-    /// Where prompts come from: random token prompts, a ShareGPT file or a custom JSONL file
-    /// (--dataset-path).
+    /// Where prompts come from: random token prompts, groups of prompts sharing a prefix
+    /// (prefix_repetition), or a file given with --dataset-path: ShareGPT JSON, custom JSONL,
+    /// sonnet poem lines, or a local copy of a Hugging Face dataset (hf).
     #[arg(long, value_enum, default_value = "random", help_heading = "Dataset")]
     pub dataset_name: DatasetName,
-    /// Dataset file (sharegpt JSON, custom JSONL).
+    /// Dataset file (sharegpt JSON, custom JSONL, sonnet text), or the folder or file of a
+    /// local Hugging Face dataset copy (hf).
     #[arg(long, help_heading = "Dataset")]
     pub dataset_path: Option<PathBuf>,
     /// Number of prompts to process.
@@ -158,6 +178,52 @@ pub struct RunArgs {
         help_heading = "Dataset"
     )]
     pub custom_output_len: i64,
+    /// Keep the dataset file's order instead of shuffling it with the seed (sharegpt, custom,
+    /// hf, prefix_repetition).
+    #[arg(long, help_heading = "Dataset")]
+    pub disable_shuffle: bool,
+    /// When the file has fewer usable prompts than --num-prompts, send fewer instead of
+    /// repeating random ones (sharegpt, custom, hf).
+    #[arg(long, help_heading = "Dataset")]
+    pub no_oversample: bool,
+    /// Accepted for vLLM compatibility: servebench never applies a chat template to prompts
+    /// (a chat endpoint applies the server's own).
+    #[arg(long, help_heading = "Dataset")]
+    pub skip_chat_template: bool,
+    /// Upper bound of each sonnet prompt's tokens.
+    #[arg(long, default_value_t = 550, help_heading = "Dataset")]
+    pub sonnet_input_len: u64,
+    /// Output tokens of each sonnet request.
+    #[arg(long, default_value_t = 150, help_heading = "Dataset")]
+    pub sonnet_output_len: u64,
+    /// Tokens of the opening every sonnet prompt shares (instruction and first poem lines).
+    #[arg(long, default_value_t = 200, help_heading = "Dataset")]
+    pub sonnet_prefix_len: u64,
+    /// Tokens of each shared prefix (prefix_repetition).
+    #[arg(long, default_value_t = 256, help_heading = "Dataset")]
+    pub prefix_repetition_prefix_len: u64,
+    /// Tokens after the prefix (prefix_repetition); a prompt has prefix + suffix tokens.
+    #[arg(long, default_value_t = 256, help_heading = "Dataset")]
+    pub prefix_repetition_suffix_len: u64,
+    /// Number of distinct prefixes (prefix_repetition); each serves
+    /// num-prompts / num-prefixes prompts.
+    #[arg(long, default_value_t = 10, help_heading = "Dataset")]
+    pub prefix_repetition_num_prefixes: usize,
+    /// Output tokens of each prefix_repetition request.
+    #[arg(long, default_value_t = 128, help_heading = "Dataset")]
+    pub prefix_repetition_output_len: u64,
+    /// Subset (configuration) of the Hugging Face dataset: a folder of the local copy.
+    #[arg(long, help_heading = "Dataset")]
+    pub hf_subset: Option<String>,
+    /// Split of the Hugging Face dataset [default: train].
+    #[arg(long, help_heading = "Dataset")]
+    pub hf_split: Option<String>,
+    /// Id of the Hugging Face dataset the local copy holds (e.g. philschmid/mt-bench).
+    #[arg(long, help_heading = "Dataset")]
+    pub hf_name: Option<String>,
+    /// Output tokens of each hf request, replacing the dataset's lengths.
+    #[arg(long, help_heading = "Dataset")]
+    pub hf_output_len: Option<u64>,
 
     // ---- traffic ----
     /// Requests per second ("inf" sends all at time 0).
@@ -303,17 +369,9 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--request-id-prefix", "request ids"),
     ("--skip-tokenizer-init", "running without a tokenizer"),
     ("--chat-template-kwargs", "client-side chat templates"),
-    ("--hf-split", "HuggingFace hub datasets"),
-    ("--hf-subset", "HuggingFace hub datasets"),
-    ("--hf-output-len", "HuggingFace hub datasets"),
     ("--no-stream", "non-streaming requests"),
-    ("--no-oversample", "dataset oversampling control"),
     ("--random-batch-size", "batched random prompts"),
     ("--spec-bench-output-len", "the spec-bench dataset"),
-    (
-        "--prefix-repetition-prefix-len",
-        "the prefix_repetition dataset",
-    ),
 ];
 
 /// Refuse `vllm bench serve` flags we do not implement, with a clear reason.

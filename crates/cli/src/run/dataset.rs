@@ -6,8 +6,8 @@ use anyhow::Result;
 use servebench_answer::Expected;
 use servebench_tokenizer::Tokenizer;
 use servebench_workload::{
-    sample_custom_checked, sample_dataset, ArrivalConfig, CustomConfig, DatasetConfig, RampUp,
-    RandomConfig, RequestSpec, ShareGptConfig,
+    sample_custom_checked, sample_dataset, ArrivalConfig, CustomConfig, DatasetConfig, HfConfig,
+    PrefixRepetitionConfig, RampUp, RandomConfig, RequestSpec, ShareGptConfig, SonnetConfig,
 };
 
 use super::plan::{DatasetChoice, RunPlan};
@@ -29,6 +29,8 @@ pub fn config(plan: &RunPlan) -> DatasetConfig {
             c.num_prompts = plan.num_prompts;
             c.seed = plan.seed;
             c.output_len = *output_len;
+            c.disable_shuffle = plan.disable_shuffle;
+            c.no_oversample = plan.no_oversample;
             DatasetConfig::ShareGpt(c)
         }
         DatasetChoice::Custom { path, output_len } => {
@@ -36,8 +38,54 @@ pub fn config(plan: &RunPlan) -> DatasetConfig {
             c.num_prompts = plan.num_prompts;
             c.seed = plan.seed;
             c.output_len = *output_len;
+            c.disable_shuffle = plan.disable_shuffle;
+            c.no_oversample = plan.no_oversample;
             DatasetConfig::Custom(c)
         }
+        DatasetChoice::Sonnet {
+            path,
+            input_len,
+            output_len,
+            prefix_len,
+        } => DatasetConfig::Sonnet(SonnetConfig {
+            path: path.clone(),
+            num_prompts: plan.num_prompts,
+            input_len: *input_len,
+            output_len: *output_len,
+            prefix_len: *prefix_len,
+            seed: plan.seed,
+        }),
+        DatasetChoice::PrefixRepetition {
+            prefix_len,
+            suffix_len,
+            num_prefixes,
+            output_len,
+        } => DatasetConfig::PrefixRepetition(PrefixRepetitionConfig {
+            num_prompts: plan.num_prompts,
+            prefix_len: *prefix_len,
+            suffix_len: *suffix_len,
+            num_prefixes: *num_prefixes,
+            output_len: *output_len,
+            seed: plan.seed,
+            disable_shuffle: plan.disable_shuffle,
+        }),
+        DatasetChoice::Hf {
+            path,
+            name,
+            subset,
+            split,
+            output_len,
+        } => DatasetConfig::Hf(HfConfig {
+            path: path.clone(),
+            name: name.clone(),
+            subset: subset.clone(),
+            split: split.clone(),
+            output_len: *output_len,
+            num_prompts: plan.num_prompts,
+            seed: plan.seed,
+            disable_shuffle: plan.disable_shuffle,
+            no_oversample: plan.no_oversample,
+        }),
     }
 }
 

@@ -489,7 +489,7 @@ fn hostname() -> String {
 fn plan_section(f: &Finish<'_>) -> PlanSection {
     let args = f.args;
     PlanSection {
-        dataset_name: format!("{:?}", args.dataset_name).to_lowercase(),
+        dataset_name: args.dataset_name.as_str().to_owned(),
         dataset_path: args
             .dataset_path
             .as_ref()

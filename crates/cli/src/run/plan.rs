@@ -68,6 +68,28 @@ pub enum DatasetChoice {
     },
     /// A custom JSONL file; `output_len` −1 keeps the file's own lengths.
     Custom { path: PathBuf, output_len: i64 },
+    /// Poem lines from a text file behind a shared opening.
+    Sonnet {
+        path: PathBuf,
+        input_len: u64,
+        output_len: u64,
+        prefix_len: u64,
+    },
+    /// Random prompts in groups that share an exact-length prefix.
+    PrefixRepetition {
+        prefix_len: u64,
+        suffix_len: u64,
+        num_prefixes: usize,
+        output_len: u64,
+    },
+    /// A local copy of a Hugging Face dataset vLLM knows by name.
+    Hf {
+        path: PathBuf,
+        name: Option<String>,
+        subset: Option<String>,
+        split: Option<String>,
+        output_len: Option<u64>,
+    },
 }
 
 impl DatasetChoice {
@@ -77,13 +99,19 @@ impl DatasetChoice {
             DatasetChoice::Random => "random",
             DatasetChoice::ShareGpt { .. } => "sharegpt",
             DatasetChoice::Custom { .. } => "custom",
+            DatasetChoice::Sonnet { .. } => "sonnet",
+            DatasetChoice::PrefixRepetition { .. } => "prefix_repetition",
+            DatasetChoice::Hf { .. } => "hf",
         }
     }
 
     pub fn path(&self) -> Option<&PathBuf> {
         match self {
-            DatasetChoice::Random => None,
-            DatasetChoice::ShareGpt { path, .. } | DatasetChoice::Custom { path, .. } => Some(path),
+            DatasetChoice::Random | DatasetChoice::PrefixRepetition { .. } => None,
+            DatasetChoice::ShareGpt { path, .. }
+            | DatasetChoice::Custom { path, .. }
+            | DatasetChoice::Sonnet { path, .. }
+            | DatasetChoice::Hf { path, .. } => Some(path),
         }
     }
 }
@@ -168,6 +196,10 @@ pub struct RunPlan {
     pub random: RandomShape,
     pub num_prompts: usize,
     pub seed: u64,
+    /// `--disable-shuffle`: file datasets keep their order.
+    pub disable_shuffle: bool,
+    /// `--no-oversample`: file datasets send fewer prompts rather than repeat some.
+    pub no_oversample: bool,
     pub traffic: Traffic,
     /// `--ignore-eos` as given (see [`RunPlan::ignore_eos`]).
     pub ignore_eos_flag: bool,
@@ -250,6 +282,8 @@ impl RunPlan {
             },
             num_prompts: a.num_prompts,
             seed: a.seed,
+            disable_shuffle: a.disable_shuffle,
+            no_oversample: a.no_oversample,
             traffic,
             ignore_eos_flag: a.ignore_eos,
             extra_body,
@@ -309,7 +343,16 @@ impl RunPlan {
                 DatasetChoice::Custom { path, output_len } => {
                     (DatasetName::Custom, Some(path.clone()), None, *output_len)
                 }
+                DatasetChoice::Sonnet { path, .. } => {
+                    (DatasetName::Sonnet, Some(path.clone()), None, 256)
+                }
+                DatasetChoice::PrefixRepetition { .. } => {
+                    (DatasetName::PrefixRepetition, None, None, 256)
+                }
+                DatasetChoice::Hf { path, .. } => (DatasetName::Hf, Some(path.clone()), None, 256),
             };
+        let mut dataset_flags = DatasetFlags::default();
+        dataset_flags.set(&self.dataset);
         let t = &self.traffic;
         let r = &self.report;
         RunArgs {
@@ -351,6 +394,20 @@ impl RunPlan {
             },
             sharegpt_output_len,
             custom_output_len,
+            disable_shuffle: self.disable_shuffle,
+            no_oversample: self.no_oversample,
+            skip_chat_template: false,
+            sonnet_input_len: dataset_flags.sonnet_input_len,
+            sonnet_output_len: dataset_flags.sonnet_output_len,
+            sonnet_prefix_len: dataset_flags.sonnet_prefix_len,
+            prefix_repetition_prefix_len: dataset_flags.prefix_repetition_prefix_len,
+            prefix_repetition_suffix_len: dataset_flags.prefix_repetition_suffix_len,
+            prefix_repetition_num_prefixes: dataset_flags.prefix_repetition_num_prefixes,
+            prefix_repetition_output_len: dataset_flags.prefix_repetition_output_len,
+            hf_subset: dataset_flags.hf_subset,
+            hf_split: dataset_flags.hf_split,
+            hf_name: dataset_flags.hf_name,
+            hf_output_len: dataset_flags.hf_output_len,
             request_rate: t.request_rate,
             burstiness: t.burstiness,
             max_concurrency: t.max_concurrency,
@@ -479,10 +536,21 @@ fn target(a: &RunArgs) -> Result<TargetChoice> {
 }
 
 fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
+    // vLLM's --output-len replaces the output length flag of random, sharegpt, sonnet and hf.
+    let general_output_len = || -> Result<Option<u64>> {
+        match a.output_len {
+            Some(v) if v < 0 => bail!(
+                "--output-len must be non-negative for the {} dataset",
+                a.dataset_name.as_str()
+            ),
+            Some(v) => Ok(Some(v as u64)),
+            None => Ok(None),
+        }
+    };
     Ok(match a.dataset_name {
         DatasetName::Random => {
             if let Some(p) = &a.dataset_path {
-                bail!("cannot use the random dataset with --dataset-path {}: pick --dataset-name sharegpt or custom", p.display());
+                bail!("cannot use the random dataset with --dataset-path {}: pick --dataset-name sharegpt, custom, sonnet or hf", p.display());
             }
             if matches!(a.output_len, Some(v) if v < 0) {
                 bail!("--output-len must be non-negative for the random dataset")
@@ -506,7 +574,117 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
                 .context("--dataset-name custom needs --dataset-path FILE.jsonl")?,
             output_len: a.output_len.unwrap_or(a.custom_output_len),
         },
+        DatasetName::Sonnet => DatasetChoice::Sonnet {
+            path: a
+                .dataset_path
+                .clone()
+                .context("--dataset-name sonnet needs --dataset-path FILE.txt (poem lines)")?,
+            input_len: a.input_len.unwrap_or(a.sonnet_input_len),
+            output_len: general_output_len()?.unwrap_or(a.sonnet_output_len),
+            prefix_len: a.sonnet_prefix_len,
+        },
+        DatasetName::PrefixRepetition => {
+            if let Some(p) = &a.dataset_path {
+                bail!("the prefix_repetition dataset is synthetic and reads no file: drop --dataset-path {}", p.display());
+            }
+            if a.prefix_repetition_num_prefixes == 0 {
+                bail!("--prefix-repetition-num-prefixes must be at least 1");
+            }
+            DatasetChoice::PrefixRepetition {
+                prefix_len: a.prefix_repetition_prefix_len,
+                suffix_len: a.prefix_repetition_suffix_len,
+                num_prefixes: a.prefix_repetition_num_prefixes,
+                output_len: a.prefix_repetition_output_len,
+            }
+        }
+        DatasetName::Hf => DatasetChoice::Hf {
+            path: a.dataset_path.clone().context(
+                "--dataset-name hf needs --dataset-path DIR_OR_FILE: a local copy of the dataset (JSONL or Parquet)",
+            )?,
+            name: a.hf_name.clone(),
+            subset: a.hf_subset.clone(),
+            split: a.hf_split.clone(),
+            output_len: general_output_len()?.or(a.hf_output_len),
+        },
     })
+}
+
+/// The per-dataset flags of `servebench run` that give back a [`DatasetChoice`] (the
+/// others keep their defaults).
+struct DatasetFlags {
+    sonnet_input_len: u64,
+    sonnet_output_len: u64,
+    sonnet_prefix_len: u64,
+    prefix_repetition_prefix_len: u64,
+    prefix_repetition_suffix_len: u64,
+    prefix_repetition_num_prefixes: usize,
+    prefix_repetition_output_len: u64,
+    hf_subset: Option<String>,
+    hf_split: Option<String>,
+    hf_name: Option<String>,
+    hf_output_len: Option<u64>,
+}
+
+impl Default for DatasetFlags {
+    /// vLLM's defaults.
+    fn default() -> Self {
+        Self {
+            sonnet_input_len: 550,
+            sonnet_output_len: 150,
+            sonnet_prefix_len: 200,
+            prefix_repetition_prefix_len: 256,
+            prefix_repetition_suffix_len: 256,
+            prefix_repetition_num_prefixes: 10,
+            prefix_repetition_output_len: 128,
+            hf_subset: None,
+            hf_split: None,
+            hf_name: None,
+            hf_output_len: None,
+        }
+    }
+}
+
+impl DatasetFlags {
+    fn set(&mut self, d: &DatasetChoice) {
+        match d {
+            DatasetChoice::Sonnet {
+                input_len,
+                output_len,
+                prefix_len,
+                ..
+            } => {
+                self.sonnet_input_len = *input_len;
+                self.sonnet_output_len = *output_len;
+                self.sonnet_prefix_len = *prefix_len;
+            }
+            DatasetChoice::PrefixRepetition {
+                prefix_len,
+                suffix_len,
+                num_prefixes,
+                output_len,
+            } => {
+                self.prefix_repetition_prefix_len = *prefix_len;
+                self.prefix_repetition_suffix_len = *suffix_len;
+                self.prefix_repetition_num_prefixes = *num_prefixes;
+                self.prefix_repetition_output_len = *output_len;
+            }
+            DatasetChoice::Hf {
+                name,
+                subset,
+                split,
+                output_len,
+                ..
+            } => {
+                self.hf_name = name.clone();
+                self.hf_subset = subset.clone();
+                self.hf_split = split.clone();
+                self.hf_output_len = *output_len;
+            }
+            DatasetChoice::Random
+            | DatasetChoice::ShareGpt { .. }
+            | DatasetChoice::Custom { .. } => {}
+        }
+    }
 }
 
 fn endpoint(a: &RunArgs, target: &TargetChoice) -> Result<Endpoint> {
@@ -645,6 +823,141 @@ mod tests {
         let back = RunPlan::from_args(&ramp.to_args()).unwrap();
         assert_eq!(format!("{ramp:?}"), format!("{back:?}"));
         assert_eq!(back.random.input_len, 77);
+    }
+
+    #[test]
+    fn vllm_offline_datasets_take_vllms_defaults_and_general_lengths() {
+        let p = plan(&["--dataset-name", "sonnet", "--dataset-path", "s.txt"]).unwrap();
+        assert_eq!(
+            p.dataset,
+            DatasetChoice::Sonnet {
+                path: "s.txt".into(),
+                input_len: 550,
+                output_len: 150,
+                prefix_len: 200
+            }
+        );
+        let p = plan(&[
+            "--dataset-name",
+            "sonnet",
+            "--dataset-path",
+            "s.txt",
+            "--input-len",
+            "300",
+            "--output-len",
+            "20",
+        ])
+        .unwrap();
+        assert!(matches!(
+            p.dataset,
+            DatasetChoice::Sonnet {
+                input_len: 300,
+                output_len: 20,
+                ..
+            }
+        ));
+        let p = plan(&["--dataset-name", "prefix_repetition"]).unwrap();
+        assert_eq!(
+            p.dataset,
+            DatasetChoice::PrefixRepetition {
+                prefix_len: 256,
+                suffix_len: 256,
+                num_prefixes: 10,
+                output_len: 128
+            }
+        );
+        assert_eq!(p.dataset.name(), "prefix_repetition");
+        assert!(!p.ignore_eos());
+        let p = plan(&[
+            "--dataset-name",
+            "hf",
+            "--dataset-path",
+            "d",
+            "--hf-split",
+            "test",
+        ])
+        .unwrap();
+        assert_eq!(
+            p.dataset,
+            DatasetChoice::Hf {
+                path: "d".into(),
+                name: None,
+                subset: None,
+                split: Some("test".into()),
+                output_len: None
+            }
+        );
+        let msg = |f: &[&str]| plan(f).unwrap_err().to_string();
+        assert!(msg(&["--dataset-name", "hf"]).contains("local copy"));
+        assert!(
+            msg(&["--dataset-name", "prefix_repetition", "--dataset-path", "x"])
+                .contains("reads no file")
+        );
+        assert!(msg(&[
+            "--dataset-name",
+            "prefix_repetition",
+            "--prefix-repetition-num-prefixes",
+            "0"
+        ])
+        .contains("at least 1"));
+        assert!(msg(&[
+            "--dataset-name",
+            "hf",
+            "--dataset-path",
+            "d",
+            "--output-len=-1"
+        ])
+        .contains("non-negative for the hf dataset"));
+    }
+
+    #[test]
+    fn to_args_gives_the_new_datasets_back() {
+        for flags in [
+            &[
+                "--dataset-name",
+                "sonnet",
+                "--dataset-path",
+                "s.txt",
+                "--sonnet-input-len",
+                "300",
+                "--sonnet-prefix-len",
+                "50",
+                "--sonnet-output-len",
+                "9",
+            ][..],
+            &[
+                "--dataset-name",
+                "prefix_repetition",
+                "--prefix-repetition-prefix-len",
+                "64",
+                "--prefix-repetition-suffix-len",
+                "8",
+                "--prefix-repetition-num-prefixes",
+                "4",
+                "--prefix-repetition-output-len",
+                "3",
+                "--disable-shuffle",
+            ][..],
+            &[
+                "--dataset-name",
+                "hf",
+                "--dataset-path",
+                "d",
+                "--hf-name",
+                "philschmid/mt-bench",
+                "--hf-subset",
+                "en",
+                "--hf-split",
+                "test",
+                "--hf-output-len",
+                "12",
+                "--no-oversample",
+            ][..],
+        ] {
+            let p = plan(flags).unwrap();
+            let back = RunPlan::from_args(&p.to_args()).unwrap();
+            assert_eq!(format!("{p:?}"), format!("{back:?}"), "{flags:?}");
+        }
     }
 
     #[test]

@@ -75,7 +75,10 @@ impl Executor for VirtualTarget {
 
 /// Token ids for each request: a shared prefix (the same ids in every request, so the prefix
 /// cache sees the reuse the dataset intends) followed by unique ids, at the dataset's exact
-/// lengths. Ids are drawn from the tokenizer's ordinary (non-special) vocabulary.
+/// lengths. Ids are drawn from the tokenizer's ordinary (non-special) vocabulary. A request
+/// that carries its text opens with its own prefix tokens instead, so datasets with several
+/// prefixes (prefix_repetition) or a prefix taken from a file (sonnet) share exactly what
+/// their texts share.
 pub fn prompt_ids(sim: &ResolvedSim, requests: &[RequestSpec], seed: u64) -> Vec<Vec<u32>> {
     let pool = sim.tokenizer.ordinary_ids();
     let vocab = sim.engine.vocab_size.max(1);
@@ -95,7 +98,16 @@ pub fn prompt_ids(sim: &ResolvedSim, requests: &[RequestSpec], seed: u64) -> Vec
             let mut rng =
                 ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ r.id);
             let p = (r.prefix_tokens as usize).min(r.prompt_tokens as usize);
-            let mut ids = prefix[..p].to_vec();
+            let mut ids = if r.prompt.is_empty() || p == 0 {
+                prefix[..p].to_vec()
+            } else {
+                let mut own: Vec<u32> = sim.tokenizer.encode(&r.prompt);
+                own.truncate(p);
+                // Another tokenizer than the workload's may count fewer tokens.
+                let have = own.len();
+                own.extend_from_slice(&prefix[have..p]);
+                own
+            };
             ids.extend((p..r.prompt_tokens.max(1) as usize).map(|_| pick(&mut rng)));
             ids
         })

@@ -7,6 +7,7 @@ mod answer_checks;
 mod browser_report;
 mod compare_cli;
 mod compare_clocks;
+mod datasets_cli;
 mod decide_record;
 mod decision_run_flags;
 mod diagnose_rules;
