@@ -149,11 +149,13 @@ BUDGET=$((STREAMS + 8192))
 # every stream lasts the same time whatever the batch. With the roofline's step time, which
 # grows with the batch, the completion rate hardly changes between 1,000 and 10,000 running
 # streams, and an open-loop arrival rate would either stall far below the cap or queue
-# without bound.
+# without bound. The simulator's connection cap (4,096 by default) must hold every stream
+# and leave room for the sampler's /metrics requests.
 SIM_ARGS=(llama-3.1-8b --gpu h100 --host 127.0.0.1 --port "$PORT"
     --max-num-seqs "$STREAMS" --max-num-batched-tokens "$BUDGET"
     --num-gpu-blocks-override "$BLOCKS" --max-model-len $((INPUT_LEN + OUTPUT_LEN + 64))
-    --async-scheduling --cpu-floor-us $((STEP_MS * 1000)) --req-overhead-us 0)
+    --async-scheduling --cpu-floor-us $((STEP_MS * 1000)) --req-overhead-us 0
+    --max-connections $((STREAMS + 64)))
 log "starting the simulator on $URL: ${SIM_ARGS[*]}"
 "$BIN" sim "${SIM_ARGS[@]}" >"$OUT/sim.log" 2>&1 </dev/null &
 SIM_PID=$!

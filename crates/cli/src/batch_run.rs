@@ -68,6 +68,14 @@ pub struct BatchTargetArgs {
     /// the local HF cache) prompts are counted with; default: built-in o200k_base.
     #[arg(long, help_heading = "Target")]
     pub tokenizer: Option<String>,
+    /// Every completed answer must match this regex (as `run --expect-regex`); a miss is a
+    /// failed request of kind invalid_output. Repeatable.
+    #[arg(long, value_name = "RE", help_heading = "Answer checks")]
+    pub expect_regex: Vec<String>,
+    /// Every completed answer must validate against this JSON schema file (as
+    /// `run --expect-json-schema`). Repeatable.
+    #[arg(long, value_name = "FILE", help_heading = "Answer checks")]
+    pub expect_json_schema: Vec<PathBuf>,
 }
 
 impl BatchTargetArgs {
@@ -92,6 +100,8 @@ impl BatchTargetArgs {
         a.sim = self.sim.clone();
         a.virtual_time = !external;
         a.tokenizer = self.tokenizer.clone();
+        a.expect_regex = self.expect_regex.clone();
+        a.expect_json_schema = self.expect_json_schema.clone();
         // vLLM's offline benchmarks always ignore EOS: every request generates its full length.
         a.ignore_eos = true;
         a.disable_tqdm = true;
@@ -165,8 +175,11 @@ impl BatchTarget {
             TargetChoice::VirtualTime { spec } | TargetChoice::Simulator { spec } => {
                 let (spec, sim) = target::resolve_sim(spec.as_deref())?;
                 eprintln!("Target: simulator in virtual time ({spec})");
-                let driver = VirtualDriver::new(sim.engine.clone(), None)
+                let mut driver = VirtualDriver::new(sim.engine.clone(), None)
                     .context("starting the simulator's engine core")?;
+                if !plan.answer.checks.is_empty() {
+                    driver.keep_output_ids();
+                }
                 Ok(BatchTarget::Virtual {
                     sim: Box::new(sim),
                     spec,
@@ -272,13 +285,19 @@ impl BatchTarget {
                     .run_until_idle()
                     .context("simulating the batch in virtual time")?;
                 let chat = plan.endpoint.api == servebench_loadgen::ApiKind::Chat;
+                let checks = &plan.answer.checks;
+                let answers = (!checks.is_empty()).then(|| virtual_run::SimulatedAnswers::new(sim));
                 let records: Vec<RequestRecord> = driver.traces()[first_trace..]
                     .iter()
                     .zip(requests)
                     .map(|(t, spec)| {
                         let mut t = t.clone();
                         shift_trace(&mut t, t0);
-                        virtual_run::record(&t, spec, chat)
+                        let mut rec = virtual_run::record(&t, spec, chat);
+                        if let Some(a) = &answers {
+                            a.check(&mut rec, &t, checks, None);
+                        }
+                        rec
                     })
                     .collect();
                 let elapsed_ns = records
@@ -405,6 +424,8 @@ mod tests {
             request_timeout: None,
             sim: Some("llama-3.1-8b --gpu a100".into()),
             tokenizer: None,
+            expect_regex: vec![],
+            expect_json_schema: vec![],
         };
         let plan = RunPlan::from_args(&a.to_run_args().unwrap()).unwrap();
         assert!(plan.is_virtual());

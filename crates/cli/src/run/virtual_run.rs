@@ -165,15 +165,7 @@ pub fn simulate_checked(
         (0, true) => run_virtual_keeping_output(sim.engine.clone(), workload)?,
         _ => warmed_up(sim, workload, num_warmups, cold, keep_output)?,
     };
-    let words: HashMap<u32, String> = if keep_output {
-        sim.tokenizer
-            .filler_words()
-            .into_iter()
-            .map(|(w, id)| (id, w))
-            .collect()
-    } else {
-        HashMap::new()
-    };
+    let answers = keep_output.then(|| SimulatedAnswers::new(sim));
     let records: Vec<RequestRecord> = run
         .traces
         .iter()
@@ -181,11 +173,13 @@ pub fn simulate_checked(
         .enumerate()
         .map(|(i, (t, r))| {
             let mut rec = record(t, r, chat);
-            let own = expected.get(i).and_then(Option::as_ref);
-            if rec.failure.is_none() && checks.applies(own) {
-                let text = answer_text(sim, &words, &t.output_ids);
-                rec.failure = checks.judge(&text, own);
-                rec.answer_checked = true;
+            if let Some(a) = &answers {
+                a.check(
+                    &mut rec,
+                    t,
+                    checks,
+                    expected.get(i).and_then(Option::as_ref),
+                );
             }
             rec
         })
@@ -277,17 +271,50 @@ fn warmed_up(
     Ok(run)
 }
 
-/// The text the simulator's server streams for these tokens: each token's filler word (the
-/// tokenizer's decoding for any other id).
-fn answer_text(sim: &ResolvedSim, words: &HashMap<u32, String>, ids: &[u32]) -> String {
-    let mut text = String::new();
-    for id in ids {
-        match words.get(id) {
-            Some(w) => text.push_str(w),
-            None => text.push_str(&sim.tokenizer.decode(&[*id])),
+/// Rebuilds the answer the simulator's server would have streamed for a simulated request
+/// (each token's filler word, the tokenizer's decoding for any other id) and holds it
+/// against the answer checks. Needs the engine to have kept the output token ids.
+pub struct SimulatedAnswers<'a> {
+    sim: &'a ResolvedSim,
+    words: HashMap<u32, String>,
+}
+
+impl<'a> SimulatedAnswers<'a> {
+    pub fn new(sim: &'a ResolvedSim) -> Self {
+        let words = sim
+            .tokenizer
+            .filler_words()
+            .into_iter()
+            .map(|(w, id)| (id, w))
+            .collect();
+        SimulatedAnswers { sim, words }
+    }
+
+    fn text(&self, ids: &[u32]) -> String {
+        let mut text = String::new();
+        for id in ids {
+            match self.words.get(id) {
+                Some(w) => text.push_str(w),
+                None => text.push_str(&self.sim.tokenizer.decode(&[*id])),
+            }
+        }
+        text
+    }
+
+    /// Judge a completed request's answer: a miss turns the record into an
+    /// `invalid_output` failure.
+    pub fn check(
+        &self,
+        rec: &mut RequestRecord,
+        t: &RequestTrace,
+        checks: &servebench_answer::AnswerChecks,
+        own: Option<&Expected>,
+    ) {
+        if rec.failure.is_none() && checks.applies(own) {
+            rec.failure = checks.judge(&self.text(&t.output_ids), own);
+            rec.answer_checked = true;
         }
     }
-    text
 }
 
 /// The record of one simulated request, as the HTTP client would have written it. `chat`:

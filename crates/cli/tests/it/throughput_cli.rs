@@ -182,3 +182,56 @@ fn bad_flags_exit_2_with_a_clear_message() {
         assert!(stderr.contains(message), "{args:?}: {stderr}");
     }
 }
+
+/// Answer checks hold for the offline commands too: the simulator's answers (its filler
+/// words) match a regex any text matches, and one they never contain fails the run with
+/// the invalid_output reason; `latency` the same.
+#[test]
+fn answer_checks_fail_a_batch_whose_answers_miss() {
+    let base = [
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--num-prompts",
+        "3",
+    ];
+    let mut pass = vec!["throughput", "--expect-regex", "\\S"];
+    pass.extend(base);
+    ok(&servebench(&pass));
+    let mut miss = vec![
+        "throughput",
+        "--expect-regex",
+        "^no simulated answer says this$",
+    ];
+    miss.extend(base);
+    let out = servebench(&miss);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("3 of 3 requests failed"), "{stderr}");
+    assert!(
+        stderr.contains("invalid_output") || stderr.contains("regex"),
+        "{stderr}"
+    );
+    let out = servebench(&[
+        "latency",
+        "--batch-size",
+        "2",
+        "--num-iters-warmup",
+        "0",
+        "--num-iters",
+        "1",
+        "--output-len",
+        "4",
+        "--expect-regex",
+        "^no simulated answer says this$",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let bad = servebench(&["throughput", "--input-len", "8", "--expect-regex", "("]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--expect-regex"),
+        "{}",
+        text(&bad)
+    );
+}
