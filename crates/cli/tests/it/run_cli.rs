@@ -167,9 +167,13 @@ fn vllm_result_json_has_vllms_keys_in_vllms_order_regression_issue_2() {
     assert_eq!(v["total_input_tokens"], 40 * 64);
     assert_eq!(v["total_output_tokens"], 40 * 16);
     assert_eq!(v["ttfts"].as_array().map(Vec::len), Some(40));
+    // One gap per chunk after the first: 15 when every chunk carries one token, fewer when
+    // the simulator fell behind on a loaded machine and sent several tokens in one chunk (as
+    // a lagging vLLM server does); never none, never more than the tokens.
+    let gaps = v["itls"][0].as_array().map(Vec::len).unwrap_or(0);
     assert!(
-        v["itls"][0].as_array().map(Vec::len) == Some(15),
-        "one gap per token after the first"
+        (1..=15).contains(&gaps),
+        "one gap per chunk after the first, at most 15: {gaps}"
     );
     // Python's json.dump layout.
     assert!(text.starts_with("{\"date\": \""), "{}", &text[..40]);
