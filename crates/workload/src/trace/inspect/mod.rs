@@ -321,5 +321,30 @@ mod tests {
         fn any_text_gives_figures_or_an_error(text in ".{0,400}") {
             let _ = inspect(&text, &InspectOptions::default());
         }
+
+        #[test]
+        fn any_bytes_give_figures_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = inspect_reader(&bytes[..], Path::new("b"), &InspectOptions::default());
+        }
+
+        #[test]
+        fn near_valid_lines_give_figures_or_an_error_naming_the_line(
+            lines in proptest::collection::vec(
+                ("-?[0-9]{0,25}(\\.[0-9]{0,3})?|\"x\"|null", "[0-9]{0,22}|-1|1e400", "\\[[0-9, ]{0,30}\\]|\\{\\}"),
+                1..20,
+            ),
+            format in prop_oneof![Just(None), Just(Some(TraceFormat::Azure)), Just(Some(TraceFormat::Mooncake))],
+        ) {
+            let text: String = lines
+                .iter()
+                .map(|(t, n, ids)| format!(
+                    "{{\"timestamp\": {t}, \"input_length\": {n}, \"output_length\": 1, \"hash_ids\": {ids}}}\n"
+                ))
+                .collect();
+            let opts = InspectOptions { format, block_size: Some(16) };
+            if let Err(e) = inspect(&text, &opts) {
+                prop_assert!(e.to_string().starts_with("t.jsonl"), "{}", e);
+            }
+        }
     }
 }

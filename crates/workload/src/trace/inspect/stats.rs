@@ -229,8 +229,13 @@ fn percentile(sorted: &[u32], p: f64) -> f64 {
     let i = lo as usize;
     match sorted.get(i + 1) {
         Some(&b) => {
-            let a = f64::from(sorted[i]);
-            a + (f64::from(b) - a) * (index - lo)
+            // NumPy's `_lerp`, from the nearer end, so figures match its digits.
+            let (a, b, t) = (f64::from(sorted[i]), f64::from(b), index - lo);
+            if t >= 0.5 {
+                b - (b - a) * (1.0 - t)
+            } else {
+                a + (b - a) * t
+            }
         }
         None => f64::from(last),
     }
