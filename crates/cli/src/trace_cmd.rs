@@ -129,7 +129,10 @@ fn render_text(file: &str, i: &Inspection) -> String {
         a.peak_second,
         opt(a.interarrival_cv, 3)
     );
-    for (label, l) in [("input tokens", &s.input_tokens), ("output tokens", &s.output_tokens)] {
+    for (label, l) in [
+        ("input tokens", &s.input_tokens),
+        ("output tokens", &s.output_tokens),
+    ] {
         let _ = writeln!(
             t,
             "{label:<16}p50 {:.1}  p90 {:.1}  p99 {:.1}  max {}  (mean {:.1}, total {})",

@@ -27,7 +27,10 @@ pub fn render(file: &str, i: &Inspection) -> String {
         ),
         (
             "peak rate",
-            format!("{} req/s (1-s bucket at +{} s)", a.peak_per_s, a.peak_second),
+            format!(
+                "{} req/s (1-s bucket at +{} s)",
+                a.peak_per_s, a.peak_second
+            ),
         ),
         (
             "inter-arrival CV",
@@ -60,7 +63,10 @@ pub fn render(file: &str, i: &Inspection) -> String {
         ));
     }
     if s.out_of_order > 0 {
-        rows.push(("out of order", format!("{} entries (sorted)", s.out_of_order)));
+        rows.push((
+            "out of order",
+            format!("{} entries (sorted)", s.out_of_order),
+        ));
     }
 
     let mut page = String::new();

@@ -26,7 +26,8 @@ fn json_of(args: &[&str]) -> Value {
 }
 
 fn close(v: &Value, want: f64) -> bool {
-    v.as_f64().is_some_and(|x| (x - want).abs() < 1e-6 * want.abs().max(1.0))
+    v.as_f64()
+        .is_some_and(|x| (x - want).abs() < 1e-6 * want.abs().max(1.0))
 }
 
 fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
@@ -43,7 +44,10 @@ fn mooncake_cut_json_has_rate_lengths_and_ideal_reuse() {
     assert_eq!(j["requests"], 80);
     assert_eq!(j["out_of_order"], 0);
     assert!(close(&j["span_s"], 22.009), "{j}");
-    assert!(close(&j["arrivals"]["mean_per_s"], 3.589440683356809), "{j}");
+    assert!(
+        close(&j["arrivals"]["mean_per_s"], 3.589440683356809),
+        "{j}"
+    );
     assert!(
         close(&j["arrivals"]["interarrival_cv"], 0.956920838395069),
         "{j}"
@@ -154,7 +158,11 @@ fn bad_files_exit_2_naming_file_line_and_field() {
             "TIMESTAMP,ContextTokens,GeneratedTokens\n",
             vec!["header.csv", "empty trace"],
         ),
-        ("what.txt", "hello\n", vec!["what.txt:1:", "unknown trace format"]),
+        (
+            "what.txt",
+            "hello\n",
+            vec!["what.txt:1:", "unknown trace format"],
+        ),
     ];
     for (name, body, wants) in cases {
         let f = write(&dir, name, body);
@@ -166,7 +174,52 @@ fn bad_files_exit_2_naming_file_line_and_field() {
         }
         assert!(!err.contains("panicked"), "{err}");
     }
-    let out = servebench(&["trace", "inspect", &dir.join("missing.jsonl").to_string_lossy()]);
+    let out = servebench(&[
+        "trace",
+        "inspect",
+        &dir.join("missing.jsonl").to_string_lossy(),
+    ]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The README's `trace inspect` examples, run as written from the repository root (the
+/// `--html` page goes to a scratch directory instead of the root).
+#[test]
+fn readme_trace_inspect_examples_run_as_written() {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let commands: Vec<Vec<String>> = readme
+        .lines()
+        .filter(|l| l.starts_with("servebench trace inspect "))
+        .map(|l| servebench_sim::args::split_shell_words(l).unwrap())
+        .collect();
+    assert!(commands.len() >= 3, "{commands:?}");
+    let dir = tempdir("trace", "readme");
+    for c in &commands {
+        let args: Vec<String> = c[1..]
+            .iter()
+            .map(|w| {
+                if w.ends_with(".html") {
+                    dir.join(w).to_string_lossy().into_owned()
+                } else {
+                    w.clone()
+                }
+            })
+            .collect();
+        let out = crate::common::bin()
+            .current_dir(root)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{c:?}\n{}", text(&out));
+        if c == &commands[0] {
+            // The README shows this command's output: it must be what the command prints.
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                assert!(readme.contains(line), "README lacks {line:?}");
+            }
+        }
+    }
+    assert!(dir.join("trace.html").is_file());
     let _ = std::fs::remove_dir_all(&dir);
 }

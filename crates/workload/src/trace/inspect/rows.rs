@@ -59,15 +59,17 @@ pub(crate) fn for_each_row(
         }
         match &state {
             State::Start => {
-                let f = format.or_else(|| TraceFormat::detect(line)).ok_or_else(|| {
-                    WorkloadError::malformed(
-                        path,
-                        line_no,
-                        "unknown trace format: expected Mooncake JSON lines or a CSV header \
+                let f = format
+                    .or_else(|| TraceFormat::detect(line))
+                    .ok_or_else(|| {
+                        WorkloadError::malformed(
+                            path,
+                            line_no,
+                            "unknown trace format: expected Mooncake JSON lines or a CSV header \
                          with ContextTokens,GeneratedTokens (Azure) or Request tokens,Response \
                          tokens (BurstGPT)",
-                    )
-                })?;
+                        )
+                    })?;
                 state = match f {
                     TraceFormat::Mooncake => {
                         each(mooncake_row(line, path, line_no)?);
@@ -228,7 +230,9 @@ fn mooncake_row(line: &str, path: &Path, line_no: usize) -> Result<Row, Workload
         v.as_u64()
             .or_else(|| {
                 v.as_f64()
-                    .filter(|x| x.is_finite() && *x >= 0.0 && x.fract() == 0.0 && *x < 2f64.powi(64))
+                    .filter(|x| {
+                        x.is_finite() && *x >= 0.0 && x.fract() == 0.0 && *x < 2f64.powi(64)
+                    })
                     .map(|x| x as u64)
             })
             .ok_or_else(|| bad(format!("field `{name}`: expected a token count, got {v}")))
