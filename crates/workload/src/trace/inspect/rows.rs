@@ -165,15 +165,13 @@ fn csv_row(
     let [ts_name, in_name, out_name] = cols.names;
     let ts = get(cols.timestamp, ts_name)?;
     let at_ns = match format {
-        TraceFormat::Azure => datetime::parse_ns(ts)
-            .and_then(|ns| i64::try_from(ns).ok())
-            .ok_or_else(|| {
-                WorkloadError::malformed(
-                    path,
-                    line_no,
-                    format!("`{ts_name}` is not `YYYY-MM-DD HH:MM:SS[.fraction]`: {ts:?}"),
-                )
-            })?,
+        TraceFormat::Azure => azure_ns(ts).ok_or_else(|| {
+            WorkloadError::malformed(
+                path,
+                line_no,
+                format!("`{ts_name}` is not `YYYY-MM-DD HH:MM:SS[.fraction]`: {ts:?}"),
+            )
+        })?,
         _ => ts
             .parse::<f64>()
             .ok()
@@ -192,6 +190,47 @@ fn csv_row(
         output_tokens: parse_count(get(cols.output, out_name)?, out_name, path, line_no)?,
         block_hashes: Vec::new(),
     })
+}
+
+/// An Azure timestamp in ns since the epoch, UTC. The 2023 traces write naive date-times
+/// (`2023-11-16 18:17:03.9799600`), the 2024 ones add an offset
+/// (`2024-05-10 00:00:00.009930+00:00`); the offset is applied so mixed offsets still order.
+fn azure_ns(ts: &str) -> Option<i64> {
+    let (local, offset_s) = split_utc_offset(ts.trim())?;
+    let ns = datetime::parse_ns(local)? - i128::from(offset_s) * i128::from(NS_PER_S);
+    i64::try_from(ns).ok()
+}
+
+/// A date-time and its trailing UTC offset in seconds (`Z`, `±HH:MM`, `±HHMM`, `±HH`; none
+/// means UTC).
+fn split_utc_offset(ts: &str) -> Option<(&str, i64)> {
+    if let Some(rest) = ts.strip_suffix(['Z', 'z']) {
+        return Some((rest, 0));
+    }
+    // Only the time part can hold the offset's sign: the date has hyphens of its own.
+    let time_at = ts.find([' ', 'T']).map_or(ts.len(), |i| i + 1);
+    let Some(sign_at) = ts[time_at..].rfind(['+', '-']).map(|i| i + time_at) else {
+        return Some((ts, 0));
+    };
+    let digits: String = ts[sign_at + 1..].chars().filter(|c| *c != ':').collect();
+    if !(digits.len() == 2 || digits.len() == 4) || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let hours: i64 = digits[..2].parse().ok()?;
+    let minutes: i64 = if digits.len() == 4 {
+        digits[2..].parse().ok()?
+    } else {
+        0
+    };
+    if hours > 23 || minutes > 59 {
+        return None;
+    }
+    let sign = if ts[sign_at..].starts_with('-') {
+        -1
+    } else {
+        1
+    };
+    Some((&ts[..sign_at], sign * (hours * 3600 + minutes * 60)))
 }
 
 /// `value` units of `ns_per_unit` ns each, if it is a finite, non-negative time that fits.
@@ -346,6 +385,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("GeneratedTokens"), "{err}");
+    }
+
+    #[test]
+    fn azure_2024_timestamps_with_utc_offsets_read() {
+        let (_, r) = rows(
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+             2024-05-10 00:00:00.009930+00:00,100,10\n\
+             2024-05-10 02:00:01.009930+02:00,200,20\n\
+             2024-05-10 00:00:02Z,300,30\n\
+             2024-05-09T23:30:03-0030,400,40\n",
+        )
+        .unwrap();
+        let base = r[0].at_ns;
+        assert_eq!(
+            r.iter().map(|x| x.at_ns - base).collect::<Vec<_>>(),
+            [0, 1_000_000_000, 1_990_070_000, 2_990_070_000]
+        );
+        let err = rows("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00+25:00,1,1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("TIMESTAMP"), "{err}");
     }
 
     #[test]
