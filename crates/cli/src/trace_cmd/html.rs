@@ -79,7 +79,8 @@ pub fn render(file: &str, i: &Inspection) -> String {
          table {{ border-collapse: collapse; }}\n\
          th, td {{ text-align: left; padding: 0.2em 1em 0.2em 0; }}\n\
          svg text {{ font-size: 11px; fill: #444; }}\n\
-         </style>\n</head>\n<body>\n<h1>{title}</h1>\n<table>\n"
+         </style>\n</head>\n<body>\n<h1>Trace inspection</h1>\n<p><code>{}</code></p>\n<table>\n",
+        escape(file)
     );
     for (k, v) in rows {
         let _ = writeln!(page, "<tr><th>{}</th><td>{}</td></tr>", k, escape(&v));
