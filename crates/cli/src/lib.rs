@@ -15,6 +15,7 @@ mod run;
 mod sim_cmd;
 mod sweep_cmd;
 mod throughput_cmd;
+mod trace_cmd;
 
 use std::process::ExitCode;
 
@@ -66,6 +67,9 @@ pub enum Command {
     /// Decide between configurations (one or more sweep/matrix directories) against a latency
     /// contract: accepted and rejected with their figures, cost, versions; writes decision.md.
     Decide(Box<decide_cmd::DecideArgs>),
+    /// Look at a production trace before replaying it: `trace inspect FILE` shows its
+    /// arrival rate and burstiness, length percentiles and ideal prefix reuse.
+    Trace(Box<trace_cmd::TraceArgs>),
 }
 
 /// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
@@ -107,6 +111,7 @@ pub fn main() -> ExitCode {
             Command::Compare(args) => compare_cmd::run(*args),
             Command::Diagnose(args) => diagnose_cmd::diagnose(*args),
             Command::Decide(args) => decide_cmd::decide(*args),
+            Command::Trace(args) => trace_cmd::trace(*args),
         }
     });
     match result {

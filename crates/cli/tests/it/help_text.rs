@@ -18,6 +18,7 @@ const SUBCOMMANDS: &[&str] = &[
     "compare",
     "diagnose",
     "decide",
+    "trace",
 ];
 
 /// The subcommands `servebench --help` lists, so a new one cannot escape the checks below.

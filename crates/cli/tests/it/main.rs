@@ -25,5 +25,6 @@ mod run_cli;
 mod sim_cli;
 mod sweep_cli;
 mod throughput_cli;
+mod trace_cli;
 mod trust;
 mod vllm_parity;

@@ -16,6 +16,7 @@
 
 mod csv;
 mod datetime;
+pub mod inspect;
 mod replay;
 
 use std::path::Path;
