@@ -1,6 +1,7 @@
 //! The `--html` page of `trace inspect`: one self-contained file, the plots drawn as inline
 //! SVG here, so it opens offline and needs no script.
 
+use servebench_report::render::format::html_escape;
 use std::fmt::Write as _;
 
 use servebench_workload::trace::inspect::{Histogram, Inspection};
@@ -70,7 +71,7 @@ pub fn render(file: &str, i: &Inspection) -> String {
     }
 
     let mut page = String::new();
-    let title = format!("Trace {}", escape(file));
+    let title = format!("Trace {}", html_escape(file));
     let _ = write!(
         page,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -80,10 +81,10 @@ pub fn render(file: &str, i: &Inspection) -> String {
          th, td {{ text-align: left; padding: 0.2em 1em 0.2em 0; }}\n\
          svg text {{ font-size: 11px; fill: #444; }}\n\
          </style>\n</head>\n<body>\n<h1>Trace inspection</h1>\n<p><code>{}</code></p>\n<table>\n",
-        escape(file)
+        html_escape(file)
     );
     for (k, v) in rows {
-        let _ = writeln!(page, "<tr><th>{}</th><td>{}</td></tr>", k, escape(&v));
+        let _ = writeln!(page, "<tr><th>{}</th><td>{}</td></tr>", k, html_escape(&v));
     }
     page.push_str("</table>\n");
 
@@ -178,10 +179,10 @@ fn bars(id: &str, values: &[f64], step: f64, x_label: &str, y_label: &str) -> St
          transform=\"rotate(-90 12 {:.2})\">{}</text>\n</svg>",
         LEFT + plot_w / 2.0,
         HEIGHT - 6.0,
-        escape(x_label),
+        html_escape(x_label),
         TOP + plot_h / 2.0,
         TOP + plot_h / 2.0,
-        escape(y_label)
+        html_escape(y_label)
     );
     svg
 }
@@ -193,21 +194,6 @@ fn number(v: f64) -> String {
     } else {
         format!("{v:.2}")
     }
-}
-
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -247,6 +233,6 @@ mod tests {
     fn numbers_read_as_whole_or_two_decimals() {
         assert_eq!(number(3.0), "3");
         assert_eq!(number(0.126), "0.13");
-        assert_eq!(escape("a\"b'c"), "a&quot;b&#39;c");
+        assert_eq!(html_escape("a\"b'c"), "a&quot;b&#39;c");
     }
 }
