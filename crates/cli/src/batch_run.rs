@@ -239,6 +239,7 @@ impl BatchTarget {
                         label: label.to_owned(),
                     }),
                     scrape_every: None,
+                    start_at: None,
                 };
                 let outcome =
                     run_load(Arc::clone(client), prepared, spec, None, stop.clone()).await?;

@@ -8,6 +8,7 @@ mod diagnose_cmd;
 mod experiment;
 mod latency_cmd;
 pub mod matrix;
+mod merge_cmd;
 mod plan_cmd;
 mod predict_cmd;
 mod report_cmd;
@@ -70,6 +71,9 @@ pub enum Command {
     /// Look at a production trace before replaying it: `trace inspect FILE` shows its
     /// arrival rate and burstiness, length percentiles and ideal prefix reuse.
     Trace(Box<trace_cmd::TraceArgs>),
+    /// Join the shards of one split run (`run --shard I/N`, one per process or pod) into the
+    /// run's result files, computed from all records as one run.
+    Merge(Box<merge_cmd::MergeArgs>),
 }
 
 /// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
@@ -112,6 +116,7 @@ pub fn main() -> ExitCode {
             Command::Diagnose(args) => diagnose_cmd::diagnose(*args),
             Command::Decide(args) => decide_cmd::decide(*args),
             Command::Trace(args) => trace_cmd::trace(*args),
+            Command::Merge(args) => merge_cmd::merge(*args, redact_argv(&argv)),
         }
     });
     match result {

@@ -54,6 +54,7 @@ async fn one_attempt() -> (f64, f64) {
         max_concurrency: Some(1),
         progress: None,
         scrape_every: None,
+        start_at: None,
     };
     let out = run_load(client, prepared, spec, None, StopSignal::never())
         .await

@@ -190,6 +190,7 @@ async fn ingest(flags: &Flags) {
         max_concurrency: Some(streams as usize),
         progress: None,
         scrape_every: None,
+        start_at: None,
     };
     let out = run_load(client, reqs, spec, None, StopSignal::never())
         .await
@@ -261,6 +262,7 @@ async fn accuracy(flags: &Flags) {
         max_concurrency: Some(streams as usize),
         progress: None,
         scrape_every: None,
+        start_at: None,
     };
     let out = run_load(client, reqs, spec, None, StopSignal::never())
         .await

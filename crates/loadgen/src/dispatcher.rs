@@ -29,6 +29,10 @@ pub struct LoadSpec {
     pub progress: Option<Progress>,
     /// Scrape the server's `/metrics` this often during the run.
     pub scrape_every: Option<Duration>,
+    /// The wall-clock instant of the schedule's time zero (`--start-at`): the run sleeps until
+    /// then. An instant already past keeps its place, so the first requests are late rather
+    /// than the whole schedule shifted (shards that share it share one time zero).
+    pub start_at: Option<SystemTime>,
 }
 
 /// What a measured run produced.
@@ -44,7 +48,7 @@ pub struct LoadOutcome {
     pub finished: usize,
     /// Resends over every record (see `RequestRecord::resent`).
     pub resent: u64,
-    /// Wall-clock time at the run start (metadata only).
+    /// Wall-clock time of the run's time zero: the clock anchor of every record's offsets.
     pub started_at: SystemTime,
     /// From the start of the arrival loop to the end of the last request.
     pub duration_ns: u64,
@@ -56,6 +60,16 @@ pub struct LoadOutcome {
     pub write_error: Option<LoadgenError>,
     /// What the server's `/metrics` said during the run (when scraped).
     pub telemetry: Option<ServerTelemetry>,
+}
+
+/// The monotonic instant of a wall-clock time: read both clocks back to back and carry the
+/// difference over (an instant before the monotonic clock's origin is clamped to it).
+fn monotonic_instant_of(at: SystemTime) -> tokio::time::Instant {
+    let (wall, mono) = (SystemTime::now(), tokio::time::Instant::now());
+    match at.duration_since(wall) {
+        Ok(ahead) => mono + ahead,
+        Err(e) => mono.checked_sub(e.duration()).unwrap_or(mono),
+    }
 }
 
 /// Run `requests` on `client` following `spec`. Records stream into `sink` as they finish.
@@ -79,9 +93,19 @@ pub async fn run_load<B: Backend>(
         .max_concurrency
         .map(|n| Arc::new(Semaphore::new(n.max(1))));
 
+    let (started_at, clock) = match spec.start_at {
+        None => (SystemTime::now(), RunClock::start_now()),
+        Some(at) => {
+            let start = monotonic_instant_of(at);
+            tokio::select! {
+                biased;
+                _ = stop.dispatch_stop() => {}
+                _ = tokio::time::sleep_until(start) => {}
+            }
+            (at, RunClock::starting_at(start))
+        }
+    };
     let cpu_before = process_cpu_times();
-    let started_at = SystemTime::now();
-    let clock = RunClock::start_now();
     let total = requests.len();
     let scraper = spec.scrape_every.and_then(|every| {
         client
@@ -359,6 +383,7 @@ mod tests {
             max_concurrency,
             progress: None,
             scrape_every: Some(Duration::from_secs(1)),
+            start_at: None,
         }
     }
 

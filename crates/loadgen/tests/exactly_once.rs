@@ -68,6 +68,7 @@ async fn a_request_the_server_reads_and_drops_is_sent_exactly_once() {
         max_concurrency: Some(1),
         progress: None,
         scrape_every: None,
+        start_at: None,
     };
     let out = run_load(client, prepared, spec, None, StopSignal::never())
         .await

@@ -92,6 +92,7 @@ async fn requests_on_a_closed_keep_alive_connection_are_resent_not_failed() {
         max_concurrency: Some(1),
         progress: None,
         scrape_every: None,
+        start_at: None,
     };
     let out = run_load(client, prepared, spec, None, StopSignal::never())
         .await

@@ -112,6 +112,8 @@ fn run_result() -> RunResult {
             host: "bench-host".to_owned(),
             user_metadata: BTreeMap::from([("team".to_owned(), "serving".to_owned())]),
             target,
+            clock_anchor: None,
+            shard: None,
         },
         plan: Some(PlanSection {
             dataset_name: "random".to_owned(),

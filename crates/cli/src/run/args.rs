@@ -312,6 +312,25 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE", help_heading = "Answer checks")]
     pub expect_json_schema: Vec<PathBuf>,
 
+    // ---- scale-out ----
+    /// Start the schedule at this wall-clock instant: RFC 3339 (2026-11-24T18:00:00Z) or Unix
+    /// seconds (1795543200.5). Sleeps until then; refused when already past by more than 1 s.
+    #[arg(long, value_name = "WHEN", help_heading = "Scale-out")]
+    pub start_at: Option<String>,
+    /// Send only shard I of N of the schedule: the requests with id % N == I, at their
+    /// intended times in the whole schedule (`servebench merge` joins the shards).
+    #[arg(
+        long,
+        value_name = "I/N",
+        conflicts_with = "shards",
+        help_heading = "Scale-out"
+    )]
+    pub shard: Option<String>,
+    /// Split the schedule into N shards, this process's index taken from JOB_COMPLETION_INDEX
+    /// (as a Kubernetes Indexed Job sets it).
+    #[arg(long, value_name = "N", help_heading = "Scale-out")]
+    pub shards: Option<u32>,
+
     // ---- output ----
     /// Save vLLM's result JSON.
     #[arg(long, help_heading = "Output")]

@@ -5,6 +5,7 @@
 use anyhow::Result;
 use servebench_answer::Expected;
 use servebench_loadgen::StopSignal;
+use servebench_metrics::result::ShardInfo;
 use servebench_tokenizer::Tokenizer;
 use servebench_workload::RequestSpec;
 
@@ -22,6 +23,9 @@ pub struct Workload {
     /// Each request's own answer check, by position (the dataset's `expected`); empty when
     /// no request has one.
     pub expected: Vec<Option<Expected>>,
+    /// The share of a split schedule these requests are (`--shard`), with the whole
+    /// schedule's fingerprint.
+    pub shard: Option<ShardInfo>,
 }
 
 /// Measures one workload and writes its results.

@@ -35,14 +35,17 @@ impl Executor for HttpTarget {
             schedule,
             tokenizer,
             expected,
+            shard,
         } = work;
         let (client, model_id) = connect(&self.base_url, plan, &tokenizer, print).await?;
         let prepared: Vec<_> = requests
             .iter()
             .enumerate()
             .map(|(i, r)| {
+                // A shard's requests keep their ids in the whole schedule.
+                let id = if shard.is_some() { r.id } else { i as u64 };
                 client
-                    .prepare(i as u64, &r.prompt, r.prompt_tokens, r.max_tokens)
+                    .prepare(id, &r.prompt, r.prompt_tokens, r.max_tokens)
                     .with_expected(expected.get(i).cloned().flatten())
             })
             .collect();
@@ -50,8 +53,9 @@ impl Executor for HttpTarget {
         // The records file is open before the first request (ready check and warm-up
         // included), and a write error on it later stops the run instead of going unnoticed.
         let report_args = plan.to_args();
-        let (finish, sink) =
+        let (mut finish, sink) =
             output::Finish::open(&report_args, model_id, &tokenizer, command_line, print)?;
+        finish.shard = shard;
         let sink = sink.on_write_error(Arc::new(|e| {
             super::stop_for_output_failure(format!("writing the per-request records failed: {e}"))
         }));
@@ -98,7 +102,12 @@ impl Executor for HttpTarget {
             servebench_loadgen::probe::spec_decode_counters(client.target(), metrics_timeout).await;
         let spec = LoadSpec {
             schedule,
-            max_concurrency: plan.traffic.max_concurrency,
+            // Each shard takes its part of the cap, so the shards together hold it.
+            max_concurrency: plan
+                .traffic
+                .max_concurrency
+                .map(|c| plan.scale_out.shard.map_or(c, |s| s.concurrency(c))),
+            start_at: plan.scale_out.start_at.as_ref().map(|s| s.at),
             progress: plan.report.progress.then(|| Progress {
                 total: Some(prepared.len()),
                 label: "run".into(),

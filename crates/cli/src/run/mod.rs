@@ -9,6 +9,7 @@ pub mod output;
 pub mod output_check;
 pub mod overrides;
 pub mod plan;
+pub mod scale_out;
 pub mod target;
 pub mod virtual_run;
 
@@ -249,11 +250,32 @@ pub async fn execute(
     let schedule = dataset::schedule(plan, requests.len())?;
     let requests = dataset::cycle_to(requests, schedule.len());
     let expected = dataset::cycle_expected(expected, schedule.len());
+    let (requests, schedule, expected, shard) = match plan.scale_out.shard {
+        None => (requests, schedule, expected, None),
+        Some(s) => {
+            let info = servebench_metrics::result::ShardInfo {
+                index: Some(s.index),
+                count: s.count,
+                plan_hash: scale_out::plan_hash(&requests, &schedule),
+                schedule_requests: schedule.len() as u64,
+                ..Default::default()
+            };
+            let w = scale_out::select(s, requests, schedule, expected);
+            if w.requests.is_empty() {
+                bail!(
+                    "shard {s} has no requests: the schedule has only {} (use fewer shards)",
+                    info.schedule_requests
+                );
+            }
+            (w.requests, w.schedule, w.expected, Some(info))
+        }
+    };
     let work = Workload {
         requests,
         schedule,
         tokenizer,
         expected,
+        shard,
     };
     match target {
         RunTarget::Http(t) => t.measure(plan, work, command_line, stop, print).await,

@@ -12,8 +12,8 @@ use servebench_loadgen::{
     BackendClient, JsonlSink, LoadOutcome, Prepared, RunClock, StopSignal, Target,
 };
 use servebench_metrics::result::{
-    to_sorted_json_pretty, ClientHealth, MeasuredHealth, PlanSection, RunMetadata, RunResult,
-    ServerReply, SimConfig, TargetInfo, RESULT_SCHEMA,
+    to_sorted_json_pretty, ClientHealth, ClockAnchor, MeasuredHealth, PlanSection, RunMetadata,
+    RunResult, ServerReply, ShardInfo, SimConfig, TargetInfo, RESULT_SCHEMA,
 };
 use servebench_metrics::summary::{summarize, Slo, SummaryOptions};
 use servebench_metrics::validity::{run_facts, FactsOptions, RunValidity};
@@ -45,19 +45,31 @@ impl FileNames {
             .max_concurrency
             .map(|c| format!("-concurrency{c}"))
             .unwrap_or_default();
+        // Each shard's files are its own; `servebench merge` writes the run's.
+        let shard = args
+            .shard
+            .as_deref()
+            .and_then(|s| s.parse::<super::scale_out::Shard>().ok())
+            .map(|s| format!("-{}", s.file_tag()))
+            .unwrap_or_default();
         let stem = match ramp_up {
             Some((s, a, b)) => {
-                format!("{label}-ramp-up-{s}-{a}qps-{b}qps{conc}-{base_model}-{date}")
+                format!("{label}-ramp-up-{s}-{a}qps-{b}qps{conc}-{base_model}-{date}{shard}")
             }
             None => format!(
-                "{label}-{}qps{conc}-{base_model}-{date}",
+                "{label}-{}qps{conc}-{base_model}-{date}{shard}",
                 python_float(args.request_rate)
             ),
         };
-        let file = args
-            .result_filename
-            .clone()
-            .unwrap_or_else(|| format!("{stem}.json"));
+        let file = match &args.result_filename {
+            // Shards writing into one directory must not overwrite each other's file.
+            Some(name) if !shard.is_empty() => match name.rsplit_once('.') {
+                Some((base, ext)) => format!("{base}{shard}.{ext}"),
+                None => format!("{name}{shard}"),
+            },
+            Some(name) => name.clone(),
+            None => format!("{stem}.json"),
+        };
         let vllm_path = match &args.result_dir {
             Some(d) => d.join(file),
             None => PathBuf::from(file),
@@ -164,6 +176,11 @@ pub struct Finish<'a> {
     pub command_line: Vec<String>,
     /// Print the terminal report and file notes.
     pub print: bool,
+    /// The share of a split schedule the run sent (`--shard`), or the shards a merged
+    /// result joins.
+    pub shard: Option<ShardInfo>,
+    /// A merged result's client health and clock anchor (it has no load of its own).
+    pub merged: Option<(ClientHealth, ClockAnchor)>,
 }
 
 impl<'a> Finish<'a> {
@@ -199,6 +216,8 @@ impl<'a> Finish<'a> {
             metadata: super::options::key_values("--metadata", &args.metadata)?,
             command_line,
             print,
+            shard: None,
+            merged: None,
         };
         Ok((finish, sink))
     }
@@ -316,9 +335,10 @@ pub fn write_results(
         detailed: args.save_detailed,
     };
     let vllm = vllm_result(&info, records);
-    let health = match load {
-        Some(o) => client_health(o, &summary),
-        None => ClientHealth::virtual_time(),
+    let health = match (load, &f.merged) {
+        (Some(o), _) => client_health(o, &summary),
+        (None, Some((h, _))) => h.clone(),
+        (None, None) => ClientHealth::virtual_time(),
     };
     let validity = run_validity(f, records, &summary, &health);
 
@@ -329,7 +349,7 @@ pub fn write_results(
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
         let _ = write!(stdout, "{block}{extras}{verdict}");
-        if load.is_none() {
+        if load.is_none() && f.merged.is_none() {
             // A virtual-time what-if costs seconds, so its absurd answers must be loud.
             if let Some(w) =
                 servebench_metrics::validity::absurd_latency_warning(&summary, &validity)
@@ -377,6 +397,10 @@ pub fn write_results(
             host: hostname(),
             user_metadata: f.metadata.iter().cloned().collect(),
             target,
+            clock_anchor: load
+                .map(|o| clock_anchor(o, args))
+                .or_else(|| f.merged.as_ref().map(|(_, a)| a.clone())),
+            shard: f.shard.clone(),
         },
         plan: Some(plan_section(f)),
         summary,
@@ -459,6 +483,19 @@ fn run_validity(
     };
     RunValidity::from_facts(&run_facts(records, summary, &opts))
 }
+
+/// Where the run's time zero sat on the wall clock.
+fn clock_anchor(load: &LoadOutcome, args: &RunArgs) -> ClockAnchor {
+    ClockAnchor {
+        unix_ns: super::scale_out::unix_ns(load.started_at),
+        source: CLOCK_SOURCE.to_owned(),
+        start_at: args.start_at.clone(),
+    }
+}
+
+/// Records' offsets come from the OS monotonic clock; the anchor from the realtime clock,
+/// read at the run's time zero (or fixed in advance by `--start-at`).
+pub const CLOCK_SOURCE: &str = "offsets: CLOCK_MONOTONIC; anchor: CLOCK_REALTIME";
 
 fn save_vllm(path: &Path, bytes: &[u8], append: bool) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -15,6 +15,7 @@ use servebench_workload::{PrefixMode, RampUpStrategy};
 
 use super::args::{self, DatasetName, PrefixModeArg, RampUp as RampArg, RunArgs};
 use super::options;
+use super::scale_out::ScaleOut;
 
 /// vLLM's `--backend` (the API flavour a run speaks).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -210,6 +211,8 @@ pub struct RunPlan {
     pub repeat: u32,
     /// `--expect-regex` and `--expect-json-schema`, compiled.
     pub answer: AnswerPlan,
+    /// `--start-at` and `--shard`/`--shards`.
+    pub scale_out: ScaleOut,
 }
 
 /// The run-wide answer checks: the flags as given (for the recorded command line) and
@@ -255,6 +258,7 @@ impl RunPlan {
         check_duration(&traffic)?;
         let endpoint = endpoint(a, &target)?;
         let answer = AnswerPlan::from_args(a)?;
+        let scale_out = ScaleOut::from_args(a, &target, &traffic)?;
         Ok(RunPlan {
             target,
             endpoint,
@@ -304,6 +308,7 @@ impl RunPlan {
             },
             repeat: a.repeat,
             answer,
+            scale_out,
         })
     }
 
@@ -456,6 +461,9 @@ impl RunPlan {
             steady_state: r.steady_state,
             expect_regex: self.answer.regexes.clone(),
             expect_json_schema: self.answer.schemas.clone(),
+            start_at: self.scale_out.start_at.as_ref().map(|s| s.given.clone()),
+            shard: self.scale_out.shard.map(|s| s.to_string()),
+            shards: None,
         }
     }
 }

@@ -19,6 +19,7 @@ const SUBCOMMANDS: &[&str] = &[
     "diagnose",
     "decide",
     "trace",
+    "merge",
 ];
 
 /// The subcommands `servebench --help` lists, so a new one cannot escape the checks below.

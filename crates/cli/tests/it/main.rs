@@ -22,6 +22,7 @@ mod readme_examples;
 mod real_engine;
 mod report_cli;
 mod run_cli;
+mod shard_merge;
 mod sim_cli;
 mod sweep_cli;
 mod throughput_cli;

@@ -55,6 +55,7 @@ pub async fn run(
         max_concurrency,
         progress: None,
         scrape_every: None,
+        start_at: None,
     };
     tokio::time::timeout(
         Duration::from_secs(60),

@@ -14,8 +14,8 @@ mod telemetry;
 pub use environment::{EnvironmentFile, HostInfo};
 pub use experiment::{ExperimentFile, PointEntry, ProbeEntry, RowEntry, SweepEntry};
 pub use run::{
-    ClientHealth, MeasuredHealth, PlanSection, RequestRate, RunMetadata, RunResult, ServerReply,
-    TargetInfo,
+    ClientHealth, ClockAnchor, MeasuredHealth, PlanSection, RequestRate, RunMetadata, RunResult,
+    ServerReply, ShardInfo, TargetInfo,
 };
 pub use sim::SimConfig;
 pub use telemetry::{ServerTelemetry, TelemetrySample};

@@ -85,6 +85,52 @@ pub struct RunMetadata {
     pub user_metadata: BTreeMap<String, String>,
     /// What was measured.
     pub target: TargetInfo,
+    /// Where the run's time zero sits on the wall clock (absent in virtual time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_anchor: Option<ClockAnchor>,
+    /// The share of a split schedule this run sent (`--shard I/N`), or the shards a merged
+    /// result was computed from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
+}
+
+/// `metadata.clock_anchor`: records hold ns offsets from the run's time zero on a monotonic
+/// clock; the anchor places that zero on the wall clock, so records line up with server logs
+/// and with the other shards of a split run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClockAnchor {
+    /// Wall-clock time of the run's time zero, ns since the Unix epoch.
+    pub unix_ns: u64,
+    /// Which clocks: the offsets' and the anchor's.
+    pub source: String,
+    /// The time zero was fixed in advance (`--start-at`), as the instant given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_at: Option<String>,
+}
+
+/// `metadata.shard`: which share of one schedule a run sent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ShardInfo {
+    /// This shard's index, `0..count` (absent in a merged result).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// How many shards split the schedule.
+    pub count: u32,
+    /// Hash of the whole (unsharded) schedule: every shard of one run has the same.
+    pub plan_hash: String,
+    /// Requests in the whole schedule.
+    pub schedule_requests: u64,
+    /// A merged result: the spread of the shards' clock anchors (max − min), in ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anchor_spread_ms: Option<f64>,
+    /// A merged result: each shard's dispatch lag p99 in ms, by index.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dispatch_lag_p99_ms: Vec<Option<f64>>,
+    /// A merged result: warnings about the merge (clock spread above the threshold).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// `metadata.target`: the server measured, or servebench's simulator.

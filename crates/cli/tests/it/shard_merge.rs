@@ -1,0 +1,318 @@
+//! One schedule split across processes (`run --shard I/N`, `--shards N` with the index from
+//! JOB_COMPLETION_INDEX as Kubernetes sets it) against one simulator, joined by
+//! `servebench merge`: the merged run is the unsharded schedule, and its summary is the one the
+//! union of the shards' records gives.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use servebench_metrics::summary::{summarize, SummaryOptions};
+use servebench_metrics::RequestRecord;
+
+use crate::common::{self, bin, read_json, text};
+
+struct Sim {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_sim() -> Sim {
+    let mut child = bin()
+        .args(["sim", "llama-3.1-8b", "--gpu", "h100", "--port", "0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn sim");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("sim printed its address")
+            .expect("utf-8");
+        if let Some(rest) = line.split("Serving on ").nth(1) {
+            break rest.split_whitespace().next().expect("url").to_owned();
+        }
+    };
+    // Keep draining the simulator's stderr so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Sim { child, url }
+}
+
+/// The workload every run of these tests sends: the same seed, so the same schedule.
+fn workload(url: &str, seed: &str) -> Vec<String> {
+    [
+        "run",
+        "--base-url",
+        url,
+        "--num-prompts",
+        "24",
+        "--request-rate",
+        "40",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "8",
+        "--seed",
+        seed,
+        "--disable-tqdm",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// A wall-clock instant a few seconds ahead, as Unix seconds: far enough for every shard
+/// process of a loaded 2-core machine to start before it.
+fn soon() -> String {
+    let at = SystemTime::now() + Duration::from_secs(6);
+    format!(
+        "{:.3}",
+        at.duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
+    )
+}
+
+/// Run the shards of one plan as separate processes, all started at one instant.
+fn run_shards(url: &str, dir: &Path, n: u32, by_env: bool) {
+    let start = soon();
+    let children: Vec<Child> = (0..n)
+        .map(|i| {
+            let mut cmd = bin();
+            cmd.args(workload(url, "3"))
+                .args(["--start-at", &start, "--output-dir"])
+                .arg(dir)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if by_env {
+                cmd.args(["--shards", &n.to_string()])
+                    .env("JOB_COMPLETION_INDEX", i.to_string());
+            } else {
+                cmd.args(["--shard", &format!("{i}/{n}")]);
+            }
+            cmd.spawn().expect("spawn shard")
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().expect("shard");
+        assert!(o.status.success(), "{}", text(&o));
+    }
+}
+
+fn files_with(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
+fn records_of(dir: &Path) -> Vec<RequestRecord> {
+    let mut all = Vec::new();
+    for f in files_with(dir, ".requests.jsonl") {
+        all.extend(servebench_metrics::read_jsonl(&f).unwrap());
+    }
+    all.sort_by_key(|r| r.id);
+    all
+}
+
+fn merge(args: &[&Path], out: &Path) -> std::process::Output {
+    bin()
+        .arg("merge")
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .expect("spawn merge")
+}
+
+/// Intended time of every id.
+fn intended(records: &[RequestRecord]) -> BTreeMap<u64, u64> {
+    records.iter().map(|r| (r.id, r.intended)).collect()
+}
+
+#[test]
+fn shards_reproduce_the_unsharded_schedule_and_merge_exactly() {
+    let _x = common::exclusive();
+    let sim = start_sim();
+    let root = common::tempdir("shard", "merge");
+    let whole = root.join("whole");
+    let o = bin()
+        .args(workload(&sim.url, "3"))
+        .arg("--output-dir")
+        .arg(&whole)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let whole_records = records_of(&whole);
+    assert_eq!(whole_records.len(), 24);
+    // An ordinary run places its time zero on the wall clock too.
+    let native = read_json(&files_with(&whole, ".servebench.json")[0]);
+    let anchor = native["metadata"]["clock_anchor"]["unix_ns"]
+        .as_u64()
+        .unwrap();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    assert!(anchor < now && now - anchor < 600_000_000_000, "{anchor}");
+
+    for (n, by_env) in [(2u32, true), (4, false)] {
+        let shards = root.join(format!("shards{n}"));
+        run_shards(&sim.url, &shards, n, by_env);
+        let results = files_with(&shards, ".servebench.json");
+        assert_eq!(results.len(), n as usize);
+        let mut hashes = Vec::new();
+        for r in &results {
+            let v = read_json(r);
+            let s = &v["metadata"]["shard"];
+            assert_eq!(s["count"], n);
+            assert_eq!(s["schedule_requests"], 24);
+            hashes.push(s["plan_hash"].as_str().unwrap().to_owned());
+            // --start-at fixes every shard's time zero at the same wall instant.
+            assert!(v["metadata"]["clock_anchor"]["start_at"].is_string());
+        }
+        hashes.dedup();
+        assert_eq!(hashes.len(), 1, "one plan across shards");
+        for (i, r) in results.iter().enumerate() {
+            let name = r.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(name.contains(&format!("shard{i}of{n}")), "{name}");
+        }
+
+        let merged_dir = shards.join("merged");
+        let o = merge(&[&shards], &merged_dir);
+        assert!(o.status.success(), "{}", text(&o));
+        let merged = records_of(&merged_dir);
+        // Every id once, at the unsharded run's intended time.
+        assert_eq!(intended(&merged), intended(&whole_records), "{n} shards");
+        let union = records_of(&shards);
+        assert_eq!(union.len(), 24);
+
+        let result = read_json(&files_with(&merged_dir, ".servebench.json")[0]);
+        let duration = union
+            .iter()
+            .map(|r| r.end.max(r.done).unwrap_or(r.sent))
+            .max()
+            .unwrap();
+        let expect = summarize(
+            &union,
+            &SummaryOptions {
+                duration_ns: Some(duration),
+                percentiles: vec![50.0, 90.0, 95.0, 99.0],
+                ..SummaryOptions::default()
+            },
+        );
+        assert_eq!(result["summary"], serde_json::to_value(&expect).unwrap());
+        assert_eq!(result["summary"]["completed"], 24);
+        let info = &result["metadata"]["shard"];
+        assert_eq!(info["count"], n);
+        assert!(info.get("index").is_none());
+        // The shards shared one --start-at, so their anchors coincide.
+        assert_eq!(info["anchor_spread_ms"].as_f64(), Some(0.0));
+        // The vLLM file of the merged run counts every request.
+        let vllm: Vec<PathBuf> = files_with(&merged_dir, ".json")
+            .into_iter()
+            .filter(|p| !p.to_string_lossy().ends_with(".servebench.json"))
+            .collect();
+        assert_eq!(vllm.len(), 1, "{vllm:?}");
+        let v = read_json(&vllm[0]);
+        assert_eq!(v["completed"], 24);
+        assert_eq!(v["num_prompts"], 24);
+    }
+
+    // merge names what is wrong: a missing shard, a duplicated one, shards of two plans.
+    let four = files_with(&root.join("shards4"), ".servebench.json");
+    let o = merge(&[&four[0], &four[1], &four[3]], &root.join("m1"));
+    assert!(!o.status.success());
+    assert!(text(&o).contains("missing shard 2/4"), "{}", text(&o));
+
+    let copy = root.join("copy");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in std::fs::read_dir(root.join("shards4")).unwrap() {
+        let p = f.unwrap().path();
+        if p.is_file() && p.to_string_lossy().contains("shard1of4") {
+            std::fs::copy(&p, copy.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let dup = files_with(&copy, ".servebench.json");
+    let o = merge(
+        &[&four[0], &four[1], &four[2], &four[3], &dup[0]],
+        &root.join("m2"),
+    );
+    assert!(!o.status.success());
+    assert!(text(&o).contains("shard 1/4 appears twice"), "{}", text(&o));
+
+    let two = files_with(&root.join("shards2"), ".servebench.json");
+    let other = root.join("other");
+    let o = bin()
+        .args(workload(&sim.url, "9"))
+        .args(["--shard", "1/2", "--output-dir"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let other_file = files_with(&other, ".servebench.json");
+    let o = merge(&[&two[0], &other_file[0]], &root.join("m3"));
+    assert!(!o.status.success());
+    let msg = text(&o);
+    assert!(
+        msg.contains("different runs") && msg.contains("shard1of2"),
+        "{msg}"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn shard_flags_are_checked() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["--shard", "2/2"], "expected I/N"),
+        (&["--shards", "3"], "JOB_COMPLETION_INDEX"),
+        (&["--start-at", "1000"], "in the past"),
+        (&["--start-at", "noon"], "RFC 3339"),
+        (
+            &["--shard", "0/4", "--max-concurrency", "2"],
+            "each shard needs at least one slot",
+        ),
+    ];
+    for (flags, want) in cases {
+        let o = bin()
+            .args([
+                "run",
+                "--base-url",
+                "http://127.0.0.1:9",
+                "--num-prompts",
+                "4",
+            ])
+            .args(flags)
+            .env_remove("JOB_COMPLETION_INDEX")
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{flags:?}");
+        assert!(text(&o).contains(want), "{flags:?}: {}", text(&o));
+    }
+    let o = bin()
+        .args([
+            "run",
+            "--virtual-time",
+            "--shard",
+            "0/2",
+            "--num-prompts",
+            "4",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(text(&o).contains("virtual-time"), "{}", text(&o));
+}
