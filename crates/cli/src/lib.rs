@@ -6,6 +6,7 @@ mod compare_cmd;
 mod decide_cmd;
 mod diagnose_cmd;
 mod experiment;
+mod k8s_cmd;
 mod latency_cmd;
 pub mod matrix;
 mod merge_cmd;
@@ -74,6 +75,9 @@ pub enum Command {
     /// Join the shards of one split run (`run --shard I/N`, one per process or pod) into the
     /// run's result files, computed from all records as one run.
     Merge(Box<merge_cmd::MergeArgs>),
+    /// Kubernetes: `k8s job` prints an Indexed Job manifest whose pods each send one shard of
+    /// one schedule, starting together (docs/kubernetes.md).
+    K8s(Box<k8s_cmd::K8sArgs>),
 }
 
 /// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
@@ -117,6 +121,7 @@ pub fn main() -> ExitCode {
             Command::Decide(args) => decide_cmd::decide(*args),
             Command::Trace(args) => trace_cmd::trace(*args),
             Command::Merge(args) => merge_cmd::merge(*args, redact_argv(&argv)),
+            Command::K8s(args) => k8s_cmd::k8s(*args),
         }
     });
     match result {

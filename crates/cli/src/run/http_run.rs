@@ -98,6 +98,18 @@ impl Executor for HttpTarget {
             print_traffic(plan);
         }
         let metrics_timeout = Duration::from_secs(5);
+        if let Some(start) = &plan.scale_out.start_at {
+            // The schedule keeps the agreed time zero; whatever was due before now goes late.
+            if let Ok(late) = std::time::SystemTime::now().duration_since(start.at) {
+                eprintln!(
+                    "warning: --start-at {} passed {:.3} s before the schedule could begin (prompts, ready check, warm-up); the requests due until now are sent late, and dispatch lag shows it — start further ahead",
+                    start.given,
+                    late.as_secs_f64()
+                );
+            } else if print {
+                eprintln!("Starting the schedule at {}", start.given);
+            }
+        }
         let spec_before =
             servebench_loadgen::probe::spec_decode_counters(client.target(), metrics_timeout).await;
         let spec = LoadSpec {

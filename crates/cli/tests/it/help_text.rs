@@ -20,6 +20,7 @@ const SUBCOMMANDS: &[&str] = &[
     "decide",
     "trace",
     "merge",
+    "k8s",
 ];
 
 /// The subcommands `servebench --help` lists, so a new one cannot escape the checks below.

@@ -13,6 +13,7 @@ mod decision_run_flags;
 mod diagnose_rules;
 mod fault_matrix;
 mod help_text;
+mod k8s_job;
 mod kill_nine;
 mod latency_cli;
 mod matrix_cli;
