@@ -119,6 +119,21 @@ fn files_with(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     v
 }
 
+/// A directory's shard results, in shard index order.
+fn shard_results(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<(u64, PathBuf)> = files_with(dir, ".servebench.json")
+        .into_iter()
+        .map(|p| {
+            let i = read_json(&p)["metadata"]["shard"]["index"]
+                .as_u64()
+                .unwrap();
+            (i, p)
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, p)| p).collect()
+}
+
 fn records_of(dir: &Path) -> Vec<RequestRecord> {
     let mut all = Vec::new();
     for f in files_with(dir, ".requests.jsonl") {
@@ -186,7 +201,9 @@ fn shards_reproduce_the_unsharded_schedule_and_merge_exactly() {
         }
         hashes.dedup();
         assert_eq!(hashes.len(), 1, "one plan across shards");
-        for (i, r) in results.iter().enumerate() {
+        // Each shard's files carry its tag (names also carry each process's own start second,
+        // so name order is not index order).
+        for (i, r) in shard_results(&shards).iter().enumerate() {
             let name = r.file_name().unwrap().to_string_lossy().into_owned();
             assert!(name.contains(&format!("shard{i}of{n}")), "{name}");
         }
@@ -233,7 +250,7 @@ fn shards_reproduce_the_unsharded_schedule_and_merge_exactly() {
     }
 
     // merge names what is wrong: a missing shard, a duplicated one, shards of two plans.
-    let four = files_with(&root.join("shards4"), ".servebench.json");
+    let four = shard_results(&root.join("shards4"));
     let o = merge(&[&four[0], &four[1], &four[3]], &root.join("m1"));
     assert!(!o.status.success());
     assert!(text(&o).contains("missing shard 2/4"), "{}", text(&o));
@@ -254,7 +271,7 @@ fn shards_reproduce_the_unsharded_schedule_and_merge_exactly() {
     assert!(!o.status.success());
     assert!(text(&o).contains("shard 1/4 appears twice"), "{}", text(&o));
 
-    let two = files_with(&root.join("shards2"), ".servebench.json");
+    let two = shard_results(&root.join("shards2"));
     let other = root.join("other");
     let o = bin()
         .args(workload(&sim.url, "9"))
