@@ -199,9 +199,6 @@ fn non_empty(s: &Option<BStr<'_>>) -> bool {
 
 impl<'a> ChoiceLike<'a> for ChatChoice<'a> {
     fn is_token(&self) -> bool {
-        let Some(d) = &self.delta else {
-            return false;
-        };
         let p = self.parts();
         p.reasoning || p.answer
     }
