@@ -71,6 +71,9 @@ pub struct ResolvedSim {
     pub derived: DerivedFigures,
     /// The effective configuration, for `GET /sim/config` and run metadata.
     pub config_json: serde_json::Value,
+    /// Chat responses open with this many reasoning tokens (`--reasoning-tokens`,
+    /// `--reasoning-fraction`).
+    pub reasoning: Option<crate::reasoning::ReasoningSplit>,
 }
 
 fn check_fraction(name: &str, v: f64, allow_one: bool) -> Result<(), SimError> {
@@ -326,6 +329,11 @@ impl SimArgs {
         if let (Some(base), serde_json::Value::Object(more)) = (config_json.as_object_mut(), more) {
             base.extend(more);
         }
+        // Only a reasoning configuration adds the key, so a plain one reads as before.
+        let reasoning = self.reasoning();
+        if let (Some(base), Some(r)) = (config_json.as_object_mut(), reasoning) {
+            base.insert("reasoning".into(), r.to_json());
+        }
 
         Ok(ResolvedSim {
             args: self.clone(),
@@ -342,6 +350,7 @@ impl SimArgs {
             cache_dtype: kv_dtype.as_str().to_string(),
             derived,
             config_json,
+            reasoning,
         })
     }
 
@@ -352,6 +361,9 @@ impl SimArgs {
         check_fraction("--fault-stall-prob", self.fault_stall_prob, true)?;
         check_fraction("--fault-disconnect-prob", self.fault_disconnect_prob, true)?;
         check_fraction("--fault-malformed-prob", self.fault_malformed_prob, true)?;
+        if let Some(f) = self.reasoning_fraction {
+            check_fraction("--reasoning-fraction", f, true)?;
+        }
         for (name, v) in [
             ("--jitter-sigma", self.jitter_sigma),
             ("--hiccup-ms", self.hiccup_ms),
