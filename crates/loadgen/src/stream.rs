@@ -279,7 +279,15 @@ mod tests {
         let a2 = chat(r#"{"content":"."}"#);
         let acc = feed_all(
             ApiKind::Chat,
-            &[(1, &role), (2, &r1), (3, &r2), (4, &r3), (7, &a1), (8, &a2), (9, "[DONE]")],
+            &[
+                (1, &role),
+                (2, &r1),
+                (3, &r2),
+                (4, &r3),
+                (7, &a1),
+                (8, &a2),
+                (9, "[DONE]"),
+            ],
         );
         assert_eq!(acc.first_token, Some(2));
         assert_eq!(acc.first_answer, Some(7));
@@ -299,7 +307,10 @@ mod tests {
         let r1 = chat(r#"{"reasoning_content":"a b c"}"#);
         let a1 = chat(r#"{"content":"d"}"#);
         let usage = r#"{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":9,"total_tokens":11,"completion_tokens_details":{"reasoning_tokens":6}}}"#;
-        let acc = feed_all(ApiKind::Chat, &[(1, &r1), (2, &a1), (3, usage), (4, "[DONE]")]);
+        let acc = feed_all(
+            ApiKind::Chat,
+            &[(1, &r1), (2, &a1), (3, usage), (4, "[DONE]")],
+        );
         assert_eq!(acc.completion_tokens, Some(9));
         let split = acc.output_split(9).unwrap();
         assert_eq!(split.reasoning_tokens, 6);
@@ -332,7 +343,10 @@ mod tests {
         assert_eq!(acc.output_split(1), None);
         let acc = feed_all(
             ApiKind::Completions,
-            &[(3, r#"{"choices":[{"index":0,"text":"a","finish_reason":null}]}"#)],
+            &[(
+                3,
+                r#"{"choices":[{"index":0,"text":"a","finish_reason":null}]}"#,
+            )],
         );
         assert_eq!(acc.first_answer, Some(3));
         assert_eq!(acc.output_split(1), None);

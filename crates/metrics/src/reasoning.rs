@@ -79,8 +79,7 @@ impl ReasoningSummary {
             } else {
                 0.0
             },
-            requests_with_reasoning: ok.iter().filter(|r| r.reasoning_tokens() > 0).count()
-                as u64,
+            requests_with_reasoning: ok.iter().filter(|r| r.reasoning_tokens() > 0).count() as u64,
             requests_with_tool_calls: ok
                 .iter()
                 .filter(|r| r.output_split.is_some_and(|s| s.tool_calls))

@@ -219,7 +219,10 @@ fn reasoning_lines(out: &mut String, r: &servebench_metrics::ReasoningSummary) {
     line(
         out,
         "Requests reasoning / with tool calls:",
-        format!("{} / {}", r.requests_with_reasoning, r.requests_with_tool_calls),
+        format!(
+            "{} / {}",
+            r.requests_with_reasoning, r.requests_with_tool_calls
+        ),
     );
     if r.requests_without_answer > 0 {
         line(
@@ -470,7 +473,10 @@ mod tests {
         let health = servebench_metrics::result::ClientHealth::virtual_time();
         let mut s = summary_with_ttft(20);
         let plain = servebench_block(&s, &health, true);
-        assert!(!plain.contains("TTFAT") && !plain.contains("Reasoning"), "{plain}");
+        assert!(
+            !plain.contains("TTFAT") && !plain.contains("Reasoning"),
+            "{plain}"
+        );
         s.reasoning = Some(servebench_metrics::ReasoningSummary {
             ttfat: servebench_metrics::MetricSummary::from_ms(vec![120.0, 140.0], &[50.0, 99.0]),
             reasoning_tokens: 64,
@@ -483,7 +489,10 @@ mod tests {
         let block = servebench_block(&s, &health, true);
         let lines = latency_lines(&block);
         let ttft = lines.iter().position(|l| l.starts_with("TTFT ")).unwrap();
-        assert!(lines[ttft + 1].starts_with("TTFAT (first answer)"), "{block}");
+        assert!(
+            lines[ttft + 1].starts_with("TTFAT (first answer)"),
+            "{block}"
+        );
         assert!(lines[ttft + 1].contains("130.00"), "{block}");
         let share = block
             .lines()

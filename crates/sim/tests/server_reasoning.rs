@@ -23,7 +23,10 @@ fn split(ev: &[Value]) -> (usize, usize) {
     let (mut reasoning, mut content) = (0, 0);
     for e in ev {
         let d = &e["choices"][0]["delta"];
-        if d["reasoning_content"].as_str().is_some_and(|s| !s.is_empty()) {
+        if d["reasoning_content"]
+            .as_str()
+            .is_some_and(|s| !s.is_empty())
+        {
             assert_eq!(content, 0, "reasoning after content: {ev:#?}");
             assert!(d.get("content").is_none(), "{e}");
             reasoning += 1;
@@ -81,7 +84,10 @@ async fn non_streaming_chat_returns_reasoning_content_beside_the_answer() {
     let words = |s: &Value| s.as_str().unwrap().split_whitespace().count();
     assert_eq!(words(&msg["reasoning_content"]), 4, "{v}");
     assert_eq!(words(&msg["content"]), 6, "{v}");
-    assert_eq!(v["usage"]["completion_tokens_details"]["reasoning_tokens"], 4);
+    assert_eq!(
+        v["usage"]["completion_tokens_details"]["reasoning_tokens"],
+        4
+    );
 }
 
 #[tokio::test]
@@ -110,7 +116,10 @@ async fn reasoning_fraction_is_a_share_of_each_responses_output() {
         lengths.push(n);
     }
     lengths.dedup();
-    assert!(lengths.len() > 1, "natural stops gave one length: {lengths:?}");
+    assert!(
+        lengths.len() > 1,
+        "natural stops gave one length: {lengths:?}"
+    );
 }
 
 #[tokio::test]

@@ -10,11 +10,11 @@ use servebench_answer::Expected;
 use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_metrics::{CountSource, OutputSplit, RequestRecord, TokenEvent};
 use servebench_sim::engine::{FinishReason, NewRequest};
+use servebench_sim::reasoning::ReasoningSplit;
 use servebench_sim::virtual_time::{
     run_virtual, run_virtual_keeping_output, RequestTrace, VirtualArrival, VirtualDriver,
     VirtualRun, VirtualWorkload,
 };
-use servebench_sim::reasoning::ReasoningSplit;
 use servebench_sim::ResolvedSim;
 use servebench_workload::RequestSpec;
 
