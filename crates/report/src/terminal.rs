@@ -488,7 +488,10 @@ mod tests {
         });
         let block = servebench_block(&s, &health, true);
         let lines = latency_lines(&block);
-        let ttft = lines.iter().position(|l| l.starts_with("TTFT ")).unwrap();
+        let ttft = lines
+            .iter()
+            .position(|l| l.starts_with("TTFT "))
+            .unwrap_or_else(|| panic!("{block}"));
         assert!(
             lines[ttft + 1].starts_with("TTFAT (first answer)"),
             "{block}"
