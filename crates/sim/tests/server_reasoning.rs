@@ -17,22 +17,21 @@ fn chat(max_tokens: u32, stream: bool) -> String {
     .to_string()
 }
 
-/// (reasoning deltas, content deltas) of a chat stream's token events, in order checked:
-/// every reasoning delta comes before the first content delta.
+/// (reasoning tokens, content tokens) of a chat stream, counted as filler words (one per
+/// token; a chunk carries several when the handler fell behind), checking that every
+/// reasoning delta comes before the first content delta and that no event mixes both.
 fn split(ev: &[Value]) -> (usize, usize) {
+    let words = |s: &str| s.split_whitespace().count();
     let (mut reasoning, mut content) = (0, 0);
     for e in ev {
         let d = &e["choices"][0]["delta"];
-        if d["reasoning_content"]
-            .as_str()
-            .is_some_and(|s| !s.is_empty())
-        {
+        if let Some(r) = d["reasoning_content"].as_str().filter(|s| !s.is_empty()) {
             assert_eq!(content, 0, "reasoning after content: {ev:#?}");
             assert!(d.get("content").is_none(), "{e}");
-            reasoning += 1;
+            reasoning += words(r);
         }
-        if d["content"].as_str().is_some_and(|s| !s.is_empty()) {
-            content += 1;
+        if let Some(c) = d["content"].as_str() {
+            content += words(c);
         }
     }
     (reasoning, content)
