@@ -295,6 +295,9 @@ impl BatchTarget {
                         let mut t = t.clone();
                         shift_trace(&mut t, t0);
                         let mut rec = virtual_run::record(&t, spec, chat);
+                        if chat {
+                            virtual_run::split_output(&mut rec, &t, sim.reasoning);
+                        }
                         if let Some(a) = &answers {
                             a.check(&mut rec, &t, checks, None);
                         }

@@ -315,8 +315,8 @@ impl BackendClient {
         state: StreamState,
         result: Result<(), Failure>,
     ) -> RequestRecord {
-        let acc = state.acc;
-        let mut failure = result.err().or(acc.failure);
+        let mut acc = state.acc;
+        let mut failure = result.err().or(acc.failure.take());
         if failure.is_none() && acc.first_token.is_none() {
             failure = Some(Failure {
                 kind: FailureKind::EmptyOutput,
@@ -343,6 +343,7 @@ impl BackendClient {
             Some(n) => (n, CountSource::Usage),
             None => (p.input_tokens, CountSource::Dataset),
         };
+        let output_split = acc.output_split(output_tokens);
         RequestRecord {
             id: p.id,
             intended,
@@ -371,6 +372,7 @@ impl BackendClient {
             failure,
             resent: 0,
             answer_checked,
+            output_split,
         }
     }
 }

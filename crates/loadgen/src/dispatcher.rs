@@ -373,6 +373,7 @@ mod tests {
                 }),
                 resent: 0,
                 answer_checked: false,
+                output_split: None,
             }
         }
     }

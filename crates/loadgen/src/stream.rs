@@ -3,7 +3,7 @@
 //! Kept apart from the HTTP code so the hot path (parse + record per token) can be tested and
 //! benchmarked on its own.
 
-use servebench_metrics::{Failure, FailureKind, TokenEvent};
+use servebench_metrics::{CountSource, Failure, FailureKind, OutputSplit, TokenEvent};
 use servebench_wire::chunk::{classify, is_done, EndpointKind};
 use servebench_wire::sse::SseParser;
 
@@ -25,6 +25,15 @@ pub struct StreamAccumulator {
     pub saw_done: bool,
     /// The first problem seen inside the stream (malformed chunk, error object).
     pub failure: Option<Failure>,
+    /// First token-bearing event with answer output (`content` or `tool_calls`; any token of
+    /// a completions stream).
+    pub first_answer: Option<u64>,
+    /// Token-bearing events that carried reasoning text.
+    pub reasoning_events: u64,
+    /// `usage.completion_tokens_details.reasoning_tokens`, when the server reported it.
+    pub reasoning_tokens: Option<u64>,
+    /// Did any event stream tool calls?
+    pub tool_calls: bool,
 }
 
 /// Incremental state of one streamed response.
@@ -102,6 +111,9 @@ impl StreamAccumulator {
             if let Some(c) = u.prompt_tokens_details.and_then(|d| d.cached_tokens) {
                 self.cached_tokens = Some(c);
             }
+            if let Some(r) = u.reasoning_tokens() {
+                self.reasoning_tokens = Some(r);
+            }
         }
         if let Some(r) = info.finish_reason {
             self.finish_reason = Some(r.to_string());
@@ -111,6 +123,11 @@ impl StreamAccumulator {
                 self.first_token = Some(t);
             }
             self.end = Some(t);
+            if info.answer && self.first_answer.is_none() {
+                self.first_answer = Some(t);
+            }
+            self.reasoning_events += u64::from(info.reasoning);
+            self.tool_calls |= info.tool_calls;
             self.events.push(TokenEvent {
                 t,
                 chars: info.text_chars,
@@ -119,6 +136,43 @@ impl StreamAccumulator {
         } else if info.has_choices {
             self.bare_events.push(t);
         }
+    }
+}
+
+impl StreamAccumulator {
+    /// How the output divided into reasoning and answer; `None` for a plain response (no
+    /// reasoning, no tool calls). The reasoning count is the server's
+    /// `completion_tokens_details.reasoning_tokens` when it gave one; else `output_tokens`
+    /// shared out in proportion to the token-bearing events that carried reasoning (exact
+    /// when every event is one token, as vLLM streams).
+    pub fn output_split(&self, output_tokens: u64) -> Option<OutputSplit> {
+        let reported = self.reasoning_tokens.filter(|&n| n > 0);
+        if reported.is_none() && self.reasoning_events == 0 && !self.tool_calls {
+            return None;
+        }
+        let (reasoning_tokens, reasoning_source) = match self.reasoning_tokens {
+            Some(n) => (n.min(output_tokens), CountSource::Usage),
+            None => {
+                let events = self.events.len() as u64;
+                let share = if events == 0 {
+                    0
+                } else if self.reasoning_events == events {
+                    output_tokens
+                } else {
+                    // Rounded to nearest; u128 so a huge count cannot overflow.
+                    let n = u128::from(output_tokens) * u128::from(self.reasoning_events);
+                    let d = u128::from(events);
+                    u64::try_from((2 * n + d) / (2 * d)).unwrap_or(output_tokens)
+                };
+                (share.min(output_tokens), CountSource::Events)
+            }
+        };
+        Some(OutputSplit {
+            first_answer: self.first_answer,
+            reasoning_tokens,
+            reasoning_source,
+            tool_calls: self.tool_calls,
+        })
     }
 }
 
@@ -207,5 +261,104 @@ mod tests {
             vec![1, 2]
         );
         assert_eq!(acc.bare_events, vec![3]);
+    }
+
+    fn chat(delta: &str) -> String {
+        format!(r#"{{"choices":[{{"index":0,"delta":{delta},"finish_reason":null}}]}}"#)
+    }
+
+    /// Reasoning, then content: TTFT is the first reasoning event, the first answer the first
+    /// content event; without usage details the reasoning count comes from the events.
+    #[test]
+    fn reasoning_then_content_splits_first_answer_and_counts_events() {
+        let role = chat(r#"{"role":"assistant","content":""}"#);
+        let r1 = chat(r#"{"reasoning_content":"Let"}"#);
+        let r2 = chat(r#"{"reasoning_content":" me"}"#);
+        let r3 = chat(r#"{"reasoning":" think"}"#);
+        let a1 = chat(r#"{"content":"Yes"}"#);
+        let a2 = chat(r#"{"content":"."}"#);
+        let acc = feed_all(
+            ApiKind::Chat,
+            &[
+                (1, &role),
+                (2, &r1),
+                (3, &r2),
+                (4, &r3),
+                (7, &a1),
+                (8, &a2),
+                (9, "[DONE]"),
+            ],
+        );
+        assert_eq!(acc.first_token, Some(2));
+        assert_eq!(acc.first_answer, Some(7));
+        assert_eq!(acc.reasoning_events, 3);
+        let split = acc.output_split(acc.events.len() as u64).unwrap();
+        assert_eq!(split.first_answer, Some(7));
+        assert_eq!(split.reasoning_tokens, 3);
+        assert_eq!(split.reasoning_source, CountSource::Events);
+        assert!(!split.tool_calls);
+        // Events carrying two tokens each: the usage count is shared out by events.
+        assert_eq!(acc.output_split(10).unwrap().reasoning_tokens, 6);
+    }
+
+    /// The server's `completion_tokens_details.reasoning_tokens` wins over counting events.
+    #[test]
+    fn usage_reasoning_tokens_win_over_counting() {
+        let r1 = chat(r#"{"reasoning_content":"a b c"}"#);
+        let a1 = chat(r#"{"content":"d"}"#);
+        let usage = r#"{"choices":[],"usage":{"prompt_tokens":2,"completion_tokens":9,"total_tokens":11,"completion_tokens_details":{"reasoning_tokens":6}}}"#;
+        let acc = feed_all(
+            ApiKind::Chat,
+            &[(1, &r1), (2, &a1), (3, usage), (4, "[DONE]")],
+        );
+        assert_eq!(acc.completion_tokens, Some(9));
+        let split = acc.output_split(9).unwrap();
+        assert_eq!(split.reasoning_tokens, 6);
+        assert_eq!(split.reasoning_source, CountSource::Usage);
+        assert_eq!(split.first_answer, Some(2));
+    }
+
+    /// Tool-call deltas are answer tokens: TTFT and the first answer are the first tool event.
+    #[test]
+    fn tool_calls_are_answer_tokens() {
+        let t1 = chat(
+            r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}"#,
+        );
+        let t2 = chat(r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}"#);
+        let acc = feed_all(ApiKind::Chat, &[(5, &t1), (6, &t2), (7, "[DONE]")]);
+        assert_eq!(acc.first_token, Some(5));
+        assert_eq!(acc.events.len(), 2);
+        let split = acc.output_split(2).unwrap();
+        assert_eq!(split.first_answer, Some(5));
+        assert_eq!(split.reasoning_tokens, 0);
+        assert!(split.tool_calls);
+    }
+
+    /// A plain content stream (and any completions stream) has no split: TTFAT is TTFT.
+    #[test]
+    fn plain_streams_have_no_split() {
+        let a = chat(r#"{"content":"Hi"}"#);
+        let acc = feed_all(ApiKind::Chat, &[(1, &a), (2, "[DONE]")]);
+        assert_eq!(acc.first_answer, acc.first_token);
+        assert_eq!(acc.output_split(1), None);
+        let acc = feed_all(
+            ApiKind::Completions,
+            &[(
+                3,
+                r#"{"choices":[{"index":0,"text":"a","finish_reason":null}]}"#,
+            )],
+        );
+        assert_eq!(acc.first_answer, Some(3));
+        assert_eq!(acc.output_split(1), None);
+    }
+
+    /// A stream that stops while still reasoning has no first answer.
+    #[test]
+    fn reasoning_cut_by_max_tokens_has_no_answer() {
+        let r1 = chat(r#"{"reasoning_content":"hmm"}"#);
+        let acc = feed_all(ApiKind::Chat, &[(1, &r1), (2, "[DONE]")]);
+        let split = acc.output_split(1).unwrap();
+        assert_eq!(split.first_answer, None);
+        assert_eq!(split.reasoning_tokens, 1);
     }
 }

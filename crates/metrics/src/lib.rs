@@ -4,6 +4,7 @@
 //!
 //! - [`record`]: the per-request record (shared with the collector).
 //! - [`derived`]: per-request metrics (TTFT, ITL, TPOT, queue, dispatch lag, stalls).
+//! - `reasoning`: time to first answer token and the reasoning share of output.
 //! - [`stats`]: NumPy-exact mean/median/std/percentile and percentile CIs.
 //! - [`summary`]: one run's [`RunSummary`].
 //! - [`steady_state`]: MSER-5 warm-up detection on the per-second series.
@@ -16,6 +17,7 @@
 
 mod derived;
 mod io;
+mod reasoning;
 mod record;
 pub mod repeat;
 pub mod result;
@@ -27,7 +29,8 @@ pub mod validity;
 pub mod vllm;
 
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
-pub use record::{CountSource, Failure, FailureKind, RequestRecord, TokenEvent};
+pub use reasoning::ReasoningSummary;
+pub use record::{CountSource, Failure, FailureKind, OutputSplit, RequestRecord, TokenEvent};
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;
 pub use steady_state::{mser5, steady_state, SteadyState, SteadyStateMode, Truncation};

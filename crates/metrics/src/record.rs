@@ -160,6 +160,28 @@ pub struct RequestRecord {
     /// `invalid_output`); absent when the request had none or never completed.
     #[serde(default, skip_serializing_if = "is_false")]
     pub answer_checked: bool,
+    /// How the output divided into reasoning and answer; absent for a response of plain
+    /// content, where every token is answer and the first answer token is the first token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_split: Option<OutputSplit>,
+}
+
+/// A reasoning or tool-calling response's output, split (docs/metrics.md "Reasoning and
+/// tool calls"). Answer tokens are `output_tokens − reasoning_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputSplit {
+    /// First event carrying answer output (`content` or `tool_calls`), ns from run start;
+    /// `None` when the response stopped before its answer began (all of it was reasoning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_answer: Option<u64>,
+    /// Output tokens spent reasoning (`reasoning_content` / `reasoning` deltas).
+    pub reasoning_tokens: u64,
+    /// `usage` when the server reported `completion_tokens_details.reasoning_tokens`, else
+    /// `events` (the output count shared out in proportion to reasoning events).
+    pub reasoning_source: CountSource,
+    /// Did the response stream tool calls?
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub tool_calls: bool,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -375,11 +375,15 @@ pub struct RunSummary {
     pub time_series: TimeSeries,
     /// Things a reader should know (count disagreements, unstable percentiles, ...).
     pub warnings: Vec<String>,
+    /// Time to first answer token and the reasoning share of output; only when some
+    /// completed request reasoned or called tools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<crate::ReasoningSummary>,
 }
 
 impl RunSummary {
     /// The named metric (`ttft`, `tpot`, `itl`, `e2el`, `queue`, `user_ttft`, `user_e2el`,
-    /// `dispatch_lag`).
+    /// `dispatch_lag`, and `ttfat` when the run had reasoning or tool calls).
     pub fn metric(&self, name: &str) -> Option<&MetricSummary> {
         Some(match name {
             "ttft" => &self.ttft,
@@ -390,6 +394,7 @@ impl RunSummary {
             "user_ttft" => &self.user_ttft,
             "user_e2el" => &self.user_e2el,
             "dispatch_lag" => &self.dispatch_lag,
+            "ttfat" => return self.reasoning.as_ref().map(|r| &r.ttfat),
             _ => return None,
         })
     }
@@ -542,6 +547,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         output_sources,
         time_series,
         warnings: Vec::new(),
+        reasoning: crate::ReasoningSummary::from_completed(&ok, p),
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary

@@ -202,6 +202,37 @@ fn metric_table(head: &[String; 6], rows: &[[String; 6]]) -> String {
     out
 }
 
+/// The reasoning share of output and the requests that reasoned, called tools, or never
+/// reached their answer.
+fn reasoning_lines(out: &mut String, r: &servebench_metrics::ReasoningSummary) {
+    let _ = writeln!(
+        out,
+        "{:<40} {:<10}",
+        "Reasoning share of output (%):",
+        format!("{:.1}", r.reasoning_share * 100.0)
+    );
+    line(
+        out,
+        "Reasoning / answer tokens:",
+        format!("{} / {}", r.reasoning_tokens, r.answer_tokens),
+    );
+    line(
+        out,
+        "Requests reasoning / with tool calls:",
+        format!(
+            "{} / {}",
+            r.requests_with_reasoning, r.requests_with_tool_calls
+        ),
+    );
+    if r.requests_without_answer > 0 {
+        line(
+            out,
+            "Requests that ended before answering:",
+            r.requests_without_answer,
+        );
+    }
+}
+
 fn opt(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into())
 }
@@ -239,8 +270,13 @@ pub fn servebench_block(
         line(&mut out, "Cached prompt tokens (server):", c);
     }
     let mut rows = Vec::new();
+    // Time to first answer token sits next to TTFT, only for runs that reasoned or called
+    // tools (an empty summary is skipped below like any metric without samples).
+    let no_answer = servebench_metrics::MetricSummary::default();
+    let ttfat = s.reasoning.as_ref().map_or(&no_answer, |r| &r.ttfat);
     for (name, m) in [
         ("TTFT", &s.ttft),
+        ("TTFAT (first answer)", ttfat),
         ("TPOT", &s.tpot),
         ("ITL", &s.itl),
         ("E2EL", &s.e2el),
@@ -276,6 +312,9 @@ pub fn servebench_block(
     }
     let head = ["metric (ms)", "mean", "p50", "p90", "p99", "p99 95% CI"].map(str::to_owned);
     out.push_str(&metric_table(&head, &rows));
+    if let Some(r) = &s.reasoning {
+        reasoning_lines(&mut out, r);
+    }
     if let Some(ls) = s.longest_stall_ms {
         let _ = writeln!(
             out,
@@ -414,6 +453,7 @@ mod tests {
                     failure: None,
                     resent: 0,
                     answer_checked: false,
+                    output_split: None,
                 }
             })
             .collect();
@@ -426,6 +466,44 @@ mod tests {
             .skip_while(|l| !l.starts_with("metric (ms)"))
             .take_while(|l| !l.starts_with('='))
             .collect()
+    }
+
+    #[test]
+    fn reasoning_lines_appear_only_for_runs_that_reasoned() {
+        let health = servebench_metrics::result::ClientHealth::virtual_time();
+        let mut s = summary_with_ttft(20);
+        let plain = servebench_block(&s, &health, true);
+        assert!(
+            !plain.contains("TTFAT") && !plain.contains("Reasoning"),
+            "{plain}"
+        );
+        s.reasoning = Some(servebench_metrics::ReasoningSummary {
+            ttfat: servebench_metrics::MetricSummary::from_ms(vec![120.0, 140.0], &[50.0, 99.0]),
+            reasoning_tokens: 64,
+            answer_tokens: 36,
+            reasoning_share: 0.64,
+            requests_with_reasoning: 2,
+            requests_with_tool_calls: 1,
+            requests_without_answer: 0,
+        });
+        let block = servebench_block(&s, &health, true);
+        let lines = latency_lines(&block);
+        let ttft = lines
+            .iter()
+            .position(|l| l.starts_with("TTFT "))
+            .unwrap_or_else(|| panic!("{block}"));
+        assert!(
+            lines[ttft + 1].starts_with("TTFAT (first answer)"),
+            "{block}"
+        );
+        assert!(lines[ttft + 1].contains("130.00"), "{block}");
+        let share = block
+            .lines()
+            .find_map(|l| l.strip_prefix("Reasoning share of output (%):"))
+            .unwrap_or_else(|| panic!("{block}"));
+        assert_eq!(share.trim(), "64.0", "{block}");
+        assert!(block.contains("64 / 36"), "{block}");
+        assert!(!block.contains("ended before answering"), "{block}");
     }
 
     #[test]

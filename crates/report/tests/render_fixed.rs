@@ -46,6 +46,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         failure: None,
         resent: 0,
         answer_checked: false,
+        output_split: None,
     }
 }
 
@@ -282,4 +283,37 @@ fn runs_without_records_still_render() {
         "time series come from the summary"
     );
     assert!(render_terminal(&r).contains("B "));
+}
+
+/// A run whose requests reasoned shows TTFAT beside TTFT and the reasoning share in its HTML
+/// table and facts; the plain runs of the same report do not.
+#[test]
+fn html_shows_time_to_first_answer_only_for_runs_that_reasoned() {
+    let mut report = matrix();
+    let plain = render_html(&report);
+    assert!(!plain.contains("TTFAT") && !plain.contains("reasoning share"));
+    let records: Vec<RequestRecord> = (0..10)
+        .map(|i| {
+            let mut r = record(i, i * 100, 30, 7, 16);
+            r.output_split = Some(servebench_metrics::OutputSplit {
+                first_answer: Some(r.events[12].t),
+                reasoning_tokens: 12,
+                reasoning_source: CountSource::Usage,
+                tool_calls: false,
+            });
+            r
+        })
+        .collect();
+    let run = &mut report.rows[0].runs[0];
+    run.summary = summarize(&records, &SummaryOptions::default());
+    run.records = records;
+    let html = render_html(&report);
+    // TTFT 30 ms plus 12 gaps of 7 ms.
+    let at = html
+        .find("TTFAT (first answer) (ms)")
+        .unwrap_or_else(|| panic!("no TTFAT row in {html}"));
+    let row = &html[at..html[at..].find("</tr>").map_or(html.len(), |e| at + e)];
+    assert!(row.contains(">114"), "TTFAT of 114 ms: {row}");
+    assert!(html.contains("reasoning share of output"));
+    assert!(html.contains("75.0 % (120 reasoning / 40 answer tokens)"));
 }

@@ -252,6 +252,16 @@ pub struct SimArgs {
     /// Per request: probability one chunk is sent as truncated JSON.
     #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub fault_malformed_prob: f64,
+
+    /// Act as a reasoning model: the first N output tokens of each chat response are sent as
+    /// `reasoning_content` (as vLLM with a reasoning parser), then `content`; usage reports
+    /// them in `completion_tokens_details.reasoning_tokens`. Completions are unchanged.
+    #[arg(long, value_name = "N", conflicts_with = "reasoning_fraction")]
+    pub reasoning_tokens: Option<u32>,
+
+    /// Like --reasoning-tokens, as a share (0 to 1) of each chat response's output tokens.
+    #[arg(long, value_name = "F")]
+    pub reasoning_fraction: Option<f64>,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.
@@ -325,6 +335,16 @@ impl SimArgs {
     /// Whether chunked prefill is on (`--no-enable-chunked-prefill` turns it off).
     pub fn chunked_prefill(&self) -> bool {
         !self.no_enable_chunked_prefill
+    }
+
+    /// The reasoning split of chat responses, if the simulator acts as a reasoning model.
+    pub fn reasoning(&self) -> Option<crate::reasoning::ReasoningSplit> {
+        use crate::reasoning::ReasoningSplit;
+        match (self.reasoning_tokens, self.reasoning_fraction) {
+            (Some(n), _) => Some(ReasoningSplit::Tokens(n)),
+            (None, Some(f)) => Some(ReasoningSplit::Fraction(f)),
+            (None, None) => None,
+        }
     }
 
     /// Whether usage reports `prompt_tokens_details` (on unless disabled).

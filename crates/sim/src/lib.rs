@@ -6,6 +6,7 @@ pub mod engine;
 mod faults;
 mod prometheus;
 pub mod realtime;
+pub mod reasoning;
 mod resolve;
 pub mod server;
 pub mod virtual_time;

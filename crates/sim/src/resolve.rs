@@ -16,6 +16,7 @@ use crate::args::{MaxModelLen, SimArgs};
 use crate::engine::EngineConfig;
 use crate::faults::FaultConfig;
 use crate::realtime::TimingOptions;
+use crate::reasoning::ReasoningSplit;
 use crate::SimError;
 
 /// Context of the single-stream decode figure in the banner.
@@ -71,6 +72,9 @@ pub struct ResolvedSim {
     pub derived: DerivedFigures,
     /// The effective configuration, for `GET /sim/config` and run metadata.
     pub config_json: serde_json::Value,
+    /// Chat responses open with this many reasoning tokens (`--reasoning-tokens`,
+    /// `--reasoning-fraction`).
+    pub reasoning: Option<crate::reasoning::ReasoningSplit>,
 }
 
 fn check_fraction(name: &str, v: f64, allow_one: bool) -> Result<(), SimError> {
@@ -326,6 +330,11 @@ impl SimArgs {
         if let (Some(base), serde_json::Value::Object(more)) = (config_json.as_object_mut(), more) {
             base.extend(more);
         }
+        // Only a reasoning configuration adds the key, so a plain one reads as before.
+        let reasoning = self.reasoning();
+        if let (Some(base), Some(r)) = (config_json.as_object_mut(), reasoning) {
+            base.insert("reasoning".into(), r.to_json());
+        }
 
         Ok(ResolvedSim {
             args: self.clone(),
@@ -342,6 +351,7 @@ impl SimArgs {
             cache_dtype: kv_dtype.as_str().to_string(),
             derived,
             config_json,
+            reasoning,
         })
     }
 
@@ -352,6 +362,9 @@ impl SimArgs {
         check_fraction("--fault-stall-prob", self.fault_stall_prob, true)?;
         check_fraction("--fault-disconnect-prob", self.fault_disconnect_prob, true)?;
         check_fraction("--fault-malformed-prob", self.fault_malformed_prob, true)?;
+        if let Some(f) = self.reasoning_fraction {
+            check_fraction("--reasoning-fraction", f, true)?;
+        }
         for (name, v) in [
             ("--jitter-sigma", self.jitter_sigma),
             ("--hiccup-ms", self.hiccup_ms),
@@ -386,7 +399,7 @@ impl ResolvedSim {
     pub fn banner_lines(&self) -> Vec<String> {
         let e = &self.engine;
         let d = &self.derived;
-        vec![
+        let mut lines = vec![
             format!(
                 "servebench sim {}: model {} ({}) on {} × {}, dtype {}, kv cache {}",
                 env!("CARGO_PKG_VERSION"),
@@ -415,7 +428,18 @@ impl ResolvedSim {
                 "Predicted single-stream decode at context {BANNER_DECODE_CONTEXT}: {:.2} ms/token; prefill {:.0} tokens/s",
                 d.decode_ms_per_token_ctx1024, d.prefill_tokens_per_s
             ),
-        ]
+        ];
+        // Only a reasoning configuration adds a line, so a plain banner reads as before.
+        if let Some(r) = self.reasoning {
+            let what = match r {
+                ReasoningSplit::Tokens(n) => format!("the first {n} output tokens"),
+                ReasoningSplit::Fraction(f) => format!("{:.0} % of the output tokens", f * 100.0),
+            };
+            lines.push(format!(
+                "Reasoning model: {what} of each chat response stream as reasoning_content"
+            ));
+        }
+        lines
     }
 }
 
@@ -450,6 +474,23 @@ mod tests {
             .banner_lines()
             .iter()
             .any(|l| l == "GPU KV cache size: 447648 tokens"));
+    }
+
+    #[test]
+    fn reasoning_shows_in_the_banner_and_config_only_when_set() {
+        let plain = resolve("").unwrap();
+        assert_eq!(plain.reasoning, None);
+        assert!(plain.config_json.get("reasoning").is_none());
+        assert!(!plain.banner_lines().iter().any(|l| l.contains("Reasoning")));
+        let r = resolve("--reasoning-fraction 0.3").unwrap();
+        assert_eq!(r.reasoning, Some(ReasoningSplit::Fraction(0.3)));
+        assert_eq!(r.config_json["reasoning"]["reasoning_fraction"], 0.3);
+        assert!(r
+            .banner_lines()
+            .iter()
+            .any(|l| l.contains("30 % of the output tokens")));
+        let r = resolve("--reasoning-tokens 64").unwrap();
+        assert_eq!(r.config_json["reasoning"]["reasoning_tokens"], 64);
     }
 
     #[test]

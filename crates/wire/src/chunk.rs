@@ -59,6 +59,13 @@ pub struct ChunkInfo<'a> {
     pub finish_reason: Option<Cow<'a, str>>,
     /// A server error reported inside the stream (`{"error": ...}` or `"object": "error"`).
     pub error: Option<String>,
+    /// Did a choice carry reasoning text (chat `reasoning_content` / `reasoning`)?
+    pub reasoning: bool,
+    /// Did a choice carry answer output: chat `content` or `tool_calls`, or any completions
+    /// token (completions have no reasoning channel)?
+    pub answer: bool,
+    /// Did a choice carry a non-empty `tool_calls` list?
+    pub tool_calls: bool,
 }
 
 /// Is this event's data the end-of-stream sentinel `[DONE]`?
@@ -93,6 +100,9 @@ pub fn classify(data: &str, endpoint: EndpointKind) -> Result<ChunkInfo<'_>, Wir
         usage: top.usage,
         finish_reason: choices.finish_reason,
         error,
+        reasoning: choices.parts.reasoning,
+        answer: choices.parts.answer,
+        tool_calls: choices.parts.tool_calls,
     })
 }
 
@@ -102,9 +112,26 @@ fn count_chars(s: &str) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// Which kinds of output a choice carried.
+#[derive(Debug, Clone, Copy, Default)]
+struct Parts {
+    reasoning: bool,
+    answer: bool,
+    tool_calls: bool,
+}
+
+impl std::ops::BitOrAssign for Parts {
+    fn bitor_assign(&mut self, o: Parts) {
+        self.reasoning |= o.reasoning;
+        self.answer |= o.answer;
+        self.tool_calls |= o.tool_calls;
+    }
+}
+
 /// What a choice contributes, whatever the endpoint.
 trait ChoiceLike<'a>: Deserialize<'a> {
     fn is_token(&self) -> bool;
+    fn parts(&self) -> Parts;
     fn into_text(self) -> Cow<'a, str>;
     fn finish_reason(&mut self) -> Option<Cow<'a, str>>;
 }
@@ -124,6 +151,12 @@ impl<'a> ChoiceLike<'a> for CompletionChoice<'a> {
         let empty_text = self.text.as_ref().is_none_or(|t| t.0.is_empty());
         let closing_only = empty_text && self.logprobs.is_none() && self.finish_reason.is_some();
         !closing_only
+    }
+    fn parts(&self) -> Parts {
+        Parts {
+            answer: self.is_token(),
+            ..Parts::default()
+        }
     }
     fn into_text(self) -> Cow<'a, str> {
         cow(self.text).unwrap_or_default()
@@ -166,11 +199,19 @@ fn non_empty(s: &Option<BStr<'_>>) -> bool {
 
 impl<'a> ChoiceLike<'a> for ChatChoice<'a> {
     fn is_token(&self) -> bool {
+        let p = self.parts();
+        p.reasoning || p.answer
+    }
+    fn parts(&self) -> Parts {
         let Some(d) = &self.delta else {
-            return false;
+            return Parts::default();
         };
-        let tools = d.tool_calls.is_some_and(|raw| !is_empty_list(raw.get()));
-        non_empty(&d.content) || non_empty(&d.reasoning_content) || non_empty(&d.reasoning) || tools
+        let tool_calls = d.tool_calls.is_some_and(|raw| !is_empty_list(raw.get()));
+        Parts {
+            reasoning: non_empty(&d.reasoning_content) || non_empty(&d.reasoning),
+            answer: non_empty(&d.content) || tool_calls,
+            tool_calls,
+        }
     }
     fn into_text(self) -> Cow<'a, str> {
         let Some(d) = self.delta else {
@@ -197,6 +238,7 @@ struct Choices<'a> {
     any_choice: bool,
     text: Cow<'a, str>,
     finish_reason: Option<Cow<'a, str>>,
+    parts: Parts,
 }
 
 impl Default for Choices<'_> {
@@ -206,6 +248,7 @@ impl Default for Choices<'_> {
             any_choice: false,
             text: Cow::Borrowed(""),
             finish_reason: None,
+            parts: Parts::default(),
         }
     }
 }
@@ -228,7 +271,9 @@ impl<'de, C: ChoiceLike<'de>> Visitor<'de> for ChoicesVisitor<C> {
         let mut first = true;
         while let Some(mut choice) = seq.next_element::<C>()? {
             out.any_choice = true;
-            out.any_token |= choice.is_token();
+            let parts = choice.parts();
+            out.any_token |= parts.reasoning || parts.answer;
+            out.parts |= parts;
             if out.finish_reason.is_none() {
                 out.finish_reason = choice.finish_reason();
             }
@@ -467,6 +512,32 @@ mod tests {
         assert_eq!(t.text, "");
         assert!(!ch(r#"{"choices":[{"delta":{"tool_calls":[ ]}}]}"#).token_bearing);
         assert!(!ch(r#"{"choices":[{"delta":{"tool_calls":null}}]}"#).token_bearing);
+    }
+
+    #[test]
+    fn chunk_parts_split_reasoning_from_answer() {
+        let r = ch(r#"{"choices":[{"delta":{"reasoning_content":"hmm","content":null}}]}"#);
+        assert!((r.reasoning, r.answer, r.tool_calls) == (true, false, false));
+        let r = ch(r#"{"choices":[{"delta":{"reasoning":"so","content":""}}]}"#);
+        assert!((r.reasoning, r.answer, r.tool_calls) == (true, false, false));
+        let a = ch(r#"{"choices":[{"delta":{"content":"yes","reasoning_content":""}}]}"#);
+        assert!((a.reasoning, a.answer, a.tool_calls) == (false, true, false));
+        let t = ch(
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":""}}]}}]}"#,
+        );
+        assert!((t.reasoning, t.answer, t.tool_calls) == (false, true, true));
+        let role = ch(r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#);
+        assert!((role.reasoning, role.answer, role.tool_calls) == (false, false, false));
+        // Completions have no reasoning channel: every token is answer.
+        let c1 = c(VLLM_CMPL);
+        assert!((c1.reasoning, c1.answer) == (false, true));
+        let closing = c(r#"{"choices":[{"text":"","finish_reason":"stop"}]}"#);
+        assert!(!closing.answer);
+        let u = ch(
+            r#"{"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":9,"total_tokens":10,"completion_tokens_details":{"reasoning_tokens":7}}}"#,
+        );
+        assert_eq!(u.usage.unwrap().reasoning_tokens(), Some(7));
+        assert!(!u.answer && !u.reasoning);
     }
 
     #[test]

@@ -492,6 +492,18 @@ pub struct Usage {
     /// Prefix-cache detail, when the server reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
+    /// Split of the generated tokens, when the server reports it (OpenAI's shape; a reasoning
+    /// model's thinking tokens are part of `completion_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
+}
+
+/// `usage.completion_tokens_details`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompletionTokensDetails {
+    /// Generated tokens spent reasoning (sent as `reasoning_content` / `reasoning`).
+    #[serde(default)]
+    pub reasoning_tokens: Option<u64>,
 }
 
 impl Usage {
@@ -504,7 +516,22 @@ impl Usage {
             prompt_tokens_details: cached_tokens.map(|c| PromptTokensDetails {
                 cached_tokens: Some(c),
             }),
+            completion_tokens_details: None,
         }
+    }
+
+    /// The same usage, reporting `reasoning` of its completion tokens as reasoning tokens.
+    pub fn with_reasoning_tokens(mut self, reasoning: u64) -> Self {
+        self.completion_tokens_details = Some(CompletionTokensDetails {
+            reasoning_tokens: Some(reasoning),
+        });
+        self
+    }
+
+    /// `completion_tokens_details.reasoning_tokens`, if reported.
+    pub fn reasoning_tokens(&self) -> Option<u64> {
+        self.completion_tokens_details
+            .and_then(|d| d.reasoning_tokens)
     }
 
     /// `prompt_tokens_details.cached_tokens`, if reported.

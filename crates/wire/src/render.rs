@@ -150,6 +150,28 @@ impl ChunkRenderer {
         out.extend_from_slice(b"}\n\n");
     }
 
+    /// One chat chunk carrying `escaped_text` as `reasoning_content`, as vLLM streams a
+    /// reasoning model's thinking when a reasoning parser is on (nothing for completions,
+    /// whose text has no such split). It never finishes the stream: the answer follows.
+    pub fn reasoning(&self, out: &mut Vec<u8>, escaped_text: &[u8], usage: Option<&Usage>) {
+        if !self.chat() {
+            return;
+        }
+        out.extend_from_slice(&self.head);
+        out.extend_from_slice(br#"{"index":0,"delta":{"reasoning_content":""#);
+        out.extend_from_slice(escaped_text);
+        out.extend_from_slice(br#""},"logprobs":null,"finish_reason":null"#);
+        if self.style == ChunkStyle::Uniform {
+            out.extend_from_slice(b",\"stop_reason\":null");
+        }
+        out.extend_from_slice(b"}]");
+        if let Some(u) = usage {
+            out.extend_from_slice(b",\"usage\":");
+            usage_json(out, u);
+        }
+        out.extend_from_slice(b"}\n\n");
+    }
+
     /// A closing chunk without text (what vLLM sends when generation stops with no output).
     pub fn closing(&self, out: &mut Vec<u8>, finish: &str) {
         out.extend_from_slice(&self.head);
@@ -210,6 +232,12 @@ fn usage_json(out: &mut Vec<u8>, u: &Usage) {
             r#","prompt_tokens_details":{{"cached_tokens":{c}}}"#
         );
     }
+    if let Some(r) = u.reasoning_tokens() {
+        let _ = write!(
+            Bytes(out),
+            r#","completion_tokens_details":{{"reasoning_tokens":{r}}}"#
+        );
+    }
     out.push(b'}');
 }
 
@@ -239,6 +267,30 @@ mod tests {
 
     fn text(out: &[u8]) -> &str {
         std::str::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn reasoning_chunks_are_chat_deltas_and_usage_reports_reasoning_tokens() {
+        let mut out = Vec::new();
+        let r = ChunkRenderer::new(head(EndpointKind::Chat), ChunkStyle::Vllm);
+        let u = Usage::new(3, 5, None).with_reasoning_tokens(4);
+        r.reasoning(&mut out, b" hm\\n", Some(&u));
+        let data = text(&out).strip_prefix("data: ").unwrap().trim_end();
+        let v: serde_json::Value = serde_json::from_str(data).unwrap();
+        assert_eq!(v["choices"][0]["delta"]["reasoning_content"], " hm\n");
+        assert!(v["choices"][0]["delta"].get("content").is_none());
+        assert!(v["choices"][0]["finish_reason"].is_null());
+        assert_eq!(
+            v["usage"]["completion_tokens_details"]["reasoning_tokens"],
+            4
+        );
+        let info = crate::classify(data, EndpointKind::Chat).unwrap();
+        assert!(info.token_bearing && info.reasoning && !info.answer);
+        assert_eq!(info.usage.unwrap().reasoning_tokens(), Some(4));
+        out.clear();
+        let r = ChunkRenderer::new(head(EndpointKind::Completions), ChunkStyle::Vllm);
+        r.reasoning(&mut out, b" hm", None);
+        assert!(out.is_empty());
     }
 
     #[test]

@@ -8,8 +8,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use servebench_answer::Expected;
 use servebench_loadgen::telemetry::ServerTelemetry;
-use servebench_metrics::{CountSource, RequestRecord, TokenEvent};
+use servebench_metrics::{CountSource, OutputSplit, RequestRecord, TokenEvent};
 use servebench_sim::engine::{FinishReason, NewRequest};
+use servebench_sim::reasoning::ReasoningSplit;
 use servebench_sim::virtual_time::{
     run_virtual, run_virtual_keeping_output, RequestTrace, VirtualArrival, VirtualDriver,
     VirtualRun, VirtualWorkload,
@@ -173,6 +174,9 @@ pub fn simulate_checked(
         .enumerate()
         .map(|(i, (t, r))| {
             let mut rec = record(t, r, chat);
+            if chat {
+                split_output(&mut rec, t, sim.reasoning);
+            }
             if let Some(a) = &answers {
                 a.check(
                     &mut rec,
@@ -366,5 +370,24 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         failure,
         resent: 0,
         answer_checked: false,
+        output_split: None,
     }
+}
+
+/// A chat record of a simulator acting as a reasoning model (`--reasoning-tokens`,
+/// `--reasoning-fraction`): its first tokens were reasoning, as the server would have
+/// streamed and reported them in usage. Nothing changes without a split.
+pub fn split_output(rec: &mut RequestRecord, t: &RequestTrace, split: Option<ReasoningSplit>) {
+    let Some(split) = split else {
+        return;
+    };
+    let reasoning = split.reasoning_tokens(t.completion_tokens);
+    rec.output_split = Some(OutputSplit {
+        first_answer: usize::try_from(reasoning)
+            .ok()
+            .and_then(|i| t.token_times_ns.get(i).copied()),
+        reasoning_tokens: u64::from(reasoning),
+        reasoning_source: CountSource::Usage,
+        tool_calls: false,
+    });
 }

@@ -21,6 +21,7 @@ mod overload_honesty;
 mod predict_plan;
 mod readme_examples;
 mod real_engine;
+mod reasoning_streams;
 mod report_cli;
 mod run_cli;
 mod shard_merge;

@@ -66,3 +66,31 @@ fn readme_latency_and_throughput_examples_run_as_written() {
     assert!(dir.join("throughput.json").is_file());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The README's reasoning-model example runs as written (virtual time, fewer prompts) and its
+/// summary shows time to first answer token.
+#[test]
+fn readme_reasoning_example_runs_as_written() {
+    let commands =
+        readme_commands("servebench run --virtual-time --sim \"llama-3.1-8b --reasoning-tokens");
+    assert_eq!(commands.len(), 1, "the README's reasoning example");
+    let dir = tempdir("readme", "reasoning");
+    let mut args = commands[0][1..].to_vec();
+    if let Some(i) = args.iter().position(|w| w == "--num-prompts") {
+        args[i + 1] = "4".into();
+    }
+    let out = bin()
+        .current_dir(&dir)
+        .args(&args)
+        .args(["--disable-tqdm", "--output-dir", "out"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}\n{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("TTFAT (first answer)"), "{stdout}");
+    assert!(
+        stdout.contains("Reasoning share of output (%):"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

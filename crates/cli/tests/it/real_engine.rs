@@ -816,6 +816,11 @@ fn run_random(name: &str, chat: bool, concurrency: usize, ignore_eos: bool) {
             "request {}",
             r.id
         );
+        // A plain (non-reasoning) chat: the answer starts with the first token, no reasoning.
+        if chat {
+            assert_eq!(r.ttfat_ns(), r.ttft_ns(), "request {}: TTFAT", r.id);
+            assert_eq!(r.reasoning_tokens(), 0, "request {}: reasoning", r.id);
+        }
     }
 }
 

@@ -263,6 +263,8 @@ pub fn run_metrics_table(run: &RunData) -> Table {
     ]);
     let names = [
         ("ttft", "TTFT"),
+        // Present only when the run reasoned or called tools.
+        ("ttfat", "TTFAT (first answer)"),
         ("tpot", "TPOT"),
         ("itl", "ITL"),
         ("e2el", "E2EL"),
@@ -352,6 +354,24 @@ pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
     ]);
     if let Some(c) = s.total_cached_tokens {
         out.push(("cached prompt tokens".into(), c.to_string()));
+    }
+    if let Some(r) = &s.reasoning {
+        out.push((
+            "reasoning share of output".into(),
+            format!(
+                "{:.1} % ({} reasoning / {} answer tokens)",
+                r.reasoning_share * 100.0,
+                r.reasoning_tokens,
+                r.answer_tokens
+            ),
+        ));
+        out.push((
+            "requests reasoning / with tool calls".into(),
+            format!(
+                "{} / {}",
+                r.requests_with_reasoning, r.requests_with_tool_calls
+            ),
+        ));
     }
     if let Some(g) = &s.goodput {
         let slos: Vec<String> = g

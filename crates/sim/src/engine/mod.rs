@@ -12,6 +12,7 @@ mod schedule;
 mod types;
 
 pub use metrics::{EngineMetrics, Histogram};
+pub use request::planned_output_len;
 pub use types::{FinishReason, Finished, NewRequest, StepOutputs, TokenOutput};
 
 use std::collections::{HashMap, VecDeque};

@@ -42,6 +42,41 @@ pub(crate) struct Request {
     rng: ChaCha8Rng,
 }
 
+/// How many tokens a request will generate and why it stops: `max_tokens`, or a natural
+/// length drawn from the request's own stream. The draw comes first on that stream.
+fn target(
+    rng: &mut ChaCha8Rng,
+    req: &NewRequest,
+    eos_len_median: f64,
+    eos_len_sigma: f64,
+) -> (u32, FinishReason) {
+    let max_tokens = req.max_tokens.max(1);
+    if req.ignore_eos || eos_len_median <= 0.0 {
+        (max_tokens, FinishReason::Length)
+    } else {
+        let natural = natural_length(rng, eos_len_median, eos_len_sigma).max(req.min_tokens);
+        if natural < max_tokens {
+            (natural, FinishReason::Stop)
+        } else {
+            (max_tokens, FinishReason::Length)
+        }
+    }
+}
+
+/// The output length the engine will give `req` if it runs to completion (not aborted): the
+/// same draw [`Request::new`] makes, so a server can know it before the first token (a
+/// reasoning split given as a share of the output needs it). `req.max_tokens` must already
+/// fit the context, as a validated request's does.
+pub fn planned_output_len(
+    req: &NewRequest,
+    global_seed: u64,
+    eos_len_median: f64,
+    eos_len_sigma: f64,
+) -> u32 {
+    let mut rng = stream_rng(global_seed, request_stream(req.seed, &req.prompt));
+    target(&mut rng, req, eos_len_median, eos_len_sigma).0
+}
+
 impl Request {
     pub(crate) fn new(
         req: NewRequest,
@@ -51,17 +86,7 @@ impl Request {
     ) -> Self {
         let mut rng = stream_rng(global_seed, request_stream(req.seed, &req.prompt));
         let max_tokens = req.max_tokens.max(1);
-        let (target_len, target_reason) = if req.ignore_eos || eos_len_median <= 0.0 {
-            (max_tokens, FinishReason::Length)
-        } else {
-            let natural =
-                natural_length(&mut rng, eos_len_median, eos_len_sigma).max(req.min_tokens);
-            if natural < max_tokens {
-                (natural, FinishReason::Stop)
-            } else {
-                (max_tokens, FinishReason::Length)
-            }
-        };
+        let (target_len, target_reason) = target(&mut rng, &req, eos_len_median, eos_len_sigma);
         Request {
             id: req.id,
             prompt: req.prompt,

@@ -546,3 +546,33 @@ fn full_sequence_must_fit_admits_only_what_can_finish() {
     assert_eq!(run(false), 2);
     assert_eq!(run(true), 1);
 }
+
+#[test]
+fn planned_output_len_is_the_length_the_engine_generates() {
+    let mut c = config(512, 16, 256, 8);
+    c.max_model_len = 4096;
+    c.eos_len_median = 20.0;
+    c.seed = 3;
+    let mut core = EngineCore::new(c.clone()).unwrap();
+    let mut planned = std::collections::HashMap::new();
+    for i in 1..=12u64 {
+        let mut r = request(i, tokens(i as u32 * 10, 8), 60);
+        r.ignore_eos = i % 4 == 0;
+        planned.insert(
+            i,
+            super::planned_output_len(&r, c.seed, c.eos_len_median, c.eos_len_sigma),
+        );
+        core.add(r);
+    }
+    let mut t = 0;
+    let mut got = std::collections::HashMap::new();
+    while !core.is_idle() {
+        let (_, o) = step(&mut core, &mut t);
+        for f in &o.finished {
+            got.insert(f.id, f.completion_tokens);
+        }
+    }
+    assert_eq!(got, planned);
+    // Some stop early, some run to max_tokens: the test covers both draws.
+    assert!(planned.values().any(|&n| n < 60) && planned.values().any(|&n| n == 60));
+}

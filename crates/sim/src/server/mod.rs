@@ -35,10 +35,11 @@ pub use error::ApiError;
 pub use request::Endpoint;
 pub use signal::stop_requested;
 
-use crate::engine::{EngineCore, NewRequest};
+use crate::engine::{self, EngineCore, NewRequest};
 use crate::faults::{FaultInjector, FaultKind};
 use crate::prometheus::{self, CacheConfigInfo, MetricsView};
 use crate::realtime::{self, EngineHandle};
+use crate::reasoning::ReasoningSplit;
 use crate::resolve::ResolvedSim;
 use crate::SimError;
 use request::{GenerateBody, Limits};
@@ -75,6 +76,11 @@ struct Shared {
     prompt_tokens_details: bool,
     metrics_compat: bool,
     cache_info: CacheConfigInfo,
+    /// `--reasoning-tokens` / `--reasoning-fraction`.
+    reasoning: Option<ReasoningSplit>,
+    /// The engine's seed and natural-length law, to know a response's length ahead when the
+    /// reasoning split is a share of it.
+    output_law: (u64, f64, f64),
     /// Unix seconds at start: the `created` of models and responses.
     created: u64,
 }
@@ -139,6 +145,8 @@ impl AppState {
                     cache_dtype: sim.cache_dtype.clone(),
                 },
                 created: unix_now(),
+                reasoning: sim.reasoning,
+                output_law: (e.seed, e.eos_len_median, e.eos_len_sigma),
             }),
         }
     }
@@ -167,6 +175,22 @@ impl AppState {
             Some(w) => Cow::Borrowed(w.raw.as_str()),
             None => Cow::Owned(self.inner.tokenizer.decode(&[id])),
         }
+    }
+
+    /// Leading reasoning tokens of a response to `req`, when the simulator acts as a reasoning
+    /// model and the endpoint is chat.
+    fn reasoning_tokens(&self, endpoint: Endpoint, req: &NewRequest) -> Option<u32> {
+        let split = self.inner.reasoning?;
+        if endpoint != Endpoint::Chat {
+            return None;
+        }
+        let len = if split.needs_output_len() {
+            let (seed, median, sigma) = self.inner.output_law;
+            engine::planned_output_len(req, seed, median, sigma)
+        } else {
+            req.max_tokens.max(1)
+        };
+        Some(split.reasoning_tokens(len))
     }
 
     fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
@@ -258,6 +282,7 @@ async fn generate(
         cache_salt: req.cache_salt,
         arrival_ns: 0,
     };
+    let reasoning = app.reasoning_tokens(endpoint, &new);
     let engine = app.inner.engine.clone();
     let submitted = engine
         .submit(new, received)
@@ -268,7 +293,7 @@ async fn generate(
     let details = app.inner.prompt_tokens_details;
 
     if req.stream {
-        let template = Arc::new(ChunkTemplate::new(
+        let mut template = ChunkTemplate::new(
             endpoint,
             submitted.id,
             created,
@@ -276,7 +301,11 @@ async fn generate(
             prompt_tokens,
             req.continuous_usage,
             details,
-        ));
+        );
+        if let Some(n) = reasoning {
+            template = template.with_reasoning(n);
+        }
+        let template = Arc::new(template);
         let state = StreamState {
             app,
             template,
@@ -286,6 +315,7 @@ async fn generate(
             include_usage: req.include_usage,
             sent: 0,
             role_sent: false,
+            reasoning: reasoning.unwrap_or(0),
             done: false,
             cut: false,
         };
@@ -305,11 +335,19 @@ async fn generate(
 
     let mut events = submitted.events;
     let mut text = String::new();
+    let mut thinking = reasoning.map(|_| String::new());
+    let mut generated = 0u32;
     let finished = loop {
         match events.recv().await {
             Some(ev) => {
                 if let Some(t) = ev.token {
-                    text.push_str(&app.raw_word(t));
+                    match &mut thinking {
+                        Some(th) if generated < reasoning.unwrap_or(0) => {
+                            th.push_str(&app.raw_word(t));
+                        }
+                        _ => text.push_str(&app.raw_word(t)),
+                    }
+                    generated += 1;
                 }
                 if let Some(f) = ev.finished {
                     break f;
@@ -326,8 +364,9 @@ async fn generate(
         model: &app.inner.served_name,
         prompt_tokens,
         details,
+        reasoning,
     };
-    let body = response::full_body(meta, text, &finished);
+    let body = response::full_body(meta, text, thinking, &finished);
     Ok(axum::Json(body).into_response())
 }
 

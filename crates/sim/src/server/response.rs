@@ -65,6 +65,8 @@ pub struct ChunkTemplate {
     prompt_tokens: u32,
     continuous_usage: bool,
     details: bool,
+    /// Leading reasoning tokens of a chat response (`None`: not a reasoning response).
+    reasoning: Option<u32>,
 }
 
 /// The response id of engine request `id`.
@@ -98,12 +100,31 @@ impl ChunkTemplate {
             prompt_tokens,
             continuous_usage,
             details,
+            reasoning: None,
         }
+    }
+
+    /// The response's first `n` output tokens are reasoning (chat only; completions ignore it).
+    pub fn with_reasoning(mut self, n: u32) -> Self {
+        self.reasoning = Some(n);
+        self
     }
 
     fn usage(&self, completion: u32, cached: Option<u32>) -> Usage {
         let cached = cached.filter(|_| self.details).map(u64::from);
-        Usage::new(u64::from(self.prompt_tokens), u64::from(completion), cached)
+        let usage = Usage::new(u64::from(self.prompt_tokens), u64::from(completion), cached);
+        match self.reasoning {
+            Some(r) => usage.with_reasoning_tokens(u64::from(r.min(completion))),
+            None => usage,
+        }
+    }
+
+    /// Appends one reasoning chunk carrying `text` (already JSON-escaped).
+    fn reasoning_chunk(&self, out: &mut Vec<u8>, text: &[u8], completion_so_far: u32) {
+        let usage = self
+            .continuous_usage
+            .then(|| self.usage(completion_so_far, None));
+        self.chunks.reasoning(out, text, usage.as_ref());
     }
 
     /// Appends the role-only chunk a chat stream opens with (nothing for completions).
@@ -151,22 +172,48 @@ pub struct StreamState {
     pub sent: u32,
     /// The chat role chunk has gone out.
     pub role_sent: bool,
+    /// Output tokens before this index are sent as reasoning (0: none).
+    pub reasoning: u32,
     /// Nothing more to write: the next poll ends the stream.
     pub done: bool,
     /// Fail the connection on the next poll (injected disconnect).
     pub cut: bool,
 }
 
-/// Appends `events` (one or more steps' worth) to `text`; returns the finish if any.
+/// One write's worth of output, split into reasoning and answer.
+#[derive(Default)]
+struct Batch {
+    thinking: Vec<u8>,
+    text: Vec<u8>,
+    thinking_tokens: u32,
+    answer_tokens: u32,
+}
+
+impl Batch {
+    fn tokens(&self) -> u32 {
+        self.thinking_tokens + self.answer_tokens
+    }
+}
+
+/// Appends one step's event to `batch`: to the reasoning part while the response's output
+/// index (`sent` before this write, plus the batch so far) is below `reasoning`. Returns the
+/// finish if any.
 fn merge_event(
     app: &AppState,
     ev: TokenEvent,
-    text: &mut Vec<u8>,
-    tokens: &mut u32,
+    batch: &mut Batch,
+    sent: u32,
+    reasoning: u32,
 ) -> Option<Finished> {
     if let Some(t) = ev.token {
-        text.extend_from_slice(app.word(t).as_bytes());
-        *tokens += 1;
+        let word = app.word(t);
+        if sent + batch.tokens() < reasoning {
+            batch.thinking.extend_from_slice(word.as_bytes());
+            batch.thinking_tokens += 1;
+        } else {
+            batch.text.extend_from_slice(word.as_bytes());
+            batch.answer_tokens += 1;
+        }
     }
     ev.finished
 }
@@ -191,12 +238,12 @@ impl StreamState {
             self.done = true;
             return None;
         };
-        let mut text = Vec::new();
-        let mut new_tokens = 0u32;
-        let mut finished = merge_event(&self.app, first, &mut text, &mut new_tokens);
+        let mut batch = Batch::default();
+        let (sent, reasoning) = (self.sent, self.reasoning);
+        let mut finished = merge_event(&self.app, first, &mut batch, sent, reasoning);
         while finished.is_none() {
             match self.events.try_recv() {
-                Ok(ev) => finished = merge_event(&self.app, ev, &mut text, &mut new_tokens),
+                Ok(ev) => finished = merge_event(&self.app, ev, &mut batch, sent, reasoning),
                 Err(_) => break,
             }
         }
@@ -206,27 +253,39 @@ impl StreamState {
             // Steps that ended during the stall are merged into this chunk.
             while finished.is_none() {
                 match self.events.try_recv() {
-                    Ok(ev) => finished = merge_event(&self.app, ev, &mut text, &mut new_tokens),
+                    Ok(ev) => finished = merge_event(&self.app, ev, &mut batch, sent, reasoning),
                     Err(_) => break,
                 }
             }
         }
         let before = self.sent;
+        let new_tokens = batch.tokens();
         self.sent += new_tokens;
         let reason = finished.as_ref().map(|f| f.reason);
         if finished.is_some() {
             self.guard.disarm();
         }
 
-        let mut out = Vec::with_capacity(text.len() + 400);
+        let mut out = Vec::with_capacity(batch.thinking.len() + batch.text.len() + 400);
         if !self.role_sent {
             self.template.role_chunk(&mut out);
             self.role_sent = true;
         }
         if new_tokens > 0 || reason.is_some() {
             let start = out.len();
-            self.template
-                .content_chunk(&mut out, &text, reason, self.sent);
+            if batch.thinking_tokens > 0 {
+                self.template.reasoning_chunk(
+                    &mut out,
+                    &batch.thinking,
+                    before + batch.thinking_tokens,
+                );
+            }
+            // The answer's chunk, or the finishing one (a response that ended while still
+            // reasoning closes with an empty content chunk carrying the finish reason).
+            if batch.answer_tokens > 0 || reason.is_some() {
+                self.template
+                    .content_chunk(&mut out, &batch.text, reason, self.sent);
+            }
             let hit = |k: Option<u32>| k.is_some_and(|k| k > before && k <= self.sent);
             if hit(self.faults.malformed_at) {
                 self.app.faults().record(FaultKind::Malformed);
@@ -267,10 +326,18 @@ pub struct ResponseMeta<'a> {
     pub prompt_tokens: u32,
     /// Include `prompt_tokens_details`.
     pub details: bool,
+    /// The leading output tokens that were reasoning (`None`: not a reasoning response).
+    pub reasoning: Option<u32>,
 }
 
-/// The one-shot JSON body of a non-streaming request.
-pub fn full_body(meta: ResponseMeta<'_>, text: String, finished: &Finished) -> serde_json::Value {
+/// The one-shot JSON body of a non-streaming request. `thinking`: the reasoning text of a
+/// reasoning chat response, which vLLM returns beside the answer as `reasoning_content`.
+pub fn full_body(
+    meta: ResponseMeta<'_>,
+    text: String,
+    thinking: Option<String>,
+    finished: &Finished,
+) -> serde_json::Value {
     let ResponseMeta {
         endpoint,
         id,
@@ -278,12 +345,23 @@ pub fn full_body(meta: ResponseMeta<'_>, text: String, finished: &Finished) -> s
         model,
         prompt_tokens,
         details,
+        reasoning,
     } = meta;
-    let usage = Some(Usage::new(
+    let mut usage = Usage::new(
         u64::from(prompt_tokens),
         u64::from(finished.completion_tokens),
         details.then_some(u64::from(finished.cached_tokens)),
-    ));
+    );
+    if let Some(r) = reasoning {
+        usage = usage.with_reasoning_tokens(u64::from(r.min(finished.completion_tokens)));
+    }
+    let usage = Some(usage);
+    // A reasoning response that never reached its answer has no content, as in vLLM.
+    let content = if thinking.is_some() && text.is_empty() {
+        None
+    } else {
+        Some(text)
+    };
     let reason = Some(finished.reason.as_str().to_owned());
     let body = match endpoint {
         Endpoint::Completions => serde_json::to_value(CompletionResponse {
@@ -293,7 +371,7 @@ pub fn full_body(meta: ResponseMeta<'_>, text: String, finished: &Finished) -> s
             model: model.to_owned(),
             choices: vec![CompletionChoice {
                 index: 0,
-                text,
+                text: content.unwrap_or_default(),
                 logprobs: None,
                 finish_reason: reason,
                 stop_reason: None,
@@ -310,8 +388,8 @@ pub fn full_body(meta: ResponseMeta<'_>, text: String, finished: &Finished) -> s
                 index: 0,
                 message: ResponseMessage {
                     role: "assistant".to_owned(),
-                    content: Some(text),
-                    reasoning_content: None,
+                    content,
+                    reasoning_content: thinking,
                     tool_calls: Some(Vec::new()),
                 },
                 logprobs: None,
