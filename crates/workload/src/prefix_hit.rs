@@ -334,10 +334,7 @@ mod tests {
 
     #[test]
     fn validation() {
-        let ok = PrefixHit {
-            rate: 0.5,
-            pool: 4,
-        };
+        let ok = PrefixHit { rate: 0.5, pool: 4 };
         assert!(ok.validate(4).is_ok());
         for bad in [
             PrefixHit { rate: 1.0, pool: 1 },
