@@ -75,6 +75,7 @@ pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
         plan: result.plan,
         telemetry: result.server_telemetry,
         validity: result.validity,
+        prefix_hit: result.prefix_hit,
     })
 }
 
