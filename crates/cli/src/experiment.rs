@@ -169,6 +169,12 @@ fn run_notes(runs: &[RunData]) -> Vec<String> {
             "{failed} request(s) failed; see each run's failures by kind."
         ));
     }
+    for w in runs
+        .iter()
+        .filter_map(|r| r.prefix_hit.as_ref()?.warning.as_ref())
+    {
+        notes.push(format!("Prefix hit rate: {w}."));
+    }
     notes
 }
 

@@ -97,7 +97,9 @@ impl PrefixHitCheck {
             return Some(format!(
                 "the achieved prefix hit rate {:.1} % is far below the achievable {:.1} %: \
                  is prefix caching on (vLLM: --enable-prefix-caching), is the cache large \
-                 enough for {} prefix(es), or does the load evict them?",
+                 enough for {} prefix(es), does the load evict them, or do requests of one \
+                 prefix arrive together (a high rate or concurrency) before the first is \
+                 prefilled?",
                 achieved * 100.0,
                 self.achievable * 100.0,
                 self.pool
