@@ -349,7 +349,12 @@ pub struct RunArgs {
     /// first round(R × input len) tokens come from the request's pool member, the rest is
     /// unique. 0 makes every prompt unique from its first token. The first request of each
     /// prefix is a miss, so about R × (1 − pool / num-prompts) is achievable.
-    #[arg(long, value_name = "R", help_heading = "Dataset")]
+    #[arg(
+        long,
+        value_name = "R",
+        allow_negative_numbers = true,
+        help_heading = "Dataset"
+    )]
     pub prefix_hit_rate: Option<f64>,
     /// Distinct shared prefixes for --prefix-hit-rate; request i uses prefix i mod N
     /// (SGLang's groups × prompts per group) [default: 1].
