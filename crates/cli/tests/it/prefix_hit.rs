@@ -243,3 +243,30 @@ fn misuse_is_refused_with_the_flag_named() {
     }
     std::fs::remove_dir_all(dir).ok();
 }
+
+#[test]
+fn readme_examples_run_as_written() {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let commands: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("servebench run --virtual-time --prefix-hit-rate "))
+        .collect();
+    assert_eq!(commands.len(), 2, "the README's prefix reuse examples");
+    let dir = tempdir("readme");
+    for line in commands {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let out = bin()
+            .current_dir(root)
+            .args(&words[1..])
+            .args(["--disable-tqdm", "--output-dir"])
+            .arg(&dir)
+            .output()
+            .expect("spawn servebench");
+        assert!(out.status.success(), "{line}\n{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains("Prefix hit rate: target "), "{stdout}");
+        assert!(!stdout.contains("WARNING: the achieved"), "{stdout}");
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
