@@ -75,6 +75,7 @@ pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
         plan: result.plan,
         telemetry: result.server_telemetry,
         validity: result.validity,
+        prefix_hit: result.prefix_hit,
     })
 }
 
@@ -167,6 +168,12 @@ fn run_notes(runs: &[RunData]) -> Vec<String> {
         notes.push(format!(
             "{failed} request(s) failed; see each run's failures by kind."
         ));
+    }
+    for w in runs
+        .iter()
+        .filter_map(|r| r.prefix_hit.as_ref()?.warning.as_ref())
+    {
+        notes.push(format!("Prefix hit rate: {w}."));
     }
     notes
 }

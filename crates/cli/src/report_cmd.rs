@@ -225,6 +225,7 @@ pub fn rebuild_from_records(records_path: &Path, dir: Option<&Path>) -> Result<R
         records_path: Some(name.clone()),
         validity: Some(validity),
         interrupted: true,
+        prefix_hit: None,
         interrupted_reason: Some(reason),
     };
     let text = to_sorted_json_pretty(&native).context("serializing the rebuilt result")?;

@@ -170,6 +170,7 @@ fn run_result() -> RunResult {
             },
         ))),
         interrupted: false,
+        prefix_hit: None,
         interrupted_reason: None,
     }
 }

@@ -54,6 +54,9 @@ pub struct RunData {
     /// The result file's validity verdict and offered against achieved load, when it has one.
     #[serde(default)]
     pub validity: Option<RunValidity>,
+    /// The result file's prefix hit check, for `--prefix-hit-rate` runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_hit: Option<servebench_metrics::result::PrefixHitCheck>,
 }
 
 /// One workload row of a matrix (or the sole row of a single-run report).

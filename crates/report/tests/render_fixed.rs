@@ -69,6 +69,7 @@ fn run(path: &str, n: u64, ttft_ms: u64, gap_ms: u64) -> RunData {
         plan: None,
         telemetry: None,
         validity: None,
+        prefix_hit: None,
     }
 }
 

@@ -17,6 +17,7 @@ mod arrival;
 pub mod custom;
 mod error;
 pub mod hf;
+mod prefix_hit;
 mod prefix_repetition;
 pub mod random;
 mod request;

@@ -14,6 +14,7 @@ use rand::Rng;
 use servebench_tokenizer::Tokenizer;
 
 use crate::error::WorkloadError;
+pub use crate::prefix_hit::{achievable, HitTarget, PrefixHit, DEFAULT_PREFIX_POOL};
 use crate::request::RequestSpec;
 use crate::rng::{stream, Purpose};
 use crate::synth::{exact_text, extend_exact, TokenText};
@@ -46,6 +47,9 @@ pub struct RandomConfig {
     pub prefix_mode: PrefixMode,
     /// Seed (`--seed`, default 0).
     pub seed: u64,
+    /// A share of each prompt from a pool of shared prefixes (`--prefix-hit-rate`,
+    /// `--prefix-pool`); replaces `prefix_len`, which must then be 0.
+    pub prefix_hit: Option<PrefixHit>,
 }
 
 impl Default for RandomConfig {
@@ -58,6 +62,7 @@ impl Default for RandomConfig {
             prefix_len: 0,
             prefix_mode: PrefixMode::Shared,
             seed: 0,
+            prefix_hit: None,
         }
     }
 }
@@ -99,6 +104,23 @@ impl RandomConfig {
                 self.range_ratio
             )));
         }
+        if let Some(hit) = &self.prefix_hit {
+            hit.validate(self.num_prompts)?;
+            if self.prefix_len > 0 {
+                return Err(WorkloadError::InvalidConfig(
+                    "--prefix-hit-rate sets the shared share of each prompt itself: \
+                     drop --random-prefix-len"
+                        .to_owned(),
+                ));
+            }
+            if self.prefix_mode == PrefixMode::PerRequest {
+                return Err(WorkloadError::InvalidConfig(
+                    "--prefix-hit-rate cannot be combined with --random-prefix-mode \
+                     per-request; use --prefix-hit-rate 0 for prompts with nothing to reuse"
+                        .to_owned(),
+                ));
+            }
+        }
         let min_total = self.prefix_len + self.input_range().low;
         if min_total < 1 {
             return Err(WorkloadError::InvalidConfig(format!(
@@ -121,6 +143,9 @@ pub fn sample_random(
     cfg.validate()?;
     let n = cfg.num_prompts;
     let (input_lens, output_lens) = sample_lengths(cfg);
+    if let Some(hit) = &cfg.prefix_hit {
+        return crate::prefix_hit::sample(cfg, hit, tok, &input_lens, &output_lens);
+    }
 
     let prefix_len = to_usize(cfg.prefix_len)?;
     let shared_prefix = match cfg.prefix_mode {
@@ -171,9 +196,25 @@ pub fn sample_random_lengths(cfg: &RandomConfig) -> Result<Vec<RequestSpec>, Wor
         .collect())
 }
 
+/// [`sample_random_lengths`], also for `--prefix-hit-rate`: then each prompt carries its
+/// pool member's text (see [`crate::prefix_hit`]), which needs the tokenizer.
+pub fn sample_random_lengths_with(
+    cfg: &RandomConfig,
+    tok: &Tokenizer,
+) -> Result<Vec<RequestSpec>, WorkloadError> {
+    match &cfg.prefix_hit {
+        Some(hit) => {
+            cfg.validate()?;
+            let (input_lens, output_lens) = sample_lengths(cfg);
+            crate::prefix_hit::sample_lengths_only(cfg, hit, tok, &input_lens, &output_lens)
+        }
+        None => sample_random_lengths(cfg),
+    }
+}
+
 /// Unique input lengths and output lengths of every request. Like vLLM: all input
 /// lengths, then all output lengths, from one stream.
-fn sample_lengths(cfg: &RandomConfig) -> (Vec<u64>, Vec<u64>) {
+pub(crate) fn sample_lengths(cfg: &RandomConfig) -> (Vec<u64>, Vec<u64>) {
     let n = cfg.num_prompts;
     let input = cfg.input_range();
     let output = cfg.output_range();

@@ -20,6 +20,7 @@ pub(crate) enum Purpose {
     SonnetLines = 9,
     RepeatedPrefix = 10,
     RepeatedSuffix = 11,
+    PoolPrefix = 12,
 }
 
 /// The random stream for `purpose` and `index` under `seed`.

@@ -6,6 +6,7 @@ mod common;
 
 use proptest::prelude::*;
 use servebench_tokenizer::Tokenizer;
+use servebench_workload::random::PrefixHit;
 use servebench_workload::{sample_random, PrefixMode, RandomConfig, RequestSpec};
 
 /// Checks every invariant a random workload promises under `tok`.
@@ -67,11 +68,52 @@ proptest! {
             prefix_len,
             prefix_mode: if per_request { PrefixMode::PerRequest } else { PrefixMode::Shared },
             seed,
+            prefix_hit: None,
         };
         prop_assume!(cfg.validate().is_ok());
         let tok = Tokenizer::builtin();
         let reqs = sample_random(&cfg, &tok).unwrap();
         check(&cfg, &reqs, &tok);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// With --prefix-hit-rate every prompt still encodes to exactly its sampled length, and
+    /// its stated shared tokens open every prompt of its pool member alike.
+    #[test]
+    fn prefix_hit_prompts_have_exact_lengths(
+        seed in any::<u64>(),
+        input_len in 1u64..200,
+        ratio in 0.0f64..0.9,
+        rate in 0.0f64..0.999,
+        num_prompts in 1usize..7,
+        pool in 1usize..4,
+    ) {
+        let cfg = RandomConfig {
+            num_prompts,
+            input_len,
+            output_len: 8,
+            range_ratio: ratio,
+            seed,
+            prefix_hit: Some(PrefixHit { rate, pool }),
+            ..RandomConfig::default()
+        };
+        prop_assume!(cfg.validate().is_ok());
+        let tok = Tokenizer::builtin();
+        let reqs = sample_random(&cfg, &tok).unwrap();
+        let input = cfg.input_range();
+        let ids: Vec<Vec<u32>> = reqs.iter().map(|r| tok.encode(&r.prompt)).collect();
+        for (i, r) in reqs.iter().enumerate() {
+            prop_assert_eq!(ids[i].len() as u64, r.prompt_tokens);
+            prop_assert!((input.low..=input.high).contains(&r.prompt_tokens));
+            prop_assert!(r.prefix_tokens <= r.prompt_tokens);
+            for j in (i % pool..i).step_by(pool) {
+                let k = r.prefix_tokens.min(reqs[j].prefix_tokens) as usize;
+                prop_assert_eq!(&ids[i][..k], &ids[j][..k]);
+            }
+        }
     }
 }
 

@@ -363,6 +363,22 @@ pub struct RunArgs {
     /// Directory for servebench's own files (per-request JSONL, servebench JSON).
     #[arg(long, default_value = "results/runs", help_heading = "Output")]
     pub output_dir: PathBuf,
+
+    /// Share of each random prompt taken from a pool of shared prefixes, in [0, 1): the
+    /// first round(R × input len) tokens come from the request's pool member, the rest is
+    /// unique. 0 makes every prompt unique from its first token. The first request of each
+    /// prefix is a miss, so about R × (1 − pool / num-prompts) is achievable.
+    #[arg(
+        long,
+        value_name = "R",
+        allow_negative_numbers = true,
+        help_heading = "Dataset"
+    )]
+    pub prefix_hit_rate: Option<f64>,
+    /// Distinct shared prefixes for --prefix-hit-rate; request i uses prefix i mod N
+    /// (SGLang's groups × prompts per group) [default: 1].
+    #[arg(long, value_name = "N", help_heading = "Dataset")]
+    pub prefix_pool: Option<usize>,
 }
 
 /// `vllm bench serve` flags that servebench does not support yet: refused with a message,

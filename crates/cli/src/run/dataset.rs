@@ -23,6 +23,7 @@ pub fn config(plan: &RunPlan) -> DatasetConfig {
             prefix_len: plan.random.prefix_len,
             prefix_mode: plan.random.prefix_mode,
             seed: plan.seed,
+            prefix_hit: plan.random.prefix_hit,
         }),
         DatasetChoice::ShareGpt { path, output_len } => {
             let mut c = ShareGptConfig::new(path.clone());
@@ -111,7 +112,7 @@ pub fn build_checked(
     let cfg = config(plan);
     if lengths_only {
         if let DatasetConfig::Random(c) = &cfg {
-            let requests = servebench_workload::random::sample_random_lengths(c)?;
+            let requests = servebench_workload::random::sample_random_lengths_with(c, tokenizer)?;
             return Ok((requests, Vec::new()));
         }
     }

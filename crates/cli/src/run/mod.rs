@@ -9,6 +9,7 @@ pub mod output;
 pub mod output_check;
 pub mod overrides;
 pub mod plan;
+pub mod prefix_hit;
 pub mod scale_out;
 pub mod target;
 pub mod virtual_run;

@@ -341,6 +341,7 @@ pub fn write_results(
         (None, None) => ClientHealth::virtual_time(),
     };
     let validity = run_validity(f, records, &summary, &health);
+    let prefix_hit = super::prefix_hit::check(args, records, telemetry);
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
@@ -349,6 +350,12 @@ pub fn write_results(
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
         let _ = write!(stdout, "{block}{extras}{verdict}");
+        if let Some(p) = &prefix_hit {
+            let _ = writeln!(stdout, "Prefix hit rate: {}", p.describe());
+            if let Some(w) = &p.warning {
+                let _ = writeln!(stdout, "WARNING: {w}");
+            }
+        }
         if load.is_none() && f.merged.is_none() {
             // A virtual-time what-if costs seconds, so its absurd answers must be loud.
             if let Some(w) =
@@ -413,6 +420,7 @@ pub fn write_results(
         validity: Some(validity),
         interrupted: super::interruption().is_some(),
         interrupted_reason: super::interruption().map(|i| i.reason),
+        prefix_hit,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)

@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use servebench_answer::AnswerChecks;
 use servebench_loadgen::ApiKind;
 use servebench_metrics::summary::Slo;
+use servebench_workload::random::{PrefixHit, DEFAULT_PREFIX_POOL};
 use servebench_workload::{PrefixMode, RampUpStrategy};
 
 use super::args::{self, DatasetName, PrefixModeArg, RampUp as RampArg, RunArgs};
@@ -126,6 +127,8 @@ pub struct RandomShape {
     pub range_ratio: f64,
     pub prefix_len: u64,
     pub prefix_mode: PrefixMode,
+    /// `--prefix-hit-rate` with `--prefix-pool`.
+    pub prefix_hit: Option<PrefixHit>,
 }
 
 /// A rate that grows over the run instead of `--request-rate`.
@@ -283,6 +286,7 @@ impl RunPlan {
                     PrefixModeArg::Shared => PrefixMode::Shared,
                     PrefixModeArg::PerRequest => PrefixMode::PerRequest,
                 },
+                prefix_hit: prefix_hit(a)?,
             },
             num_prompts: a.num_prompts,
             seed: a.seed,
@@ -464,8 +468,40 @@ impl RunPlan {
             start_at: self.scale_out.start_at.as_ref().map(|s| s.given.clone()),
             shard: self.scale_out.shard.map(|s| s.to_string()),
             shards: None,
+            prefix_hit_rate: self.random.prefix_hit.map(|h| h.rate),
+            prefix_pool: self.random.prefix_hit.map(|h| h.pool),
         }
     }
+}
+
+/// `--prefix-hit-rate` and `--prefix-pool`, checked against the dataset and the other prefix
+/// flags.
+fn prefix_hit(a: &RunArgs) -> Result<Option<PrefixHit>> {
+    let Some(rate) = a.prefix_hit_rate else {
+        if a.prefix_pool.is_some() {
+            bail!("--prefix-pool needs --prefix-hit-rate");
+        }
+        return Ok(None);
+    };
+    if a.dataset_name != DatasetName::Random {
+        bail!(
+            "--prefix-hit-rate applies to the random dataset only, not {}; prefix_repetition \
+             and sonnet have their own prefix flags",
+            a.dataset_name.as_str()
+        );
+    }
+    if a.random_prefix_len > 0 {
+        bail!("--prefix-hit-rate cannot be combined with --random-prefix-len: the rate sets the shared share of each prompt itself");
+    }
+    if a.random_prefix_mode == PrefixModeArg::PerRequest {
+        bail!("--prefix-hit-rate cannot be combined with --random-prefix-mode per-request; use --prefix-hit-rate 0 for prompts with nothing to reuse");
+    }
+    let hit = PrefixHit {
+        rate,
+        pool: a.prefix_pool.unwrap_or(DEFAULT_PREFIX_POOL),
+    };
+    hit.validate(a.num_prompts)?;
+    Ok(Some(hit))
 }
 
 fn ramp_up(a: &RunArgs) -> Result<Option<RampUpPlan>> {

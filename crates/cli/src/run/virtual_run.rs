@@ -93,6 +93,9 @@ pub fn prompt_ids(sim: &ResolvedSim, requests: &[RequestSpec], seed: u64) -> Vec
     let longest_prefix = requests.iter().map(|r| r.prefix_tokens).max().unwrap_or(0) as usize;
     let mut prefix_rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_f00d);
     let prefix: Vec<u32> = (0..longest_prefix).map(|_| pick(&mut prefix_rng)).collect();
+    // Many requests carry the same text when they hold only their pool member's prefix
+    // (`--prefix-hit-rate` in virtual time): encode each text once.
+    let mut encoded: HashMap<&str, Vec<u32>> = HashMap::new();
     requests
         .iter()
         .map(|r| {
@@ -102,7 +105,10 @@ pub fn prompt_ids(sim: &ResolvedSim, requests: &[RequestSpec], seed: u64) -> Vec
             let mut ids = if r.prompt.is_empty() || p == 0 {
                 prefix[..p].to_vec()
             } else {
-                let mut own: Vec<u32> = sim.tokenizer.encode(&r.prompt);
+                let whole = encoded
+                    .entry(r.prompt.as_str())
+                    .or_insert_with(|| sim.tokenizer.encode(&r.prompt));
+                let mut own: Vec<u32> = whole[..p.min(whole.len())].to_vec();
                 own.truncate(p);
                 // Another tokenizer than the workload's may count fewer tokens.
                 let have = own.len();

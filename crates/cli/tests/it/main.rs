@@ -19,6 +19,7 @@ mod latency_cli;
 mod matrix_cli;
 mod overload_honesty;
 mod predict_plan;
+mod prefix_hit;
 mod readme_examples;
 mod real_engine;
 mod reasoning_streams;

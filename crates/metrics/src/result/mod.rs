@@ -7,12 +7,14 @@
 
 mod environment;
 mod experiment;
+mod prefix_hit;
 mod run;
 mod sim;
 mod telemetry;
 
 pub use environment::{EnvironmentFile, HostInfo};
 pub use experiment::{ExperimentFile, PointEntry, ProbeEntry, RowEntry, SweepEntry};
+pub use prefix_hit::PrefixHitCheck;
 pub use run::{
     ClientHealth, ClockAnchor, MeasuredHealth, PlanSection, RequestRate, RunMetadata, RunResult,
     ServerReply, ShardInfo, TargetInfo,

@@ -52,6 +52,9 @@ pub struct RunResult {
     /// Why, when `interrupted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted_reason: Option<String>,
+    /// `--prefix-hit-rate` runs: the target beside the achievable and achieved hit rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_hit: Option<super::PrefixHitCheck>,
 }
 
 impl RunResult {

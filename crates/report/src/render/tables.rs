@@ -373,6 +373,12 @@ pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
             ),
         ));
     }
+    if let Some(p) = &run.prefix_hit {
+        out.push(("prefix hit rate".into(), p.describe()));
+        if let Some(w) = &p.warning {
+            out.push(("prefix hit warning".into(), w.clone()));
+        }
+    }
     if let Some(g) = &s.goodput {
         let slos: Vec<String> = g
             .slos
