@@ -87,6 +87,8 @@ fn record(state: StreamState) -> RequestRecord {
         failure: acc.failure,
         resent: 0,
         answer_checked: false,
+        session_id: None,
+        turn: None,
     }
 }
 

@@ -371,6 +371,8 @@ impl BackendClient {
             failure,
             resent: 0,
             answer_checked,
+            session_id: None,
+            turn: None,
         }
     }
 }

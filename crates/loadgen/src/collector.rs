@@ -225,6 +225,8 @@ mod tests {
             failure: None,
             resent: 0,
             answer_checked: false,
+            session_id: None,
+            turn: None,
         }
     }
 

@@ -349,6 +349,8 @@ mod tests {
                 }),
                 resent: 0,
                 answer_checked: false,
+                session_id: None,
+                turn: None,
             }
         }
     }

@@ -167,6 +167,8 @@ pub(crate) mod tests {
             failure: None,
             resent: 0,
             answer_checked: false,
+            session_id: None,
+            turn: None,
         }
     }
 

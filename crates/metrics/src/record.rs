@@ -160,6 +160,12 @@ pub struct RequestRecord {
     /// `invalid_output`); absent when the request had none or never completed.
     #[serde(default, skip_serializing_if = "is_false")]
     pub answer_checked: bool,
+    /// The conversation this request belongs to (`--multi-turn`); absent for single requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Position of this request in its conversation, from 0 (`--multi-turn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {

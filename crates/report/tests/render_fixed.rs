@@ -46,6 +46,8 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         failure: None,
         resent: 0,
         answer_checked: false,
+        session_id: None,
+        turn: None,
     }
 }
 

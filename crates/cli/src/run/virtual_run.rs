@@ -366,5 +366,7 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         failure,
         resent: 0,
         answer_checked: false,
+        session_id: None,
+        turn: None,
     }
 }

@@ -167,6 +167,8 @@ mod tests {
             failure: None,
             resent: 0,
             answer_checked: false,
+            session_id: None,
+            turn: None,
         };
         let log_path = dir.join("server.jsonl");
         let rec_path = dir.join("run.requests.jsonl");
