@@ -22,6 +22,7 @@ pub mod result;
 pub mod stats;
 mod steady_state;
 pub mod summary;
+pub mod turns;
 pub mod units;
 pub mod validity;
 pub mod vllm;
@@ -31,6 +32,7 @@ pub use record::{CountSource, Failure, FailureKind, RequestRecord, TokenEvent};
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;
 pub use steady_state::{mser5, steady_state, SteadyState, SteadyStateMode, Truncation};
+pub use turns::{by_turn, TurnStats};
 pub use summary::{
     summarize, AnswerCheckSummary, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric,
     SummaryOptions, TimeSeries,

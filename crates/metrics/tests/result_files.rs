@@ -170,6 +170,7 @@ fn run_result() -> RunResult {
         ))),
         interrupted: false,
         interrupted_reason: None,
+        by_turn: Vec::new(),
     }
 }
 

@@ -321,6 +321,7 @@ pub fn write_results(
         None => ClientHealth::virtual_time(),
     };
     let validity = run_validity(f, records, &summary, &health);
+    let by_turn = servebench_metrics::by_turn(records);
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
@@ -328,7 +329,8 @@ pub fn write_results(
             servebench_report::terminal::vllm_block(&vllm, &f.percentiles, !f.goodput.is_empty());
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
-        let _ = write!(stdout, "{block}{extras}{verdict}");
+        let turns = servebench_report::render::turn_block(&by_turn);
+        let _ = write!(stdout, "{block}{extras}{turns}{verdict}");
         if load.is_none() {
             // A virtual-time what-if costs seconds, so its absurd answers must be loud.
             if let Some(w) =
@@ -389,6 +391,7 @@ pub fn write_results(
         validity: Some(validity),
         interrupted: super::interruption().is_some(),
         interrupted_reason: super::interruption().map(|i| i.reason),
+        by_turn,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)

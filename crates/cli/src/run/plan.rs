@@ -210,6 +210,15 @@ pub struct RunPlan {
     pub repeat: u32,
     /// `--expect-regex` and `--expect-json-schema`, compiled.
     pub answer: AnswerPlan,
+    /// `--multi-turn`: the dataset's sessions, replayed as conversations.
+    pub multi_turn: Option<MultiTurn>,
+}
+
+/// How conversations are replayed (`--multi-turn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MultiTurn {
+    /// `--think-time-ms`: the pause before a turn whose session gives none.
+    pub think_time_ms: u64,
 }
 
 /// The run-wide answer checks: the flags as given (for the recorded command line) and
@@ -255,6 +264,7 @@ impl RunPlan {
         check_duration(&traffic)?;
         let endpoint = endpoint(a, &target)?;
         let answer = AnswerPlan::from_args(a)?;
+        let multi_turn = multi_turn(a, &target, &dataset, &endpoint, &traffic)?;
         Ok(RunPlan {
             target,
             endpoint,
@@ -304,6 +314,7 @@ impl RunPlan {
             },
             repeat: a.repeat,
             answer,
+            multi_turn,
         })
     }
 
@@ -456,6 +467,8 @@ impl RunPlan {
             steady_state: r.steady_state,
             expect_regex: self.answer.regexes.clone(),
             expect_json_schema: self.answer.schemas.clone(),
+            multi_turn: self.multi_turn.is_some(),
+            think_time_ms: self.multi_turn.map_or(0, |m| m.think_time_ms),
         }
     }
 }
@@ -707,6 +720,44 @@ fn endpoint(a: &RunArgs, target: &TargetChoice) -> Result<Endpoint> {
         );
     }
     Ok(Endpoint { flavor, path, api })
+}
+
+/// `--multi-turn` and what it needs: the chat endpoint (a conversation is a list of
+/// messages), a dataset of sessions, a server to talk to, and a run bounded by its sessions.
+fn multi_turn(
+    a: &RunArgs,
+    target: &TargetChoice,
+    dataset: &DatasetChoice,
+    endpoint: &Endpoint,
+    traffic: &Traffic,
+) -> Result<Option<MultiTurn>> {
+    if !a.multi_turn {
+        if a.think_time_ms > 0 {
+            bail!("--think-time-ms applies to conversations: add --multi-turn");
+        }
+        return Ok(None);
+    }
+    if endpoint.api != ApiKind::Chat || endpoint.flavor != ApiFlavor::OpenaiChat {
+        bail!(
+            "--multi-turn sends each turn with the conversation so far as chat messages: use --backend openai-chat (endpoint /v1/chat/completions), not --backend {}",
+            endpoint.flavor.as_str()
+        );
+    }
+    if !matches!(
+        dataset,
+        DatasetChoice::ShareGpt { .. } | DatasetChoice::Custom { .. }
+    ) {
+        bail!("--multi-turn replays the conversations of --dataset-name sharegpt or custom (a JSONL file of sessions)");
+    }
+    if matches!(target, TargetChoice::VirtualTime { .. }) {
+        bail!("--multi-turn needs a server to answer each turn before the next is sent: --virtual-time cannot replay conversations; use --sim without --virtual-time, or --base-url");
+    }
+    if traffic.duration_s.is_some() || traffic.ramp_up.is_some() {
+        bail!("--multi-turn runs its sessions once at --request-rate: --duration and --ramp-up-strategy are not supported with it");
+    }
+    Ok(Some(MultiTurn {
+        think_time_ms: a.think_time_ms,
+    }))
 }
 
 #[cfg(test)]

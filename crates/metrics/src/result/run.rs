@@ -52,6 +52,9 @@ pub struct RunResult {
     /// Why, when `interrupted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub interrupted_reason: Option<String>,
+    /// A multi-turn run's figures by turn index (absent for runs without sessions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_turn: Vec<crate::turns::TurnStats>,
 }
 
 impl RunResult {
