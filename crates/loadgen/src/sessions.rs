@@ -248,9 +248,9 @@ impl<B: ConversationBackend> Turns<B> {
                 text: turn.prompt,
             });
             let id = self.next_id.fetch_add(1, Ordering::AcqRel);
-            let request =
-                self.client
-                    .prepare_turn(id, &history, history_tokens, turn.max_tokens);
+            let request = self
+                .client
+                .prepare_turn(id, &history, history_tokens, turn.max_tokens);
             let released = self.clock.now_ns();
             let mut record = self
                 .client
@@ -271,7 +271,10 @@ impl<B: ConversationBackend> Turns<B> {
             } else {
                 record.text.take()
             };
-            let answered_at = record.done.or(record.end).unwrap_or_else(|| self.clock.now_ns());
+            let answered_at = record
+                .done
+                .or(record.end)
+                .unwrap_or_else(|| self.clock.now_ns());
             history_tokens += record.output_tokens;
             let _ = self.tx.send(record);
             if failed {
@@ -448,7 +451,10 @@ mod tests {
         );
         let turns: Vec<Option<u32>> = out.records.iter().map(|r| r.turn).collect();
         assert_eq!(turns, [Some(0), Some(1), Some(2)]);
-        assert!(out.records.iter().all(|r| r.session_id.as_deref() == Some("s")));
+        assert!(out
+            .records
+            .iter()
+            .all(|r| r.session_id.as_deref() == Some("s")));
         // The text served the history; the records drop it unless asked to keep it.
         assert!(out.records.iter().all(|r| r.text.is_none()));
     }
@@ -544,6 +550,9 @@ mod tests {
         )
         .await
         .unwrap_err();
-        assert!(err.to_string().contains("2 arrival times for 1 sessions"), "{err}");
+        assert!(
+            err.to_string().contains("2 arrival times for 1 sessions"),
+            "{err}"
+        );
     }
 }

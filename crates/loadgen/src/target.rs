@@ -126,7 +126,10 @@ impl Target {
             .iter()
             .map(|(role, text)| ChatMessage::new(*role, *text))
             .collect();
-        self.chat_body(messages, max_tokens.map(|n| i64::try_from(n).unwrap_or(i64::MAX)))
+        self.chat_body(
+            messages,
+            max_tokens.map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+        )
     }
 
     fn chat_body(&self, messages: Vec<ChatMessage>, max_tokens: Option<i64>) -> Vec<u8> {

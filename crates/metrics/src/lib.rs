@@ -32,11 +32,11 @@ pub use record::{CountSource, Failure, FailureKind, RequestRecord, TokenEvent};
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;
 pub use steady_state::{mser5, steady_state, SteadyState, SteadyStateMode, Truncation};
-pub use turns::{by_turn, TurnStats};
 pub use summary::{
     summarize, AnswerCheckSummary, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric,
     SummaryOptions, TimeSeries,
 };
+pub use turns::{by_turn, TurnStats};
 pub use validity::{
     judge, load_verdict, run_facts, FactsOptions, LoadVerdict, Needed, Reason, RunFacts,
     RunValidity, Thresholds, Verdict, VerdictStatus,

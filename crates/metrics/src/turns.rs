@@ -72,7 +72,13 @@ mod tests {
     use super::*;
     use crate::record::{CountSource, Failure, FailureKind};
 
-    fn rec(turn: Option<u32>, ttft_ms: u64, input: u64, cached: Option<u64>, ok: bool) -> RequestRecord {
+    fn rec(
+        turn: Option<u32>,
+        ttft_ms: u64,
+        input: u64,
+        cached: Option<u64>,
+        ok: bool,
+    ) -> RequestRecord {
         let ms = 1_000_000;
         RequestRecord {
             id: 0,

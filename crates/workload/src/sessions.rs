@@ -120,7 +120,10 @@ pub fn sharegpt_sessions(
         let mut i = 0;
         while i + 1 < messages.len() {
             let (user, answer) = (&messages[i], &messages[i + 1]);
-            let user_side = user.from.as_deref().map_or(i % 2 == 0, |f| is_user(Some(f)));
+            let user_side = user
+                .from
+                .as_deref()
+                .map_or(i % 2 == 0, |f| is_user(Some(f)));
             let answer_side = !is_user(answer.from.as_deref());
             if !user_side || !answer_side || user.value.is_empty() {
                 i += 1;
@@ -272,7 +275,10 @@ mod tests {
         assert_eq!(s[0].turns[0].think_time_ms, Some(20));
         assert_eq!(s[0].turns[1].max_tokens, Some(9));
         assert_eq!(s[0].turns[1].think_time_ms, None);
-        assert_eq!(s[0].turns[0].prompt_tokens, tok().count("hello there") as u64);
+        assert_eq!(
+            s[0].turns[0].prompt_tokens,
+            tok().count("hello there") as u64
+        );
         assert_eq!(s[1].id, "7");
         let open = parse_custom_sessions(text, Path::new("s.jsonl"), -1, &tok()).unwrap();
         assert_eq!(open[1].turns[0].max_tokens, None);

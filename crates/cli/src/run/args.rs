@@ -353,7 +353,12 @@ pub struct RunArgs {
     #[arg(long, help_heading = "Multi-turn")]
     pub multi_turn: bool,
     /// Pause between a turn's answer and the next turn when the session gives none.
-    #[arg(long, value_name = "MS", default_value_t = 0, help_heading = "Multi-turn")]
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 0,
+        help_heading = "Multi-turn"
+    )]
     pub think_time_ms: u64,
 }
 

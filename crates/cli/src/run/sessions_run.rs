@@ -73,7 +73,17 @@ pub async fn execute(
         bail!("the dataset produced no sessions");
     }
     let arrivals = dataset::schedule(plan, sessions.len())?;
-    measure(http, plan, sessions, arrivals, &tokenizer, command_line, stop, print).await
+    measure(
+        http,
+        plan,
+        sessions,
+        arrivals,
+        &tokenizer,
+        command_line,
+        stop,
+        print,
+    )
+    .await
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -89,16 +99,13 @@ async fn measure(
 ) -> Result<RunOutcome> {
     let (client, model_id) = connect(&http.base_url, plan, tokenizer, print).await?;
     // The ready check and warm-ups send the first session's opening turn on its own.
-    let first = sessions
-        .first()
-        .and_then(|s| s.turns.first())
-        .map(|t| {
-            let history = [servebench_loadgen::sessions::Message {
-                role: "user",
-                text: t.prompt.clone(),
-            }];
-            client.prepare_turn(0, &history, t.input_tokens, t.max_tokens)
-        });
+    let first = sessions.first().and_then(|s| s.turns.first()).map(|t| {
+        let history = [servebench_loadgen::sessions::Message {
+            role: "user",
+            text: t.prompt.clone(),
+        }];
+        client.prepare_turn(0, &history, t.input_tokens, t.max_tokens)
+    });
     let Some(first) = first else {
         bail!("the dataset produced no sessions");
     };
@@ -144,8 +151,14 @@ async fn measure(
         scrape_every: Some(Duration::from_secs(1)),
         keep_text: plan.report.save_detailed,
     };
-    let mut outcome =
-        run_sessions(Arc::clone(&client), sessions, spec, Some(sink), stop.clone()).await?;
+    let mut outcome = run_sessions(
+        Arc::clone(&client),
+        sessions,
+        spec,
+        Some(sink),
+        stop.clone(),
+    )
+    .await?;
     if let Some(e) = &outcome.write_error {
         eprintln!(
             "warning: writing {} failed: {e}",

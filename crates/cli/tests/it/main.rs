@@ -16,6 +16,7 @@ mod help_text;
 mod kill_nine;
 mod latency_cli;
 mod matrix_cli;
+mod multi_turn;
 mod overload_honesty;
 mod predict_plan;
 mod readme_examples;
