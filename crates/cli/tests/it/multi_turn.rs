@@ -380,3 +380,37 @@ fn multi_turn_refusals_say_what_to_do() {
     );
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// The README's local multi-turn example (the example session file, against the simulator
+/// servebench starts) runs as written.
+#[test]
+fn readme_multi_turn_example_runs_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let line = readme
+        .lines()
+        .find(|l| {
+            l.starts_with("servebench run --backend openai-chat --multi-turn --dataset-name custom")
+        })
+        .expect("the README's multi-turn example");
+    let dir = tempdir("readme");
+    let out = bin()
+        .current_dir(&root)
+        .args(line.split_whitespace().skip(1))
+        .args([
+            "--disable-tqdm",
+            "--output-dir",
+            dir.to_str().expect("utf-8"),
+        ])
+        .output()
+        .expect("spawn servebench");
+    ok(&out);
+    let recs = records(&dir);
+    let sessions: std::collections::BTreeSet<&str> = recs
+        .iter()
+        .filter_map(|r| r["session_id"].as_str())
+        .collect();
+    assert_eq!(sessions.len(), 3, "{recs:?}");
+    assert_eq!(recs.len(), 9, "every turn of the three example sessions");
+    std::fs::remove_dir_all(dir).ok();
+}
