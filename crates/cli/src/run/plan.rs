@@ -770,6 +770,44 @@ mod tests {
     }
 
     #[test]
+    fn multi_turn_flags_round_trip_and_think_time_needs_them() {
+        let p = plan(&[
+            "--backend",
+            "openai-chat",
+            "--multi-turn",
+            "--think-time-ms",
+            "250",
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            "s.jsonl",
+        ])
+        .unwrap();
+        assert_eq!(p.multi_turn, Some(MultiTurn { think_time_ms: 250 }));
+        let back = RunPlan::from_args(&p.to_args()).unwrap();
+        assert_eq!(back.multi_turn, p.multi_turn);
+        assert_eq!(plan(&[]).unwrap().multi_turn, None);
+        let err = plan(&["--think-time-ms", "5"]).unwrap_err().to_string();
+        assert!(err.contains("add --multi-turn"), "{err}");
+        let err = plan(&[
+            "--backend",
+            "openai-chat",
+            "--multi-turn",
+            "--dataset-name",
+            "sharegpt",
+            "--dataset-path",
+            "s.json",
+            "--duration",
+            "10",
+            "--request-rate",
+            "1",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--duration"), "{err}");
+    }
+
+    #[test]
     fn defaults_are_vllms() {
         let p = plan(&[]).unwrap();
         assert_eq!(p.target, TargetChoice::Simulator { spec: None });
