@@ -66,7 +66,7 @@ mod tests {
             prompt_tokens_mean: Some(100.0),
             cached_tokens_mean: None,
         };
-        let table = turn_table(&[t.clone()]);
+        let table = turn_table(std::slice::from_ref(&t));
         assert_eq!(table.rows[0], ["1", "3", "1", "12.35", "-", "100.0", "-"]);
         let block = turn_block(&[t]);
         assert!(block.contains("By turn"), "{block}");
