@@ -245,6 +245,75 @@ pub fn parse_custom_sessions(
     Ok(sessions)
 }
 
+/// Conversations in a trace with prompt block ids (Mooncake's `hash_ids`): an entry whose ids
+/// begin with all the ids of an earlier entry continues that entry's conversation (the latest
+/// entry of each open conversation is the one extended). Each conversation is a session
+/// arriving at its first entry's offset (returned beside it, ns). A later turn's own message
+/// is the part of the entry's prompt the history does not hold: its input length less the
+/// previous turn's input and output lengths (at least one token), as random text; the
+/// history itself is what the server returns. Entries without block ids are sessions of one turn.
+pub fn trace_sessions(
+    entries: &[crate::trace::TraceEntry],
+    tok: &Tokenizer,
+    seed: u64,
+) -> Result<(Vec<Session>, Vec<u64>), WorkloadError> {
+    // Each conversation: its entries in order, and its latest entry.
+    let mut chains: Vec<(Vec<usize>, usize)> = Vec::new();
+    let mut open: Vec<usize> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let extends = open.iter().position(|&c| {
+            let last = &entries[chains[c].1];
+            !last.block_hashes.is_empty()
+                && e.block_hashes.len() > last.block_hashes.len()
+                && e.block_hashes.starts_with(&last.block_hashes)
+        });
+        match extends {
+            Some(at) => {
+                let c = open[at];
+                chains[c].0.push(i);
+                chains[c].1 = i;
+            }
+            None => {
+                open.push(chains.len());
+                chains.push((vec![i], i));
+            }
+        }
+    }
+    let mut sessions = Vec::with_capacity(chains.len());
+    let mut arrivals = Vec::with_capacity(chains.len());
+    for (n, (members, _)) in chains.into_iter().enumerate() {
+        let mut turns = Vec::with_capacity(members.len());
+        let mut previous: Option<&crate::trace::TraceEntry> = None;
+        for &i in &members {
+            let e = &entries[i];
+            let own = match previous {
+                None => e.input_tokens,
+                Some(p) => e
+                    .input_tokens
+                    .saturating_sub(p.input_tokens + p.output_tokens),
+            }
+            .max(1);
+            let len = usize::try_from(own)
+                .map_err(|_| WorkloadError::InvalidConfig("trace prompt too long".to_owned()))?;
+            let mut rng = crate::rng::stream(seed, crate::rng::Purpose::TraceTail, i as u64);
+            let text = crate::synth::exact_text(tok, &mut rng, len)?;
+            turns.push(SessionTurn {
+                prompt_tokens: text.ids.len() as u64,
+                prompt: text.text,
+                max_tokens: Some(e.output_tokens.max(1)),
+                think_time_ms: None,
+            });
+            previous = Some(e);
+        }
+        arrivals.push(entries[members[0]].offset_ns);
+        sessions.push(Session {
+            id: format!("trace-{n}"),
+            turns,
+        });
+    }
+    Ok((sessions, arrivals))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -342,5 +411,33 @@ mod tests {
         let out = p.apply(s);
         let ids: Vec<&str> = out.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["a", "a#1", "a#2"]);
+    }
+
+    #[test]
+    fn trace_entries_that_extend_an_earlier_one_continue_its_conversation() {
+        use crate::trace::TraceEntry;
+        let e = |at: u64, input: u64, output: u64, ids: &[u64]| TraceEntry {
+            offset_ns: at,
+            input_tokens: input,
+            output_tokens: output,
+            block_hashes: ids.to_vec(),
+        };
+        let entries = [
+            e(0, 20, 5, &[1]),
+            e(10, 30, 4, &[7]),
+            e(20, 40, 6, &[1, 2]),
+            e(30, 8, 3, &[]),
+            e(40, 60, 2, &[1, 2, 3]),
+            e(50, 12, 2, &[1]),
+        ];
+        let (s, arrivals) = trace_sessions(&entries, &tok(), 3).unwrap();
+        let lens: Vec<usize> = s.iter().map(|s| s.turns.len()).collect();
+        assert_eq!(lens, [3, 1, 1, 1]);
+        assert_eq!(arrivals, [0, 10, 30, 50]);
+        // Turn 1's own message: 40 − (20 + 5) tokens; turn 2's: 60 − (40 + 6).
+        let own: Vec<u64> = s[0].turns.iter().map(|t| t.prompt_tokens).collect();
+        assert_eq!(own, [20, 15, 14]);
+        let outs: Vec<Option<u64>> = s[0].turns.iter().map(|t| t.max_tokens).collect();
+        assert_eq!(outs, [Some(5), Some(6), Some(2)]);
     }
 }
