@@ -10,6 +10,7 @@ pub mod output_check;
 pub mod overrides;
 pub mod plan;
 pub mod sessions_run;
+pub mod sessions_virtual;
 pub mod target;
 pub mod virtual_run;
 

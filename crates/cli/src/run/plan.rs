@@ -264,7 +264,7 @@ impl RunPlan {
         check_duration(&traffic)?;
         let endpoint = endpoint(a, &target)?;
         let answer = AnswerPlan::from_args(a)?;
-        let multi_turn = multi_turn(a, &target, &dataset, &endpoint, &traffic)?;
+        let multi_turn = multi_turn(a, &dataset, &endpoint, &traffic)?;
         Ok(RunPlan {
             target,
             endpoint,
@@ -723,10 +723,9 @@ fn endpoint(a: &RunArgs, target: &TargetChoice) -> Result<Endpoint> {
 }
 
 /// `--multi-turn` and what it needs: the chat endpoint (a conversation is a list of
-/// messages), a dataset of sessions, a server to talk to, and a run bounded by its sessions.
+/// messages), a dataset of sessions, and a run bounded by its sessions.
 fn multi_turn(
     a: &RunArgs,
-    target: &TargetChoice,
     dataset: &DatasetChoice,
     endpoint: &Endpoint,
     traffic: &Traffic,
@@ -748,9 +747,6 @@ fn multi_turn(
         DatasetChoice::ShareGpt { .. } | DatasetChoice::Custom { .. }
     ) {
         bail!("--multi-turn replays the conversations of --dataset-name sharegpt or custom (a JSONL file of sessions)");
-    }
-    if matches!(target, TargetChoice::VirtualTime { .. }) {
-        bail!("--multi-turn needs a server to answer each turn before the next is sent: --virtual-time cannot replay conversations; use --sim without --virtual-time, or --base-url");
     }
     if traffic.duration_s.is_some() || traffic.ramp_up.is_some() {
         bail!("--multi-turn runs its sessions once at --request-rate: --duration and --ramp-up-strategy are not supported with it");

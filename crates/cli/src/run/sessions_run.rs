@@ -64,26 +64,56 @@ pub async fn execute(
     stop: &StopSignal,
     print: bool,
 ) -> Result<RunOutcome> {
-    let RunTarget::Http(http) = target else {
-        bail!("--multi-turn needs a server to answer each turn before the next is sent; --virtual-time cannot replay conversations");
-    };
     let tokenizer = super::load_tokenizer(plan.tokenizer.as_deref(), print)?;
     let sessions = scripted(sessions(plan, &tokenizer)?, mt);
     if sessions.is_empty() {
         bail!("the dataset produced no sessions");
     }
     let arrivals = dataset::schedule(plan, sessions.len())?;
-    measure(
-        http,
-        plan,
-        sessions,
-        arrivals,
-        &tokenizer,
-        command_line,
-        stop,
-        print,
-    )
-    .await
+    match target {
+        RunTarget::Http(http) => {
+            measure(
+                http,
+                plan,
+                sessions,
+                arrivals,
+                &tokenizer,
+                command_line,
+                stop,
+                print,
+            )
+            .await
+        }
+        RunTarget::Virtual(v) => {
+            let (records, duration_ns, telemetry) =
+                super::sessions_virtual::simulate_sessions(&v.sim, plan, &sessions, &arrivals)?;
+            let model_id = plan
+                .model
+                .clone()
+                .unwrap_or_else(|| v.sim.served_model_name.clone());
+            let report_args = plan.to_args();
+            let (finish, mut sink) =
+                output::Finish::open(&report_args, model_id, &tokenizer, command_line, print)?;
+            for r in &records {
+                sink.append(r)?;
+            }
+            let meta = servebench_metrics::result::TargetInfo::simulator(
+                "virtual",
+                &v.spec,
+                output::sim_config(&v.sim.config_json)?,
+            );
+            output::write_results(
+                &finish,
+                &records,
+                duration_ns,
+                None,
+                Some(&telemetry),
+                None,
+                meta,
+                true,
+            )
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

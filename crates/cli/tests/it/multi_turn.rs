@@ -365,10 +365,6 @@ fn multi_turn_refusals_say_what_to_do() {
         &["--backend", "openai-chat", "--dataset-name", "random"],
         "sharegpt or custom",
     );
-    refused(
-        &[&["--backend", "openai-chat", "--virtual-time"][..], &custom].concat(),
-        "--virtual-time cannot replay conversations",
-    );
     let line = format!("{path}:2");
     refused(
         &[&["--backend", "openai-chat"][..], &custom].concat(),
@@ -381,36 +377,141 @@ fn multi_turn_refusals_say_what_to_do() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// The README's local multi-turn example (the example session file, against the simulator
-/// servebench starts) runs as written.
+/// The README's local multi-turn examples (the example session file, against the simulator
+/// servebench starts, in real and in virtual time) run as written.
 #[test]
-fn readme_multi_turn_example_runs_as_written() {
+fn readme_multi_turn_examples_run_as_written() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
-    let line = readme
+    let lines: Vec<&str> = readme
         .lines()
-        .find(|l| {
-            l.starts_with("servebench run --backend openai-chat --multi-turn --dataset-name custom")
-        })
-        .expect("the README's multi-turn example");
-    let dir = tempdir("readme");
+        .filter(|l| l.starts_with("servebench run --backend openai-chat --multi-turn"))
+        .filter(|l| l.contains("examples/multi-turn-sessions.jsonl"))
+        .collect();
+    assert_eq!(lines.len(), 2, "the README's local multi-turn examples");
+    for (i, line) in lines.iter().enumerate() {
+        let dir = tempdir(&format!("readme-{i}"));
+        let out = bin()
+            .current_dir(&root)
+            .args(line.split_whitespace().skip(1))
+            .args([
+                "--disable-tqdm",
+                "--output-dir",
+                dir.to_str().expect("utf-8"),
+            ])
+            .output()
+            .expect("spawn servebench");
+        ok(&out);
+        let recs = records(&dir);
+        let sessions: std::collections::BTreeSet<&str> = recs
+            .iter()
+            .filter_map(|r| r["session_id"].as_str())
+            .collect();
+        assert_eq!(sessions.len(), 3, "{line}: {recs:?}");
+        assert_eq!(
+            recs.len(),
+            9,
+            "{line}: every turn of the three example sessions"
+        );
+        std::fs::remove_dir_all(dir).ok();
+    }
+}
+
+/// In virtual time the history is token ids: turn k's prompt is turn k−1's prompt, the ids
+/// generated for it and the turn's own text, so its length is exact, the engine's prefix
+/// cache serves the history, and a turn is due exactly at the previous end plus think time.
+#[test]
+fn virtual_time_conversations_grow_exactly_and_hit_the_cache() {
+    let dir = tempdir("virtual");
+    let long = "a long opening question about the system under test ".repeat(120);
+    let line = |id: &str| {
+        serde_json::json!({"session_id": id, "turns": [
+            {"prompt": format!("{id} {long}"), "output_len": 8},
+            {"prompt": "a short follow-up", "output_len": 8, "think_time_ms": 40},
+            {"prompt": "and one more", "output_len": 8},
+        ]})
+        .to_string()
+    };
+    let sessions = dir.join("s.jsonl");
+    std::fs::write(&sessions, ["a", "b", "c"].map(line).join("\n")).expect("sessions");
+    let out_dir = dir.join("out");
     let out = bin()
-        .current_dir(&root)
-        .args(line.split_whitespace().skip(1))
+        .current_dir(&dir)
         .args([
+            "run",
             "--disable-tqdm",
+            "--virtual-time",
+            "--backend",
+            "openai-chat",
+        ])
+        .args(["--multi-turn", "--dataset-name", "custom", "--ignore-eos"])
+        .args(["--dataset-path", sessions.to_str().expect("utf-8")])
+        .args([
+            "--disable-shuffle",
+            "--num-prompts",
+            "3",
+            "--max-concurrency",
+            "2",
+        ])
+        .args([
+            "--think-time-ms",
+            "25",
             "--output-dir",
-            dir.to_str().expect("utf-8"),
+            out_dir.to_str().expect("utf-8"),
         ])
         .output()
         .expect("spawn servebench");
     ok(&out);
-    let recs = records(&dir);
-    let sessions: std::collections::BTreeSet<&str> = recs
-        .iter()
-        .filter_map(|r| r["session_id"].as_str())
-        .collect();
-    assert_eq!(sessions.len(), 3, "{recs:?}");
-    assert_eq!(recs.len(), 9, "every turn of the three example sessions");
+    let recs = records(&out_dir);
+    assert_eq!(recs.len(), 9, "{recs:?}");
+    for id in ["a", "b", "c"] {
+        let s = of_session(&recs, id);
+        assert_eq!(s.len(), 3);
+        for k in 1..3 {
+            let (prev, cur) = (s[k - 1], s[k]);
+            let own = if k == 1 {
+                "a short follow-up"
+            } else {
+                "and one more"
+            };
+            assert!(
+                u(&cur["input_tokens"]) > u(&prev["input_tokens"]) + u(&prev["output_tokens"]),
+                "{own}: {cur}"
+            );
+            // The history is cached in whole 16-token blocks: at most a block short of it,
+            // and a short turn may add no new whole block.
+            let history = u(&prev["input_tokens"]) + u(&prev["output_tokens"]);
+            assert!(u(&cur["cached_tokens"]) + 16 >= history, "{cur}");
+            assert!(
+                u(&cur["cached_tokens"]) >= u(&prev["cached_tokens"]),
+                "{cur}"
+            );
+            let think = if k == 1 { 40_000_000 } else { 25_000_000 };
+            assert_eq!(u(&cur["intended"]), u(&prev["done"]) + think, "{cur}");
+        }
+    }
+    // Two sessions at a time: the third starts when one of the first two has ended.
+    let c = of_session(&recs, "c");
+    let first_end = ["a", "b"]
+        .map(|id| {
+            of_session(&recs, id)
+                .iter()
+                .map(|r| u(&r["done"]))
+                .max()
+                .unwrap_or(0)
+        })
+        .into_iter()
+        .min()
+        .unwrap_or(0);
+    assert_eq!(u(&c[0]["sent"]), first_end, "{c:?}");
+    let by_turn = native(&out_dir)["by_turn"]
+        .as_array()
+        .expect("by_turn")
+        .clone();
+    let f = |t: &Value, k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"));
+    assert!(
+        f(&by_turn[1], "ttft_p50_ms") < 0.5 * f(&by_turn[0], "ttft_p50_ms"),
+        "{by_turn:?}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }
