@@ -85,6 +85,9 @@ pub async fn execute(
             .await
         }
         RunTarget::Virtual(v) => {
+            if plan.traffic.num_warmups > 0 {
+                bail!("--num-warmups is not supported with --multi-turn --virtual-time: the sessions start on a cold engine");
+            }
             let (records, duration_ns, telemetry) =
                 super::sessions_virtual::simulate_sessions(&v.sim, plan, &sessions, &arrivals)?;
             let model_id = plan
