@@ -88,6 +88,8 @@ fn record(state: StreamState) -> RequestRecord {
         resent: 0,
         answer_checked: false,
         output_split: None,
+        session_id: None,
+        turn: None,
     }
 }
 

@@ -373,6 +373,8 @@ impl BackendClient {
             resent: 0,
             answer_checked,
             output_split,
+            session_id: None,
+            turn: None,
         }
     }
 }

@@ -9,6 +9,7 @@ mod collector;
 mod dispatcher;
 pub mod health;
 pub mod probe;
+pub mod sessions;
 mod stamped;
 mod stop;
 pub mod stream;
@@ -20,6 +21,7 @@ pub use client::{BackendClient, ClientOptions, Prepared};
 pub use clock::RunClock;
 pub use collector::{JsonlSink, Progress};
 pub use dispatcher::{run_load, warm_up, LoadOutcome, LoadSpec};
+pub use sessions::{run_sessions, ConversationBackend, ScriptedSession, ScriptedTurn, SessionSpec};
 pub use stop::{stop_pair, StopHandle, StopSignal};
 pub use target::{ApiKind, Target};
 

@@ -115,16 +115,33 @@ impl Target {
                 r.ignore_eos = ignore_eos;
                 self.with_extra_body(&r)
             }
-            ApiKind::Chat => {
-                let message = ChatMessage::new("user", prompt);
-                let mut r = ChatCompletionRequest::new(self.model.clone(), vec![message]);
-                r.max_completion_tokens = max_tokens;
-                r.stream = Some(true);
-                r.stream_options = stream_options;
-                r.ignore_eos = ignore_eos;
-                self.with_extra_body(&r)
-            }
+            ApiKind::Chat => self.chat_body(vec![ChatMessage::new("user", prompt)], max_tokens),
         }
+    }
+
+    /// The JSON body of one streaming chat request carrying a whole conversation
+    /// (`(role, text)` messages in order), whatever the run's API.
+    pub fn conversation_body(&self, messages: &[(&str, &str)], max_tokens: Option<u64>) -> Vec<u8> {
+        let messages = messages
+            .iter()
+            .map(|(role, text)| ChatMessage::new(*role, *text))
+            .collect();
+        self.chat_body(
+            messages,
+            max_tokens.map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+        )
+    }
+
+    fn chat_body(&self, messages: Vec<ChatMessage>, max_tokens: Option<i64>) -> Vec<u8> {
+        let mut r = ChatCompletionRequest::new(self.model.clone(), messages);
+        r.max_completion_tokens = max_tokens;
+        r.stream = Some(true);
+        r.stream_options = Some(StreamOptions {
+            include_usage: Some(true),
+            continuous_usage_stats: None,
+        });
+        r.ignore_eos = self.ignore_eos.then_some(true);
+        self.with_extra_body(&r)
     }
 
     fn with_extra_body<T>(&self, request: &T) -> Vec<u8>

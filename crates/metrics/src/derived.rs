@@ -168,6 +168,8 @@ pub(crate) mod tests {
             resent: 0,
             answer_checked: false,
             output_split: None,
+            session_id: None,
+            turn: None,
         }
     }
 

@@ -24,6 +24,7 @@ pub mod result;
 pub mod stats;
 mod steady_state;
 pub mod summary;
+pub mod turns;
 pub mod units;
 pub mod validity;
 pub mod vllm;
@@ -38,6 +39,7 @@ pub use summary::{
     summarize, AnswerCheckSummary, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric,
     SummaryOptions, TimeSeries,
 };
+pub use turns::{by_turn, TurnStats};
 pub use validity::{
     judge, load_verdict, run_facts, FactsOptions, LoadVerdict, Needed, Reason, RunFacts,
     RunValidity, Thresholds, Verdict, VerdictStatus,

@@ -124,6 +124,8 @@ mod tests {
             resent: 0,
             answer_checked: false,
             output_split: split,
+            session_id: None,
+            turn: None,
         }
     }
 

@@ -164,6 +164,12 @@ pub struct RequestRecord {
     /// content, where every token is answer and the first answer token is the first token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_split: Option<OutputSplit>,
+    /// The conversation this request belongs to (`--multi-turn`); absent for single requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Position of this request in its conversation, from 0 (`--multi-turn`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
 }
 
 /// A reasoning or tool-calling response's output, split (docs/metrics.md "Reasoning and

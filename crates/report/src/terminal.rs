@@ -454,6 +454,8 @@ mod tests {
                     resent: 0,
                     answer_checked: false,
                     output_split: None,
+                    session_id: None,
+                    turn: None,
                 }
             })
             .collect();

@@ -47,6 +47,8 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         resent: 0,
         answer_checked: false,
         output_split: None,
+        session_id: None,
+        turn: None,
     }
 }
 

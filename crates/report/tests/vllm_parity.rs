@@ -43,6 +43,8 @@ fn record(id: u64, started_ms: u64, sent_ms: u64, role_ms: u64, token_ms: &[u64]
         resent: 0,
         answer_checked: false,
         output_split: None,
+        session_id: None,
+        turn: None,
     }
 }
 

@@ -117,6 +117,8 @@ pub fn record(id: u64, arrival_ms: u64, ttft_ms: u64) -> RequestRecord {
         resent: 0,
         answer_checked: false,
         output_split: None,
+        session_id: None,
+        turn: None,
     }
 }
 

@@ -379,6 +379,21 @@ pub struct RunArgs {
     /// (SGLang's groups × prompts per group) [default: 1].
     #[arg(long, value_name = "N", help_heading = "Dataset")]
     pub prefix_pool: Option<usize>,
+    // ---- multi-turn ----
+    /// Replay conversations: each session of the sharegpt or custom dataset sends its turns
+    /// one after the other, each with the whole history (earlier user turns and the answers
+    /// the server returned). --request-rate counts sessions per second, --max-concurrency
+    /// active sessions, --num-prompts sessions. Needs --backend openai-chat.
+    #[arg(long, help_heading = "Multi-turn")]
+    pub multi_turn: bool,
+    /// Pause between a turn's answer and the next turn when the session gives none.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 0,
+        help_heading = "Multi-turn"
+    )]
+    pub think_time_ms: u64,
 }
 
 /// `vllm bench serve` flags that servebench does not support yet: refused with a message,

@@ -207,7 +207,8 @@ pub async fn connect(
         target,
         ClientOptions {
             request_timeout: plan.request_timeout,
-            keep_text: plan.report.save_detailed,
+            // A conversation's next turn carries the text of this one's answer.
+            keep_text: plan.report.save_detailed || plan.multi_turn.is_some(),
             tokenizer: Some(tokenizer.clone()),
             checks: plan.answer.checks.clone(),
         },
@@ -215,7 +216,7 @@ pub async fn connect(
     Ok((client, model_id))
 }
 
-fn print_traffic(plan: &RunPlan) {
+pub(super) fn print_traffic(plan: &RunPlan) {
     let t = &plan.traffic;
     if let Some((s, a, b)) = t.ramp_up.map(|r| r.described()) {
         eprintln!("Traffic ramp-up strategy: {s}, from {a} to {b} RPS over the run.");

@@ -11,6 +11,8 @@ pub mod overrides;
 pub mod plan;
 pub mod prefix_hit;
 pub mod scale_out;
+pub mod sessions_run;
+pub mod sessions_virtual;
 pub mod target;
 pub mod virtual_run;
 
@@ -243,6 +245,9 @@ pub async fn execute(
 ) -> Result<RunOutcome> {
     // A run that could not keep its results must not send a single request.
     output_check::check_outputs(plan)?;
+    if let Some(mt) = plan.multi_turn {
+        return sessions_run::execute(plan, mt, target, command_line, stop, print).await;
+    }
     let tokenizer = load_tokenizer(plan.tokenizer.as_deref(), print)?;
     let (requests, expected) = dataset::build_checked(plan, &tokenizer, target.is_virtual())?;
     if requests.is_empty() {

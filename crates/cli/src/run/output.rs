@@ -342,6 +342,7 @@ pub fn write_results(
     };
     let validity = run_validity(f, records, &summary, &health);
     let prefix_hit = super::prefix_hit::check(args, records, telemetry);
+    let by_turn = servebench_metrics::by_turn(records);
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
@@ -349,7 +350,8 @@ pub fn write_results(
             servebench_report::terminal::vllm_block(&vllm, &f.percentiles, !f.goodput.is_empty());
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
-        let _ = write!(stdout, "{block}{extras}{verdict}");
+        let turns = servebench_report::render::turn_block(&by_turn);
+        let _ = write!(stdout, "{block}{extras}{turns}{verdict}");
         if let Some(p) = &prefix_hit {
             let _ = writeln!(stdout, "Prefix hit rate: {}", p.describe());
             if let Some(w) = &p.warning {
@@ -421,6 +423,7 @@ pub fn write_results(
         interrupted: super::interruption().is_some(),
         interrupted_reason: super::interruption().map(|i| i.reason),
         prefix_hit,
+        by_turn,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)

@@ -216,6 +216,15 @@ pub struct RunPlan {
     pub answer: AnswerPlan,
     /// `--start-at` and `--shard`/`--shards`.
     pub scale_out: ScaleOut,
+    /// `--multi-turn`: the dataset's sessions, replayed as conversations.
+    pub multi_turn: Option<MultiTurn>,
+}
+
+/// How conversations are replayed (`--multi-turn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MultiTurn {
+    /// `--think-time-ms`: the pause before a turn whose session gives none.
+    pub think_time_ms: u64,
 }
 
 /// The run-wide answer checks: the flags as given (for the recorded command line) and
@@ -262,6 +271,7 @@ impl RunPlan {
         let endpoint = endpoint(a, &target)?;
         let answer = AnswerPlan::from_args(a)?;
         let scale_out = ScaleOut::from_args(a, &target, &traffic)?;
+        let multi_turn = multi_turn(a, &dataset, &endpoint, &traffic)?;
         Ok(RunPlan {
             target,
             endpoint,
@@ -313,6 +323,7 @@ impl RunPlan {
             repeat: a.repeat,
             answer,
             scale_out,
+            multi_turn,
         })
     }
 
@@ -470,6 +481,8 @@ impl RunPlan {
             shards: None,
             prefix_hit_rate: self.random.prefix_hit.map(|h| h.rate),
             prefix_pool: self.random.prefix_hit.map(|h| h.pool),
+            multi_turn: self.multi_turn.is_some(),
+            think_time_ms: self.multi_turn.map_or(0, |m| m.think_time_ms),
         }
     }
 }
@@ -753,6 +766,40 @@ fn endpoint(a: &RunArgs, target: &TargetChoice) -> Result<Endpoint> {
     Ok(Endpoint { flavor, path, api })
 }
 
+/// `--multi-turn` and what it needs: the chat endpoint (a conversation is a list of
+/// messages), a dataset of sessions, and a run bounded by its sessions.
+fn multi_turn(
+    a: &RunArgs,
+    dataset: &DatasetChoice,
+    endpoint: &Endpoint,
+    traffic: &Traffic,
+) -> Result<Option<MultiTurn>> {
+    if !a.multi_turn {
+        if a.think_time_ms > 0 {
+            bail!("--think-time-ms applies to conversations: add --multi-turn");
+        }
+        return Ok(None);
+    }
+    if endpoint.api != ApiKind::Chat || endpoint.flavor != ApiFlavor::OpenaiChat {
+        bail!(
+            "--multi-turn sends each turn with the conversation so far as chat messages: use --backend openai-chat (endpoint /v1/chat/completions), not --backend {}",
+            endpoint.flavor.as_str()
+        );
+    }
+    if !matches!(
+        dataset,
+        DatasetChoice::ShareGpt { .. } | DatasetChoice::Custom { .. }
+    ) {
+        bail!("--multi-turn replays the conversations of --dataset-name sharegpt or custom (a JSONL file of sessions)");
+    }
+    if traffic.duration_s.is_some() || traffic.ramp_up.is_some() {
+        bail!("--multi-turn runs its sessions once at --request-rate: --duration and --ramp-up-strategy are not supported with it");
+    }
+    Ok(Some(MultiTurn {
+        think_time_ms: a.think_time_ms,
+    }))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -760,6 +807,44 @@ mod tests {
 
     fn plan(flags: &[&str]) -> Result<RunPlan> {
         RunPlan::from_args(&RunArgs::from_flags(flags).map_err(anyhow::Error::msg)?)
+    }
+
+    #[test]
+    fn multi_turn_flags_round_trip_and_think_time_needs_them() {
+        let p = plan(&[
+            "--backend",
+            "openai-chat",
+            "--multi-turn",
+            "--think-time-ms",
+            "250",
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            "s.jsonl",
+        ])
+        .unwrap();
+        assert_eq!(p.multi_turn, Some(MultiTurn { think_time_ms: 250 }));
+        let back = RunPlan::from_args(&p.to_args()).unwrap();
+        assert_eq!(back.multi_turn, p.multi_turn);
+        assert_eq!(plan(&[]).unwrap().multi_turn, None);
+        let err = plan(&["--think-time-ms", "5"]).unwrap_err().to_string();
+        assert!(err.contains("add --multi-turn"), "{err}");
+        let err = plan(&[
+            "--backend",
+            "openai-chat",
+            "--multi-turn",
+            "--dataset-name",
+            "sharegpt",
+            "--dataset-path",
+            "s.json",
+            "--duration",
+            "10",
+            "--request-rate",
+            "1",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--duration"), "{err}");
     }
 
     #[test]

@@ -377,6 +377,8 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         resent: 0,
         answer_checked: false,
         output_split: None,
+        session_id: None,
+        turn: None,
     }
 }
 

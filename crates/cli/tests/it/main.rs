@@ -17,6 +17,7 @@ mod k8s_job;
 mod kill_nine;
 mod latency_cli;
 mod matrix_cli;
+mod multi_turn;
 mod overload_honesty;
 mod predict_plan;
 mod prefix_hit;

@@ -55,6 +55,9 @@ pub struct RunResult {
     /// `--prefix-hit-rate` runs: the target beside the achievable and achieved hit rates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_hit: Option<super::PrefixHitCheck>,
+    /// A multi-turn run's figures by turn index (absent for runs without sessions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_turn: Vec<crate::turns::TurnStats>,
 }
 
 impl RunResult {

@@ -107,6 +107,11 @@ fn run_details(out: &mut String, label: &str, run: &RunData, id: &str, open: boo
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(&k), esc(&v));
     }
     out.push_str("</dl>\n");
+    let turns = servebench_metrics::by_turn(&run.records);
+    if !turns.is_empty() {
+        out.push_str("<h3>By turn</h3>\n");
+        out.push_str(&super::turns::turn_table(&turns).to_html(&format!("{id}-turns")));
+    }
     if !run.summary.warnings.is_empty() {
         out.push_str("<ul class=\"notes\">");
         for w in &run.summary.warnings {

@@ -14,6 +14,7 @@ mod mdhtml;
 pub mod svg;
 pub mod tables;
 pub mod text;
+pub mod turns;
 
 pub use csv::{csv_columns, render_csv};
 pub use figures::{frontier_axes, sweep_axes, FrontierAxis, GroupFigures};
@@ -21,3 +22,4 @@ pub use html::render_html;
 pub use markdown::render_markdown;
 pub use mdhtml::markdown_to_html;
 pub use text::render_terminal;
+pub use turns::{turn_block, turn_table};

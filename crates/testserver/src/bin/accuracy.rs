@@ -168,6 +168,8 @@ mod tests {
             resent: 0,
             answer_checked: false,
             output_split: None,
+            session_id: None,
+            turn: None,
         };
         let log_path = dir.join("server.jsonl");
         let rec_path = dir.join("run.requests.jsonl");
