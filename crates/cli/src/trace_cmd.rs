@@ -53,6 +53,8 @@ pub enum FormatArg {
     Azure,
     Mooncake,
     Burstgpt,
+    /// vLLM's timed-trace JSON lines (timestamps in seconds).
+    Vllm,
 }
 
 impl From<FormatArg> for TraceFormat {
@@ -61,6 +63,7 @@ impl From<FormatArg> for TraceFormat {
             FormatArg::Azure => TraceFormat::Azure,
             FormatArg::Mooncake => TraceFormat::Mooncake,
             FormatArg::Burstgpt => TraceFormat::BurstGpt,
+            FormatArg::Vllm => TraceFormat::Vllm,
         }
     }
 }
