@@ -22,6 +22,16 @@ pub struct Workload {
     /// Each request's own answer check, by position (the dataset's `expected`); empty when
     /// no request has one.
     pub expected: Vec<Option<Expected>>,
+    /// A timed trace's block ids, when prompts are token ids rather than text (virtual time).
+    pub trace_blocks: Option<TraceBlocks>,
+}
+
+/// Which blocks each prompt of a trace starts with: request `i` (cycled: `i % ids.len()`)
+/// opens with the blocks `ids[i]`, each `block_tokens` tokens, equal ids equal tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceBlocks {
+    pub block_tokens: u64,
+    pub ids: Vec<Vec<u64>>,
 }
 
 /// Measures one workload and writes its results.

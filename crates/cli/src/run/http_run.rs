@@ -35,6 +35,7 @@ impl Executor for HttpTarget {
             schedule,
             tokenizer,
             expected,
+            trace_blocks: _,
         } = work;
         let (client, model_id) = connect(&self.base_url, plan, &tokenizer, print).await?;
         let prepared: Vec<_> = requests

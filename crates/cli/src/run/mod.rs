@@ -10,6 +10,7 @@ pub mod output_check;
 pub mod overrides;
 pub mod plan;
 pub mod target;
+pub mod trace_replay;
 pub mod virtual_run;
 
 use std::process::ExitCode;
@@ -242,6 +243,19 @@ pub async fn execute(
     // A run that could not keep its results must not send a single request.
     output_check::check_outputs(plan)?;
     let tokenizer = load_tokenizer(plan.tokenizer.as_deref(), print)?;
+    if let Some(t) = trace_replay::build(plan, &tokenizer, target.is_virtual())? {
+        let work = Workload {
+            requests: t.requests,
+            schedule: t.schedule,
+            tokenizer,
+            expected: Vec::new(),
+            trace_blocks: t.blocks,
+        };
+        return match target {
+            RunTarget::Http(t) => t.measure(plan, work, command_line, stop, print).await,
+            RunTarget::Virtual(t) => t.measure(plan, work, command_line, stop, print).await,
+        };
+    }
     let (requests, expected) = dataset::build_checked(plan, &tokenizer, target.is_virtual())?;
     if requests.is_empty() {
         bail!("the dataset produced no requests");
@@ -254,6 +268,7 @@ pub async fn execute(
         schedule,
         tokenizer,
         expected,
+        trace_blocks: None,
     };
     match target {
         RunTarget::Http(t) => t.measure(plan, work, command_line, stop, print).await,

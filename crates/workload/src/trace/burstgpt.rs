@@ -131,8 +131,11 @@ mod tests {
             ));
             assert_eq!(tok.count(&x.prompt) as u64, x.prompt_tokens);
         }
-        std::fs::write(&p, "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,3,3\n")
-            .unwrap();
+        std::fs::write(
+            &p,
+            "Timestamp,Model,Request tokens,Response tokens\n1,ChatGPT,3,3\n",
+        )
+        .unwrap();
         let err = sample_burstgpt(&cfg, &tok).unwrap_err().to_string();
         assert!(err.contains("GPT-4"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -126,6 +126,32 @@ pub fn synthesize(
     })
 }
 
+/// The requests of `entries` without prompt text: lengths, output lengths and the reused
+/// leading blocks only (for the simulator in virtual time, which needs token ids, not
+/// text; see [`full_block_ids`]).
+pub fn lengths_only(entries: &[TraceEntry], block_tokens: u64) -> Vec<RequestSpec> {
+    let block_tokens = block_tokens.max(1);
+    let shared = reused_leading_blocks(entries, block_tokens);
+    entries
+        .iter()
+        .zip(shared)
+        .enumerate()
+        .map(|(i, (e, reused))| RequestSpec {
+            id: i as u64,
+            prompt: String::new(),
+            prompt_tokens: e.input_tokens.max(1),
+            max_tokens: Some(e.output_tokens.max(1)),
+            prefix_tokens: (reused as u64 * block_tokens).min(e.input_tokens),
+        })
+        .collect()
+}
+
+/// The block ids of `e` that cover whole blocks of its prompt (a trailing partial block
+/// is the entry's own text).
+pub fn full_block_ids(e: &TraceEntry, block_tokens: u64) -> &[u64] {
+    &e.block_hashes[..full_blocks(e, block_tokens.max(1))]
+}
+
 /// Number of block ids of `e` that cover a whole block of its prompt.
 fn full_blocks(e: &TraceEntry, block_tokens: u64) -> usize {
     let whole = usize::try_from(e.input_tokens / block_tokens).unwrap_or(usize::MAX);

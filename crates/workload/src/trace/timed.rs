@@ -468,7 +468,10 @@ mod tests {
         cfg.labels.timestamp = "timestamp".into();
         cfg.window = TraceWindow::default();
         let err = load_timed_trace(&cfg).unwrap_err().to_string();
-        assert!(err.contains("l.jsonl:1:") && err.contains("`timestamp`"), "{err}");
+        assert!(
+            err.contains("l.jsonl:1:") && err.contains("`timestamp`"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -498,7 +501,10 @@ mod tests {
 
     #[test]
     fn bad_settings_are_refused() {
-        let p = write("ok.jsonl", "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1}\n");
+        let p = write(
+            "ok.jsonl",
+            "{\"timestamp\": 0, \"input_length\": 1, \"output_length\": 1}\n",
+        );
         let mut cfg = TimedTraceConfig::new(&p);
         cfg.sec_multiplier = Some(0.0);
         assert!(load_timed_trace(&cfg).is_err());
