@@ -25,6 +25,7 @@ mod run_cli;
 mod sim_cli;
 mod sweep_cli;
 mod throughput_cli;
+mod timed_trace;
 mod trace_cli;
 mod trust;
 mod vllm_parity;
