@@ -380,7 +380,9 @@ fn sorted_offsets(rows: Vec<RawRow>, multiplier: f64) -> (Vec<TraceEntry>, usize
         .map(|r| {
             let offset = match (r.stamp, first) {
                 (Stamp::Units(t), Some(Stamp::Units(t0))) => (t - t0) * multiplier * 1e9,
-                (Stamp::Ns(t), Some(Stamp::Ns(t0))) => (t - t0) as f64 * multiplier,
+                (Stamp::Ns(t), Some(Stamp::Ns(t0))) => {
+                    (i128::from(t) - i128::from(t0)) as f64 * multiplier
+                }
                 _ => 0.0,
             };
             TraceEntry {
