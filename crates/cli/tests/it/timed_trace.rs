@@ -429,3 +429,31 @@ fn burstgpt_dataset_keeps_gpt4_rows_with_answers_at_the_request_rate() {
         );
     }
 }
+
+/// The README's trace-replay commands run as written from the workspace root.
+#[test]
+fn readme_trace_replay_examples_run_as_written() {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let commands: Vec<Vec<&str>> = readme
+        .lines()
+        .filter(|l| {
+            l.starts_with("servebench run --virtual-time --dataset-name timed_trace")
+                || l.starts_with("servebench run --virtual-time --dataset-name burstgpt")
+        })
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert!(commands.len() >= 5, "{commands:?}");
+    let dir = tempdir("timed", "readme");
+    for c in &commands {
+        let o = crate::common::bin()
+            .current_dir(root)
+            .args(&c[1..])
+            .args(["--disable-tqdm", "--output-dir"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{c:?}\n{}", text(&o));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
