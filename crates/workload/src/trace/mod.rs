@@ -37,7 +37,9 @@ use servebench_metrics::units::{NS_PER_MS, NS_PER_S};
 use crate::error::WorkloadError;
 
 pub use burstgpt::{sample_burstgpt, BurstGptConfig};
-pub use replay::{full_block_ids, lengths_only, synthesize, ReplayConfig, TraceWorkload};
+pub use replay::{
+    full_block_ids, lengths_only, synthesize, ReplayConfig, TracePrompts, TraceWorkload,
+};
 pub use timed::{load_timed_trace, sample_timed_trace, TimedTrace, TimedTraceConfig, TraceWindow};
 
 /// One request of a trace.
