@@ -24,6 +24,9 @@ pub struct Workload {
     pub expected: Vec<Option<Expected>>,
     /// A timed trace's block ids, when prompts are token ids rather than text (virtual time).
     pub trace_blocks: Option<TraceBlocks>,
+    /// A timed trace's prompts, built while the run goes (`requests` then hold the lengths
+    /// only): a long trace starts at once and memory stays flat.
+    pub trace_prompts: Option<servebench_workload::trace::TracePrompts>,
 }
 
 /// Which blocks each prompt of a trace starts with: request `i` (cycled: `i % ids.len()`)

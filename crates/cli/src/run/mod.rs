@@ -250,6 +250,7 @@ pub async fn execute(
             tokenizer,
             expected: Vec::new(),
             trace_blocks: t.blocks,
+            trace_prompts: t.prompts,
         };
         return match target {
             RunTarget::Http(t) => t.measure(plan, work, command_line, stop, print).await,
@@ -269,6 +270,7 @@ pub async fn execute(
         tokenizer,
         expected,
         trace_blocks: None,
+        trace_prompts: None,
     };
     match target {
         RunTarget::Http(t) => t.measure(plan, work, command_line, stop, print).await,

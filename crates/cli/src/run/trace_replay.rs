@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use servebench_tokenizer::Tokenizer;
-use servebench_workload::trace::{full_block_ids, lengths_only, load_timed_trace};
+use servebench_workload::trace::{full_block_ids, lengths_only, load_timed_trace, TracePrompts};
 use servebench_workload::{DatasetConfig, RequestSpec};
 
 use super::dataset;
@@ -17,10 +17,13 @@ pub struct TraceRun {
     pub schedule: Vec<u64>,
     /// Each request's full block ids, for virtual time (whose prompts are token ids).
     pub blocks: Option<TraceBlocks>,
+    /// The prompts, to build while the run goes (over HTTP; `requests` hold lengths only).
+    pub prompts: Option<TracePrompts>,
 }
 
 /// The plan's timed trace as requests and a schedule; `None` for other datasets.
-/// `lengths_only` builds no prompt text (virtual time needs lengths and block ids).
+/// No prompt text is built here: virtual time needs lengths and block ids, and over HTTP the
+/// prompts are built while the run goes (see [`TracePrompts`]).
 pub fn build(
     plan: &RunPlan,
     tokenizer: &Tokenizer,
@@ -45,7 +48,8 @@ pub fn build(
         );
     }
     let chunk = trace.chunk_hash_size;
-    let (requests, blocks) = if lengths_only_ {
+    let requests = lengths_only(&trace.entries, chunk);
+    let (blocks, prompts) = if lengths_only_ {
         let blocks = TraceBlocks {
             block_tokens: chunk,
             ids: trace
@@ -54,12 +58,12 @@ pub fn build(
                 .map(|e| full_block_ids(e, chunk).to_vec())
                 .collect(),
         };
-        (lengths_only(&trace.entries, chunk), Some(blocks))
+        (Some(blocks), None)
     } else {
-        let w = trace
-            .requests(tokenizer, plan.seed)
+        let prompts = trace
+            .prompts(tokenizer, plan.seed)
             .with_context(|| format!("building the prompts of {file}"))?;
-        (w.requests, None)
+        (None, Some(prompts))
     };
     let schedule = if plan.dataset.self_timed().is_some() {
         trace.offsets_ns()
@@ -71,5 +75,6 @@ pub fn build(
         requests,
         schedule,
         blocks,
+        prompts,
     }))
 }

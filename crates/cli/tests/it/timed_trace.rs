@@ -457,3 +457,42 @@ fn readme_trace_replay_examples_run_as_written() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Over HTTP against the in-process simulator, prompts are built while the run goes: every
+/// request still has the trace's exact length and intended time, and shared chunks hit the
+/// simulator's prefix cache.
+#[test]
+fn a_real_time_replay_builds_prompts_on_the_fly_with_exact_lengths() {
+    let dir = tempdir("timed", "http");
+    let out = dir.join("out");
+    let file = example("vllm-timed-trace.jsonl");
+    ok(&servebench(&[
+        "run",
+        "--disable-tqdm",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--dataset-name",
+        "timed_trace",
+        "--dataset-path",
+        &file,
+        "--timed-trace-sec-multiplier",
+        "0.1",
+    ]));
+    let recs = records(&out);
+    let trace = rows(&file, "timestamp", "input_length");
+    assert_eq!(recs.len(), trace.len());
+    let t0 = trace[0].0;
+    for (r, (t, input, _)) in recs.iter().zip(&trace) {
+        assert!(r["failure"].is_null(), "{r}");
+        assert_eq!(
+            r["intended"].as_u64().unwrap(),
+            ((t - t0) * 0.1 * 1e9).round() as u64
+        );
+        assert_eq!(r["input_tokens"].as_u64().unwrap(), *input, "{r}");
+    }
+    let cached: u64 = recs
+        .iter()
+        .map(|r| r["cached_tokens"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(cached > 0, "no shared chunk hit the prefix cache");
+}

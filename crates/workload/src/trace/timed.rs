@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use servebench_tokenizer::Tokenizer;
 
 use super::inspect::rows::{for_each_row, json_row};
-use super::replay::{synthesize, ReplayConfig, MOONCAKE_BLOCK_TOKENS};
+use super::replay::{synthesize, ReplayConfig, TracePrompts, MOONCAKE_BLOCK_TOKENS};
 use super::{TraceEntry, TraceFormat, TraceLabels};
 use crate::error::WorkloadError;
 use crate::request::RequestSpec;
@@ -216,6 +216,20 @@ impl TimedTrace {
             &self.entries,
             tok,
             &ReplayConfig {
+                block_tokens: self.chunk_hash_size,
+                seed,
+                time_scale: 1.0,
+                max_requests: None,
+            },
+        )
+    }
+
+    /// The entries' prompts, to build one at a time (identical to [`TimedTrace::requests`]).
+    pub fn prompts(&self, tok: &Tokenizer, seed: u64) -> Result<TracePrompts, WorkloadError> {
+        TracePrompts::new(
+            self.entries.clone(),
+            tok.clone(),
+            ReplayConfig {
                 block_tokens: self.chunk_hash_size,
                 seed,
                 time_scale: 1.0,
