@@ -438,8 +438,8 @@ fn readme_trace_replay_examples_run_as_written() {
     let commands: Vec<Vec<&str>> = readme
         .lines()
         .filter(|l| {
-            l.starts_with("servebench run --virtual-time --dataset-name timed_trace")
-                || l.starts_with("servebench run --virtual-time --dataset-name burstgpt")
+            l.starts_with("servebench run --dataset-name timed_trace --virtual-time")
+                || l.starts_with("servebench run --dataset-name burstgpt --virtual-time")
         })
         .map(|l| l.split_whitespace().collect())
         .collect();
