@@ -49,6 +49,11 @@ pub fn build(
     }
     let chunk = trace.chunk_hash_size;
     let requests = lengths_only(&trace.entries, chunk);
+    let schedule = if plan.dataset.self_timed().is_some() {
+        trace.offsets_ns()
+    } else {
+        dataset::schedule(plan, requests.len())?
+    };
     let (blocks, prompts) = if lengths_only_ {
         let blocks = TraceBlocks {
             block_tokens: chunk,
@@ -60,15 +65,11 @@ pub fn build(
         };
         (Some(blocks), None)
     } else {
+        // The entries move into the builder: a trace of millions of rows is held once.
         let prompts = trace
-            .prompts(tokenizer, plan.seed)
+            .into_prompts(tokenizer, plan.seed)
             .with_context(|| format!("building the prompts of {file}"))?;
         (None, Some(prompts))
-    };
-    let schedule = if plan.dataset.self_timed().is_some() {
-        trace.offsets_ns()
-    } else {
-        dataset::schedule(plan, requests.len())?
     };
     let requests = dataset::cycle_to(requests, schedule.len());
     Ok(Some(TraceRun {

@@ -496,3 +496,23 @@ fn a_real_time_replay_builds_prompts_on_the_fly_with_exact_lengths() {
         .sum();
     assert!(cached > 0, "no shared chunk hit the prefix cache");
 }
+
+/// `trace inspect --trace-format vllm` reads seconds and counts vLLM's 16-token chunks.
+#[test]
+fn inspect_reads_vllm_timed_traces_with_16_token_chunks() {
+    let file = example("vllm-timed-trace.jsonl");
+    let j: Value = serde_json::from_str(&ok(&servebench(&[
+        "trace",
+        "inspect",
+        "--json",
+        "--trace-format",
+        "vllm",
+        &file,
+    ])))
+    .unwrap();
+    assert_eq!(j["format"], "vllm");
+    assert!((j["span_s"].as_f64().unwrap() - 3.3).abs() < 1e-9, "{j}");
+    assert_eq!(j["prefix_reuse"]["block_size"], 16);
+    // Full 16-token blocks already seen: 2 + 4 + 4 + 2 + 3 of them.
+    assert_eq!(j["prefix_reuse"]["reused_tokens"], 15 * 16);
+}

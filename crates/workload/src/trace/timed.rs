@@ -225,9 +225,9 @@ impl TimedTrace {
     }
 
     /// The entries' prompts, to build one at a time (identical to [`TimedTrace::requests`]).
-    pub fn prompts(&self, tok: &Tokenizer, seed: u64) -> Result<TracePrompts, WorkloadError> {
+    pub fn into_prompts(self, tok: &Tokenizer, seed: u64) -> Result<TracePrompts, WorkloadError> {
         TracePrompts::new(
-            self.entries.clone(),
+            self.entries,
             tok.clone(),
             ReplayConfig {
                 block_tokens: self.chunk_hash_size,
