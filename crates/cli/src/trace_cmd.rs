@@ -38,10 +38,10 @@ pub struct InspectArgs {
     /// Also write a self-contained HTML page with the arrival-rate plot and length histograms.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
-    /// Tokens one hash id stands for in the prefix-reuse figure (the trace's chunk size;
-    /// Mooncake's is 512).
-    #[arg(long, value_name = "TOKENS", default_value_t = 512)]
-    pub block_size: u64,
+    /// Tokens one hash id stands for in the prefix-reuse figure (the trace's chunk size)
+    /// [default: 512, Mooncake's; 16, vLLM's, with --trace-format vllm].
+    #[arg(long, value_name = "TOKENS")]
+    pub block_size: Option<u64>,
     /// The trace's format [default: detected from the first line].
     #[arg(long, value_enum)]
     pub trace_format: Option<FormatArg>,
@@ -53,6 +53,8 @@ pub enum FormatArg {
     Azure,
     Mooncake,
     Burstgpt,
+    /// vLLM's timed-trace JSON lines (timestamps in seconds).
+    Vllm,
 }
 
 impl From<FormatArg> for TraceFormat {
@@ -61,6 +63,7 @@ impl From<FormatArg> for TraceFormat {
             FormatArg::Azure => TraceFormat::Azure,
             FormatArg::Mooncake => TraceFormat::Mooncake,
             FormatArg::Burstgpt => TraceFormat::BurstGpt,
+            FormatArg::Vllm => TraceFormat::Vllm,
         }
     }
 }
@@ -73,13 +76,15 @@ pub fn trace(args: TraceArgs) -> Result<ExitCode> {
 }
 
 fn inspect(args: InspectArgs) -> Result<ExitCode> {
-    if args.block_size == 0 {
+    if args.block_size == Some(0) {
         anyhow::bail!("--block-size must be at least 1 token");
     }
-    let opts = InspectOptions {
-        format: args.trace_format.map(TraceFormat::from),
-        block_size: Some(args.block_size),
-    };
+    let format = args.trace_format.map(TraceFormat::from);
+    let block_size = args.block_size.or_else(|| {
+        (format == Some(TraceFormat::Vllm))
+            .then_some(servebench_workload::trace::timed::VLLM_CHUNK_HASH_SIZE)
+    });
+    let opts = InspectOptions { format, block_size };
     // The library's errors already name the file and line.
     let inspection = inspect_file(&args.file, &opts)?;
     let file = args.file.display().to_string();

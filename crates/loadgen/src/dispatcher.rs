@@ -72,6 +72,14 @@ fn monotonic_instant_of(at: SystemTime) -> tokio::time::Instant {
     }
 }
 
+/// Where the dispatcher takes each next request from.
+enum Source<R> {
+    /// Every request built before the run.
+    Ready(std::vec::IntoIter<R>),
+    /// Requests built while the run goes, in schedule order.
+    Feed(mpsc::Receiver<R>),
+}
+
 /// Run `requests` on `client` following `spec`. Records stream into `sink` as they finish.
 pub async fn run_load<B: Backend>(
     client: Arc<B>,
@@ -87,6 +95,38 @@ pub async fn run_load<B: Backend>(
             requests.len()
         )));
     }
+    drive(
+        client,
+        Source::Ready(requests.into_iter()),
+        spec,
+        sink,
+        stop,
+    )
+    .await
+}
+
+/// [`run_load`] with requests built while the run goes: request `i` (for `spec.schedule[i]`)
+/// is the `i`-th one `feed` yields. A bounded channel keeps the producer just ahead of the
+/// schedule, so a long workload starts at once and its built requests never pile up. If the
+/// feed ends before the schedule does (the producer stopped), the rest are not dispatched.
+/// A request that arrives after its intended time is released late, and the lag is recorded.
+pub async fn run_load_feed<B: Backend>(
+    client: Arc<B>,
+    feed: mpsc::Receiver<B::Request>,
+    spec: LoadSpec,
+    sink: Option<JsonlSink>,
+    stop: StopSignal,
+) -> Result<LoadOutcome, LoadgenError> {
+    drive(client, Source::Feed(feed), spec, sink, stop).await
+}
+
+async fn drive<B: Backend>(
+    client: Arc<B>,
+    mut source: Source<B::Request>,
+    spec: LoadSpec,
+    sink: Option<JsonlSink>,
+    stop: StopSignal,
+) -> Result<LoadOutcome, LoadgenError> {
     let (tx, rx) = mpsc::unbounded_channel();
     let collector = tokio::spawn(collect(rx, sink, spec.progress.clone()));
     let semaphore = spec
@@ -106,7 +146,7 @@ pub async fn run_load<B: Backend>(
         }
     };
     let cpu_before = process_cpu_times();
-    let total = requests.len();
+    let total = spec.schedule.len();
     let scraper = spec.scrape_every.and_then(|every| {
         client
             .telemetry_target()
@@ -146,10 +186,24 @@ pub async fn run_load<B: Backend>(
             }
         })
     });
-    for (prepared, intended) in requests.into_iter().zip(spec.schedule.iter().copied()) {
+    for intended in spec.schedule.iter().copied() {
         if stop.dispatch_stopped() {
             break;
         }
+        let prepared = match &mut source {
+            Source::Ready(requests) => match requests.next() {
+                Some(p) => p,
+                None => break,
+            },
+            Source::Feed(feed) => tokio::select! {
+                biased;
+                _ = stop.dispatch_stop() => break,
+                p = feed.recv() => match p {
+                    Some(p) => p,
+                    None => break,
+                },
+            },
+        };
         let deadline = clock.instant_at(intended);
         if deadline > tokio::time::Instant::now() {
             tokio::select! {
@@ -421,6 +475,39 @@ mod tests {
             all.iter().filter_map(|r| r.end).max().unwrap()
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Requests fed while the run goes are released at their intended times, like a ready
+    /// list; a feed that ends early leaves the rest undispatched.
+    #[tokio::test(start_paused = true)]
+    async fn a_fed_run_releases_on_schedule_and_stops_where_the_feed_ends() {
+        let (feed_tx, feed_rx) = mpsc::channel(2);
+        tokio::spawn(async move {
+            for id in 0..4u64 {
+                if feed_tx.send(id).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let d = Dummy::new(5);
+        let out = run_load_feed(
+            Arc::clone(&d),
+            feed_rx,
+            spec(&[0, 10, 20, 30, 40, 50], None),
+            None,
+            StopSignal::never(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.finished, 4);
+        assert_eq!(out.not_dispatched, 2);
+        let released = d.released.lock().unwrap().clone();
+        assert_eq!(
+            released,
+            vec![(0, 0), (1, 10 * MS), (2, 20 * MS), (3, 30 * MS)]
+        );
+        let intended: Vec<u64> = out.records.iter().map(|r| r.intended).collect();
+        assert_eq!(intended, vec![0, 10 * MS, 20 * MS, 30 * MS]);
     }
 
     /// A records file that cannot be written: every record stays in memory instead.

@@ -59,6 +59,10 @@ pub enum DatasetConfig {
     PrefixRepetition(PrefixRepetitionConfig),
     /// `--dataset-name hf`.
     Hf(HfConfig),
+    /// `--dataset-name timed_trace` (the requests; their arrivals come from the trace).
+    TimedTrace(trace::TimedTraceConfig),
+    /// `--dataset-name burstgpt`.
+    BurstGpt(trace::BurstGptConfig),
 }
 
 /// Builds the requests of a dataset under `tok`.
@@ -73,5 +77,7 @@ pub fn sample_dataset(
         DatasetConfig::Sonnet(c) => sample_sonnet(c, tok),
         DatasetConfig::PrefixRepetition(c) => sample_prefix_repetition(c, tok),
         DatasetConfig::Hf(c) => sample_hf(c, tok),
+        DatasetConfig::TimedTrace(c) => trace::sample_timed_trace(c, tok),
+        DatasetConfig::BurstGpt(c) => trace::sample_burstgpt(c, tok),
     }
 }

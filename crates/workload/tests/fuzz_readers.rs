@@ -14,7 +14,10 @@ use proptest::prelude::*;
 use servebench_tokenizer::Tokenizer;
 use servebench_workload::custom::sample_custom_str;
 use servebench_workload::sharegpt::sample_sharegpt_str;
-use servebench_workload::trace::{parse_trace, TraceFormat};
+use servebench_workload::trace::{
+    load_timed_trace, parse_trace, sample_burstgpt, BurstGptConfig, TimedTraceConfig, TraceFormat,
+    TraceWindow,
+};
 use servebench_workload::{
     read_trace, sample_custom, sample_sharegpt, CustomConfig, ShareGptConfig, WorkloadError,
 };
@@ -140,6 +143,7 @@ fn all_readers_on_text(text: &str) -> Result<(), TestCaseError> {
         TraceFormat::Azure,
         TraceFormat::BurstGpt,
         TraceFormat::Mooncake,
+        TraceFormat::Vllm,
     ] {
         check(parse_trace(text, Some(format), path), path)?;
     }
@@ -167,7 +171,41 @@ fn all_readers_on_file(bytes: &[u8]) -> Result<(), TestCaseError> {
     check(read_trace(&path), &path)?;
     check(sample_sharegpt(&sharegpt_cfg(&path, None), tok), &path)?;
     check(sample_custom(&custom_cfg(&path, -1), tok), &path)?;
-    Ok(())
+    timed_readers_on_file(&path)
+}
+
+/// The timed-trace reader in every format (and detected), whole and windowed, and the
+/// BurstGPT dataset's reader, on a file already written.
+fn timed_readers_on_file(path: &Path) -> Result<(), TestCaseError> {
+    let formats = [
+        None,
+        Some(TraceFormat::Azure),
+        Some(TraceFormat::BurstGpt),
+        Some(TraceFormat::Mooncake),
+        Some(TraceFormat::Vllm),
+    ];
+    for format in formats {
+        for window in [
+            TraceWindow::default(),
+            TraceWindow {
+                start_s: Some(0.5),
+                duration_s: Some(1e300),
+            },
+        ] {
+            let mut cfg = TimedTraceConfig::new(path);
+            cfg.format = format;
+            cfg.window = window;
+            cfg.max_requests = Some(2);
+            check(load_timed_trace(&cfg), path)?;
+        }
+    }
+    // No prompt is built (a fuzzed length may be astronomical); the rows are still read.
+    let cfg = BurstGptConfig {
+        path: path.to_path_buf(),
+        num_prompts: 0,
+        seed: 0,
+    };
+    check(sample_burstgpt(&cfg, tokenizer()), path)
 }
 
 #[derive(Debug, Clone)]
@@ -294,6 +332,17 @@ proptest! {
     ) {
         let bytes = apply(VALID[which], &mutations);
         all_readers_on_text(&String::from_utf8_lossy(&bytes))?;
+    }
+
+    #[test]
+    fn mutated_valid_files_as_timed_traces_never_panic(
+        which in 0..VALID.len(),
+        mutations in prop::collection::vec(mutation(), 1..6),
+    ) {
+        let dir = common::TempDir::new("fuzz-timed");
+        let path = dir.path().join(FILE);
+        std::fs::write(&path, apply(VALID[which], &mutations)).unwrap();
+        timed_readers_on_file(&path)?;
     }
 
     #[test]

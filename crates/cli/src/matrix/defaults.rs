@@ -101,8 +101,8 @@ pub fn default_matrix(trace: Option<&Path>) -> MatrixPlan {
         rows.push(RowSpec {
             id: "F".to_owned(),
             name: "production trace".to_owned(),
-            hypothesis: "With production's length mix, prefix reuse and mean arrival rate, the \
-                         conclusions of rows A–E still hold."
+            hypothesis: "With production's length mix, prefix reuse and arrivals (on the trace's \
+                         own clock, bursts included), the conclusions of rows A–E still hold."
                 .to_owned(),
             input_len: 0,
             output_len: 0,

@@ -210,10 +210,8 @@ fn row_overrides(
     let n = d.scale.prompts(row.num_prompts, row.max_concurrency);
     let workload = match trace {
         Some(t) => {
-            let mut trace_row = row.clone();
-            if trace_row.request_rate.0.is_infinite() {
-                trace_row.request_rate = plan::Rate(t.mean_rate);
-            }
+            // Self-timed, the trace sets every arrival; the row's rate stays unset.
+            let trace_row = row.clone();
             let mut w = vec![trace_row::dataset(t)];
             w.extend(trace_row.workload(t.requests));
             w
@@ -285,16 +283,28 @@ pub async fn run_matrix(
                     .defaults
                     .scale
                     .prompts(row.num_prompts, row.max_concurrency);
-                let data = trace_row::prepare(
-                    t,
-                    n,
-                    &tokenizer,
-                    plan.defaults.seed,
-                    &row_dir.join("trace-dataset.jsonl"),
-                )?;
+                let data = if row.request_rate.0.is_finite() {
+                    trace_row::prepare(
+                        t,
+                        n,
+                        &tokenizer,
+                        plan.defaults.seed,
+                        &row_dir.join("trace-dataset.jsonl"),
+                    )?
+                } else {
+                    trace_row::self_timed(t, n)?
+                };
+                let arrivals = if data.self_timed.is_some() {
+                    format!(
+                        "replayed on the trace's own clock (mean {:.3} req/s, its bursts kept)",
+                        data.mean_rate
+                    )
+                } else {
+                    format!("Poisson arrivals at the row's {} req/s", row.request_rate)
+                };
                 notes.push(format!(
                     "Row {}: {} requests of trace {}; prompt tokens p50 {} / p90 {}, output tokens p50 {} / p90 {}; \
-                     Poisson arrivals at {} req/s.",
+                     {arrivals}.",
                     row.id,
                     data.requests,
                     t.display(),
@@ -302,7 +312,6 @@ pub async fn run_matrix(
                     data.input_p90,
                     data.output_p50,
                     data.output_p90,
-                    if row.request_rate.0.is_finite() { row.request_rate.to_string() } else { format!("{:.3}", data.mean_rate) },
                 ));
                 Some(data)
             }

@@ -1,14 +1,17 @@
-//! Row F: a production trace replayed as a workload. The trace's entries become prompts of
-//! their exact lengths (Mooncake block ids become shared leading text, so a prefix cache sees
-//! the trace's reuse) written as a custom JSONL dataset; arrivals are Poisson at the trace's
-//! mean rate ("production estimate"), or at the row's own `request_rate` when it sets one.
+//! Row F: a production trace replayed as a workload. By default the trace runs on its own
+//! clock (`--dataset-name timed_trace`, self-timed): each request at its timestamp, so the
+//! bursts that decide p99 stay in. When the row sets its own `request_rate`, the trace's
+//! entries become prompts of their exact lengths (Mooncake block ids become shared leading
+//! text, so a prefix cache sees the trace's reuse) written as a custom JSONL dataset, sent as
+//! Poisson arrivals at that rate.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use servebench_tokenizer::Tokenizer;
-use servebench_workload::trace::{synthesize, ReplayConfig};
+use servebench_workload::trace::{load_timed_trace, synthesize, ReplayConfig, TimedTraceConfig};
+use servebench_workload::TraceFormat;
 
 use crate::run::overrides::Override;
 
@@ -27,6 +30,60 @@ pub struct TraceDataset {
     pub input_p90: u64,
     pub output_p50: u64,
     pub output_p90: u64,
+    /// Replayed on the trace's own clock (`path` is then the trace itself) in this format;
+    /// `None`: a prepared custom dataset at a row's rate.
+    pub self_timed: Option<TraceFormat>,
+}
+
+/// The format row F reads a trace in: as [`servebench_workload::read_trace`] does, JSON
+/// lines being Mooncake's (ms timestamps, 512-token blocks).
+fn matrix_format(trace: &Path) -> Result<TraceFormat> {
+    use std::io::BufRead as _;
+    let file =
+        std::fs::File::open(trace).with_context(|| format!("reading trace {}", trace.display()))?;
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line.with_context(|| format!("reading trace {}", trace.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        return TraceFormat::detect(&line).with_context(|| {
+            format!(
+                "trace {}: unknown format (expected Mooncake JSON lines, an Azure or a BurstGPT CSV)",
+                trace.display()
+            )
+        });
+    }
+    bail!("trace {} has no requests", trace.display())
+}
+
+/// Describes the first `max_requests` entries of `trace` for replay on its own clock.
+pub fn self_timed(trace: &Path, max_requests: usize) -> Result<TraceDataset> {
+    let format = matrix_format(trace)?;
+    let mut cfg = TimedTraceConfig::new(trace);
+    cfg.format = Some(format);
+    cfg.max_requests = Some(max_requests);
+    let t = load_timed_trace(&cfg).with_context(|| format!("reading trace {}", trace.display()))?;
+    let mut ins: Vec<u64> = t.entries.iter().map(|e| e.input_tokens.max(1)).collect();
+    let mut outs: Vec<u64> = t.entries.iter().map(|e| e.output_tokens.max(1)).collect();
+    let offsets = t.offsets_ns();
+    let n = offsets.len();
+    let span_ns = offsets.last().copied().unwrap_or(0);
+    ins.sort_unstable();
+    outs.sort_unstable();
+    Ok(TraceDataset {
+        path: trace.to_path_buf(),
+        requests: n,
+        mean_rate: if n > 1 && span_ns > 0 {
+            (n - 1) as f64 / (span_ns as f64 / 1e9)
+        } else {
+            f64::INFINITY
+        },
+        input_p50: nearest_rank(&ins, 50.0),
+        input_p90: nearest_rank(&ins, 90.0),
+        output_p50: nearest_rank(&outs, 50.0),
+        output_p90: nearest_rank(&outs, 90.0),
+        self_timed: Some(format),
+    })
 }
 
 /// Reads `trace`, keeps its first `max_requests` entries and writes them as a custom
@@ -91,6 +148,7 @@ pub fn prepare(
         input_p90: nearest_rank(&ins, 90.0),
         output_p50: nearest_rank(&outs, 50.0),
         output_p90: nearest_rank(&outs, 90.0),
+        self_timed: None,
     })
 }
 
@@ -105,7 +163,10 @@ fn nearest_rank(sorted: &[u64], p: f64) -> u64 {
 
 /// The trace's prepared file as the run's dataset.
 pub fn dataset(d: &TraceDataset) -> Override {
-    Override::TraceDataset(d.path.clone())
+    match d.self_timed {
+        Some(format) => Override::TimedTrace(d.path.clone(), format),
+        None => Override::TraceDataset(d.path.clone()),
+    }
 }
 
 #[cfg(test)]
@@ -130,6 +191,16 @@ mod tests {
         let text = std::fs::read_to_string(&d.path).unwrap();
         assert_eq!(text.lines().count(), 4);
         assert!(text.contains("\"output_tokens\":8"));
+        assert_eq!(dataset(&d), Override::TraceDataset(d.path.clone()));
+
+        let s = self_timed(&trace, 4).unwrap();
+        assert_eq!(s.requests, 4);
+        assert!((s.mean_rate - 2.0).abs() < 1e-9, "{}", s.mean_rate);
+        assert_eq!((s.output_p50, s.input_p90), (8, 603));
+        assert_eq!(
+            dataset(&s),
+            Override::TimedTrace(trace.clone(), TraceFormat::Mooncake)
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -35,6 +35,11 @@ pub enum DatasetName {
     #[value(name = "prefix_repetition")]
     PrefixRepetition,
     Hf,
+    /// vLLM's timed trace (and Azure, BurstGPT, Mooncake traces), on its own clock.
+    #[value(name = "timed_trace")]
+    TimedTrace,
+    /// vLLM's BurstGPT dataset: GPT-4 rows' lengths, arrivals from --request-rate.
+    Burstgpt,
 }
 
 impl DatasetName {
@@ -47,6 +52,45 @@ impl DatasetName {
             DatasetName::Sonnet => "sonnet",
             DatasetName::PrefixRepetition => "prefix_repetition",
             DatasetName::Hf => "hf",
+            DatasetName::TimedTrace => "timed_trace",
+            DatasetName::Burstgpt => "burstgpt",
+        }
+    }
+}
+
+/// `--trace-format`: a trace file's format when detection should not decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TraceFormatArg {
+    /// Azure LLM inference CSV (2023 or 2024).
+    Azure,
+    /// Mooncake JSON lines: millisecond timestamps, 512-token hash blocks.
+    Mooncake,
+    /// BurstGPT CSV.
+    Burstgpt,
+    /// vLLM's timed-trace JSON lines: timestamps in seconds, 16-token hash chunks.
+    Vllm,
+}
+
+impl From<TraceFormatArg> for servebench_workload::TraceFormat {
+    fn from(f: TraceFormatArg) -> Self {
+        use servebench_workload::TraceFormat;
+        match f {
+            TraceFormatArg::Azure => TraceFormat::Azure,
+            TraceFormatArg::Mooncake => TraceFormat::Mooncake,
+            TraceFormatArg::Burstgpt => TraceFormat::BurstGpt,
+            TraceFormatArg::Vllm => TraceFormat::Vllm,
+        }
+    }
+}
+
+impl TraceFormatArg {
+    pub fn from_format(f: servebench_workload::TraceFormat) -> Self {
+        use servebench_workload::TraceFormat;
+        match f {
+            TraceFormat::Azure => TraceFormatArg::Azure,
+            TraceFormat::Mooncake => TraceFormatArg::Mooncake,
+            TraceFormat::BurstGpt => TraceFormatArg::Burstgpt,
+            TraceFormat::Vllm => TraceFormatArg::Vllm,
         }
     }
 }
@@ -224,6 +268,43 @@ pub struct RunArgs {
     /// Output tokens of each hf request, replacing the dataset's lengths.
     #[arg(long, help_heading = "Dataset")]
     pub hf_output_len: Option<u64>,
+
+    // ---- timed traces ----
+    /// timed_trace: timestamp × this = seconds [default: 1; 0.001 for Mooncake's ms]. Also
+    /// speeds a replay up (0.5: twice as fast).
+    #[arg(long, value_name = "X", help_heading = "Timed traces")]
+    pub timed_trace_sec_multiplier: Option<f64>,
+    /// timed_trace: prompt tokens one hash id stands for [default: 16; 512 for Mooncake].
+    #[arg(long, value_name = "TOKENS", help_heading = "Timed traces")]
+    pub timed_trace_chunk_hash_size: Option<u64>,
+    /// timed_trace: JSON field holding each request's timestamp.
+    #[arg(long, default_value = "timestamp", help_heading = "Timed traces")]
+    pub timed_trace_label_timestamp: String,
+    /// timed_trace: JSON field holding each prompt's token count.
+    #[arg(long, default_value = "input_length", help_heading = "Timed traces")]
+    pub timed_trace_label_input_length: String,
+    /// timed_trace: JSON field holding each output's token count.
+    #[arg(long, default_value = "output_length", help_heading = "Timed traces")]
+    pub timed_trace_label_output_length: String,
+    /// timed_trace: JSON field holding each prompt's hash ids.
+    #[arg(long, default_value = "hash_ids", help_heading = "Timed traces")]
+    pub timed_trace_label_hash_ids: String,
+    /// Send each request at its trace time × multiplier (the default for timed_trace).
+    #[arg(long, conflicts_with = "no_self_timed", help_heading = "Timed traces")]
+    pub self_timed: bool,
+    /// Take only the lengths from the trace; arrivals follow --request-rate/--burstiness.
+    #[arg(long, help_heading = "Timed traces")]
+    pub no_self_timed: bool,
+    /// timed_trace: the file's format [default: detected; JSON lines read as vLLM's timed trace].
+    #[arg(long, value_enum, help_heading = "Timed traces")]
+    pub trace_format: Option<TraceFormatArg>,
+    /// timed_trace: replay from this second of the trace (replay clock, after the multiplier);
+    /// offsets count from it.
+    #[arg(long, value_name = "SECS", help_heading = "Timed traces")]
+    pub trace_start: Option<f64>,
+    /// timed_trace: replay this many seconds from --trace-start.
+    #[arg(long, value_name = "SECS", help_heading = "Timed traces")]
+    pub trace_duration: Option<f64>,
 
     // ---- traffic ----
     /// Requests per second ("inf" sends all at time 0).
@@ -413,8 +494,6 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--plot-timeline", "timeline plots"),
     ("--timeline-itl-thresholds", "timeline plots"),
     ("--plot-dataset-stats", "dataset plots"),
-    ("--self-timed", "timed traces"),
-    ("--no-self-timed", "timed traces"),
     ("--probe-request-rate", "probe requests"),
     ("--request-id-prefix", "request ids"),
     ("--skip-tokenizer-init", "running without a tokenizer"),

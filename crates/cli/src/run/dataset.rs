@@ -5,6 +5,7 @@ use std::time::Duration;
 use anyhow::Result;
 use servebench_answer::Expected;
 use servebench_tokenizer::Tokenizer;
+use servebench_workload::trace::{BurstGptConfig, TimedTraceConfig};
 use servebench_workload::{
     sample_custom_checked, sample_dataset, ArrivalConfig, CustomConfig, DatasetConfig, HfConfig,
     PrefixRepetitionConfig, RampUp, RandomConfig, RequestSpec, ShareGptConfig, SonnetConfig,
@@ -86,6 +87,22 @@ pub fn config(plan: &RunPlan) -> DatasetConfig {
             seed: plan.seed,
             disable_shuffle: plan.disable_shuffle,
             no_oversample: plan.no_oversample,
+        }),
+        DatasetChoice::TimedTrace { path, trace } => DatasetConfig::TimedTrace(TimedTraceConfig {
+            path: path.clone(),
+            format: trace.format,
+            sec_multiplier: trace.sec_multiplier,
+            chunk_hash_size: trace.chunk_hash_size,
+            labels: trace.labels.clone(),
+            window: trace.window,
+            // vLLM samples --num-prompts rows (1000 by default) of a timed trace.
+            max_requests: Some(plan.num_prompts),
+            seed: plan.seed,
+        }),
+        DatasetChoice::BurstGpt { path } => DatasetConfig::BurstGpt(BurstGptConfig {
+            path: path.clone(),
+            num_prompts: plan.num_prompts,
+            seed: plan.seed,
         }),
     }
 }

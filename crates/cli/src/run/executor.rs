@@ -26,6 +26,19 @@ pub struct Workload {
     /// The share of a split schedule these requests are (`--shard`), with the whole
     /// schedule's fingerprint.
     pub shard: Option<ShardInfo>,
+    /// A timed trace's block ids, when prompts are token ids rather than text (virtual time).
+    pub trace_blocks: Option<TraceBlocks>,
+    /// A timed trace's prompts, built while the run goes (`requests` then hold the lengths
+    /// only): a long trace starts at once and memory stays flat.
+    pub trace_prompts: Option<servebench_workload::trace::TracePrompts>,
+}
+
+/// Which blocks each prompt of a trace starts with: request `i` (cycled: `i % ids.len()`)
+/// opens with the blocks `ids[i]`, each `block_tokens` tokens, equal ids equal tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceBlocks {
+    pub block_tokens: u64,
+    pub ids: Vec<Vec<u64>>,
 }
 
 /// Measures one workload and writes its results.

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 use servebench_loadgen::{
-    run_load, warm_up, BackendClient, ClientOptions, LoadSpec, Progress, StopSignal, Target,
+    run_load, run_load_feed, warm_up, BackendClient, ClientOptions, LoadSpec, Progress, StopSignal,
+    Target,
 };
 use servebench_workload::PrefixMode;
 
@@ -36,19 +37,37 @@ impl Executor for HttpTarget {
             tokenizer,
             expected,
             shard,
+            trace_blocks: _,
+            trace_prompts,
         } = work;
         let (client, model_id) = connect(&self.base_url, plan, &tokenizer, print).await?;
-        let prepared: Vec<_> = requests
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                // A shard's requests keep their ids in the whole schedule.
-                let id = if shard.is_some() { r.id } else { i as u64 };
-                client
-                    .prepare(id, &r.prompt, r.prompt_tokens, r.max_tokens)
-                    .with_expected(expected.get(i).cloned().flatten())
-            })
-            .collect();
+        let mut feed = None;
+        let prepared: Vec<_> = match trace_prompts {
+            // Only the first request is built now (for the ready check and warm-up); the rest
+            // are built while the run goes.
+            Some(mut prompts) => {
+                let first = prompts.build(0)?;
+                let first = client.prepare(0, &first.prompt, first.prompt_tokens, first.max_tokens);
+                feed = Some(PromptFeed::start(
+                    Arc::clone(&client),
+                    prompts,
+                    first.clone(),
+                    schedule.len(),
+                ));
+                vec![first]
+            }
+            None => requests
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    // A shard's requests keep their ids in the whole schedule.
+                    let id = if shard.is_some() { r.id } else { i as u64 };
+                    client
+                        .prepare(id, &r.prompt, r.prompt_tokens, r.max_tokens)
+                        .with_expected(expected.get(i).cloned().flatten())
+                })
+                .collect(),
+        };
 
         // The records file is open before the first request (ready check and warm-up
         // included), and a write error on it later stops the run instead of going unnoticed.
@@ -113,7 +132,6 @@ impl Executor for HttpTarget {
         let spec_before =
             servebench_loadgen::probe::spec_decode_counters(client.target(), metrics_timeout).await;
         let spec = LoadSpec {
-            schedule,
             // Each shard takes its part of the cap, so the shards together hold it.
             max_concurrency: plan
                 .traffic
@@ -121,19 +139,41 @@ impl Executor for HttpTarget {
                 .map(|c| plan.scale_out.shard.map_or(c, |s| s.concurrency(c))),
             start_at: plan.scale_out.start_at.as_ref().map(|s| s.at),
             progress: plan.report.progress.then(|| Progress {
-                total: Some(prepared.len()),
+                total: Some(schedule.len()),
                 label: "run".into(),
             }),
             scrape_every: Some(Duration::from_secs(1)),
+            schedule,
         };
-        let mut outcome = run_load(
-            Arc::clone(&client),
-            prepared,
-            spec,
-            Some(sink),
-            stop.clone(),
-        )
-        .await?;
+        let mut outcome = match feed {
+            Some(PromptFeed { receiver, error }) => {
+                let outcome = run_load_feed(
+                    Arc::clone(&client),
+                    receiver,
+                    spec,
+                    Some(sink),
+                    stop.clone(),
+                )
+                .await?;
+                if let Some(e) = error.lock().ok().and_then(|e| e.clone()) {
+                    anyhow::bail!(
+                        "building the trace's prompts failed after {} requests: {e}",
+                        outcome.finished
+                    );
+                }
+                outcome
+            }
+            None => {
+                run_load(
+                    Arc::clone(&client),
+                    prepared,
+                    spec,
+                    Some(sink),
+                    stop.clone(),
+                )
+                .await?
+            }
+        };
         if let Some(e) = &outcome.write_error {
             eprintln!(
                 "warning: writing {} failed: {e}",
@@ -162,6 +202,50 @@ impl Executor for HttpTarget {
             meta,
             simulated,
         )
+    }
+}
+
+/// Prompts built on a thread of their own, each into its HTTP body, a bounded channel ahead
+/// of the dispatcher: the run starts as soon as the first is built and holds at most
+/// [`PromptFeed::AHEAD`] built requests however long the trace.
+struct PromptFeed {
+    receiver: tokio::sync::mpsc::Receiver<servebench_loadgen::client::Prepared>,
+    error: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl PromptFeed {
+    const AHEAD: usize = 64;
+
+    fn start(
+        client: Arc<BackendClient>,
+        mut prompts: servebench_workload::trace::TracePrompts,
+        first: servebench_loadgen::client::Prepared,
+        count: usize,
+    ) -> PromptFeed {
+        let (tx, receiver) = tokio::sync::mpsc::channel(Self::AHEAD);
+        // The first request is already built: it is ready before the run starts.
+        let _ = tx.try_send(first);
+        let error = Arc::new(std::sync::Mutex::new(None));
+        let failed = Arc::clone(&error);
+        std::thread::spawn(move || {
+            for i in 1..count {
+                let spec = match prompts.build(i) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        if let Ok(mut slot) = failed.lock() {
+                            *slot = Some(e.to_string());
+                        }
+                        return;
+                    }
+                };
+                let p = client.prepare(i as u64, &spec.prompt, spec.prompt_tokens, spec.max_tokens);
+                // The run ended (or was interrupted): nobody wants the rest.
+                if tx.blocking_send(p).is_err() {
+                    return;
+                }
+            }
+        });
+        PromptFeed { receiver, error }
     }
 }
 

@@ -14,6 +14,7 @@ pub mod scale_out;
 pub mod sessions_run;
 pub mod sessions_virtual;
 pub mod target;
+pub mod trace_replay;
 pub mod virtual_run;
 
 use std::process::ExitCode;
@@ -249,6 +250,21 @@ pub async fn execute(
         return sessions_run::execute(plan, mt, target, command_line, stop, print).await;
     }
     let tokenizer = load_tokenizer(plan.tokenizer.as_deref(), print)?;
+    if let Some(t) = trace_replay::build(plan, &tokenizer, target.is_virtual())? {
+        let work = Workload {
+            requests: t.requests,
+            schedule: t.schedule,
+            tokenizer,
+            expected: Vec::new(),
+            trace_blocks: t.blocks,
+            trace_prompts: t.prompts,
+            shard: None,
+        };
+        return match target {
+            RunTarget::Http(t) => t.measure(plan, work, command_line, stop, print).await,
+            RunTarget::Virtual(t) => t.measure(plan, work, command_line, stop, print).await,
+        };
+    }
     let (requests, expected) = dataset::build_checked(plan, &tokenizer, target.is_virtual())?;
     if requests.is_empty() {
         bail!("the dataset produced no requests");
@@ -282,6 +298,8 @@ pub async fn execute(
         tokenizer,
         expected,
         shard,
+        trace_blocks: None,
+        trace_prompts: None,
     };
     match target {
         RunTarget::Http(t) => t.measure(plan, work, command_line, stop, print).await,

@@ -22,6 +22,8 @@ pub enum Override {
     RandomPrefixMode(PrefixMode),
     /// A trace prepared as a custom dataset, each request at its own output length.
     TraceDataset(std::path::PathBuf),
+    /// A trace replayed on its own clock (`timed_trace`, self-timed), in this format.
+    TimedTrace(std::path::PathBuf, servebench_workload::TraceFormat),
     NumPrompts(usize),
     /// Requests per second (infinite: all at once).
     RequestRate(f64),
@@ -42,6 +44,7 @@ impl Override {
             Override::RandomPrefixLen(_) => &["random_prefix_len"],
             Override::RandomPrefixMode(_) => &["random_prefix_mode"],
             Override::TraceDataset(_) => &["dataset_name", "dataset_path", "custom_output_len"],
+            Override::TimedTrace(..) => &["dataset_name", "dataset_path", "trace_format"],
             Override::NumPrompts(_) => &["num_prompts"],
             Override::RequestRate(_) => &["request_rate"],
             Override::MaxConcurrency(_) => &["max_concurrency"],
@@ -67,6 +70,11 @@ impl Override {
                 a.dataset_name = super::args::DatasetName::Custom;
                 a.dataset_path = Some(path.clone());
                 a.custom_output_len = -1;
+            }
+            Override::TimedTrace(path, format) => {
+                a.dataset_name = super::args::DatasetName::TimedTrace;
+                a.dataset_path = Some(path.clone());
+                a.trace_format = Some(super::args::TraceFormatArg::from_format(*format));
             }
             Override::NumPrompts(v) => a.num_prompts = *v,
             Override::RequestRate(v) => a.request_rate = *v,
@@ -100,6 +108,14 @@ impl Override {
                 path.display().to_string(),
                 "--custom-output-len".into(),
                 "-1".into(),
+            ],
+            Override::TimedTrace(path, format) => vec![
+                "--dataset-name".into(),
+                "timed_trace".into(),
+                "--dataset-path".into(),
+                path.display().to_string(),
+                "--trace-format".into(),
+                servebench_workload::trace::inspect::format_name(*format).to_owned(),
             ],
             Override::NumPrompts(v) => pair("--num-prompts", v.to_string()),
             Override::RequestRate(v) => pair(

@@ -12,9 +12,10 @@ use servebench_answer::AnswerChecks;
 use servebench_loadgen::ApiKind;
 use servebench_metrics::summary::Slo;
 use servebench_workload::random::{PrefixHit, DEFAULT_PREFIX_POOL};
-use servebench_workload::{PrefixMode, RampUpStrategy};
+use servebench_workload::trace::{TraceLabels, TraceWindow};
+use servebench_workload::{PrefixMode, RampUpStrategy, TraceFormat};
 
-use super::args::{self, DatasetName, PrefixModeArg, RampUp as RampArg, RunArgs};
+use super::args::{self, DatasetName, PrefixModeArg, RampUp as RampArg, RunArgs, TraceFormatArg};
 use super::options;
 use super::scale_out::ScaleOut;
 
@@ -92,6 +93,27 @@ pub enum DatasetChoice {
         split: Option<String>,
         output_len: Option<u64>,
     },
+    /// A trace file replayed with its lengths and shared chunks (vLLM's timed_trace), on
+    /// its own clock when self-timed.
+    TimedTrace { path: PathBuf, trace: TraceReplay },
+    /// vLLM's BurstGPT dataset: the CSV's GPT-4 lengths.
+    BurstGpt { path: PathBuf },
+}
+
+/// How a timed trace is read and replayed (vLLM's `--timed-trace-*` flags and servebench's
+/// window).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceReplay {
+    /// `None`: detected.
+    pub format: Option<TraceFormat>,
+    /// `None`: the format's default.
+    pub sec_multiplier: Option<f64>,
+    /// `None`: the format's default.
+    pub chunk_hash_size: Option<u64>,
+    pub labels: TraceLabels,
+    pub window: TraceWindow,
+    /// Arrivals follow the trace (vLLM's `--self-timed`, on by default).
+    pub self_timed: bool,
 }
 
 impl DatasetChoice {
@@ -104,6 +126,8 @@ impl DatasetChoice {
             DatasetChoice::Sonnet { .. } => "sonnet",
             DatasetChoice::PrefixRepetition { .. } => "prefix_repetition",
             DatasetChoice::Hf { .. } => "hf",
+            DatasetChoice::TimedTrace { .. } => "timed_trace",
+            DatasetChoice::BurstGpt { .. } => "burstgpt",
         }
     }
 
@@ -113,7 +137,17 @@ impl DatasetChoice {
             DatasetChoice::ShareGpt { path, .. }
             | DatasetChoice::Custom { path, .. }
             | DatasetChoice::Sonnet { path, .. }
-            | DatasetChoice::Hf { path, .. } => Some(path),
+            | DatasetChoice::Hf { path, .. }
+            | DatasetChoice::TimedTrace { path, .. }
+            | DatasetChoice::BurstGpt { path } => Some(path),
+        }
+    }
+
+    /// The replay settings of a timed trace whose arrivals follow the trace.
+    pub fn self_timed(&self) -> Option<&TraceReplay> {
+        match self {
+            DatasetChoice::TimedTrace { trace, .. } if trace.self_timed => Some(trace),
+            _ => None,
         }
     }
 }
@@ -267,6 +301,7 @@ impl RunPlan {
         check_traffic(&traffic)?;
         let target = target(a)?;
         let dataset = dataset(a)?;
+        check_self_timed(&dataset, &traffic)?;
         check_duration(&traffic)?;
         let endpoint = endpoint(a, &target)?;
         let answer = AnswerPlan::from_args(a)?;
@@ -334,6 +369,7 @@ impl RunPlan {
             bail!("when using ramp-up, do not specify --request-rate: the rate is controlled by the ramp-up parameters");
         }
         check_traffic(&self.traffic)?;
+        check_self_timed(&self.dataset, &self.traffic)?;
         check_duration(&self.traffic)
     }
 
@@ -370,7 +406,21 @@ impl RunPlan {
                     (DatasetName::PrefixRepetition, None, None, 256)
                 }
                 DatasetChoice::Hf { path, .. } => (DatasetName::Hf, Some(path.clone()), None, 256),
+                DatasetChoice::TimedTrace { path, .. } => {
+                    (DatasetName::TimedTrace, Some(path.clone()), None, 256)
+                }
+                DatasetChoice::BurstGpt { path } => {
+                    (DatasetName::Burstgpt, Some(path.clone()), None, 256)
+                }
             };
+        let replay = match &self.dataset {
+            DatasetChoice::TimedTrace { trace, .. } => Some(trace.clone()),
+            _ => None,
+        };
+        let labels = replay
+            .as_ref()
+            .map(|t| t.labels.clone())
+            .unwrap_or_default();
         let mut dataset_flags = DatasetFlags::default();
         dataset_flags.set(&self.dataset);
         let t = &self.traffic;
@@ -428,6 +478,20 @@ impl RunPlan {
             hf_split: dataset_flags.hf_split,
             hf_name: dataset_flags.hf_name,
             hf_output_len: dataset_flags.hf_output_len,
+            timed_trace_sec_multiplier: replay.as_ref().and_then(|t| t.sec_multiplier),
+            timed_trace_chunk_hash_size: replay.as_ref().and_then(|t| t.chunk_hash_size),
+            timed_trace_label_timestamp: labels.timestamp,
+            timed_trace_label_input_length: labels.input_length,
+            timed_trace_label_output_length: labels.output_length,
+            timed_trace_label_hash_ids: labels.hash_ids,
+            self_timed: replay.as_ref().is_some_and(|t| t.self_timed),
+            no_self_timed: replay.as_ref().is_some_and(|t| !t.self_timed),
+            trace_format: replay
+                .as_ref()
+                .and_then(|t| t.format)
+                .map(TraceFormatArg::from_format),
+            trace_start: replay.as_ref().and_then(|t| t.window.start_s),
+            trace_duration: replay.as_ref().and_then(|t| t.window.duration_s),
             request_rate: t.request_rate,
             burstiness: t.burstiness,
             max_concurrency: t.max_concurrency,
@@ -594,6 +658,7 @@ fn target(a: &RunArgs) -> Result<TargetChoice> {
 
 fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
     // vLLM's --output-len replaces the output length flag of random, sharegpt, sonnet and hf.
+    check_trace_flags(a)?;
     let general_output_len = || -> Result<Option<u64>> {
         match a.output_len {
             Some(v) if v < 0 => bail!(
@@ -663,7 +728,106 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
             split: a.hf_split.clone(),
             output_len: general_output_len()?.or(a.hf_output_len),
         },
+        DatasetName::TimedTrace => DatasetChoice::TimedTrace {
+            path: a.dataset_path.clone().context(
+                "--dataset-name timed_trace needs --dataset-path FILE: vLLM timed-trace or \
+                 Mooncake JSON lines, or an Azure or BurstGPT CSV",
+            )?,
+            trace: trace_replay(a)?,
+        },
+        DatasetName::Burstgpt => DatasetChoice::BurstGpt {
+            path: a
+                .dataset_path
+                .clone()
+                .context("--dataset-name burstgpt needs --dataset-path FILE.csv (BurstGPT)")?,
+        },
     })
+}
+
+/// The timed-trace flags, checked; refused with any other dataset where they would do
+/// nothing (the `--timed-trace-*` ones keep vLLM's leniency).
+fn trace_replay(a: &RunArgs) -> Result<TraceReplay> {
+    if let Some(m) = a.timed_trace_sec_multiplier {
+        if !m.is_finite() || m <= 0.0 {
+            bail!("--timed-trace-sec-multiplier must be a positive number, got {m}");
+        }
+    }
+    if a.timed_trace_chunk_hash_size == Some(0) {
+        bail!("--timed-trace-chunk-hash-size must be at least 1 token");
+    }
+    if let Some(s) = a.trace_start {
+        if !s.is_finite() || s < 0.0 {
+            bail!("--trace-start must be a non-negative number of seconds, got {s}");
+        }
+    }
+    if let Some(d) = a.trace_duration {
+        if !d.is_finite() || d <= 0.0 {
+            bail!("--trace-duration must be a positive number of seconds, got {d}");
+        }
+    }
+    Ok(TraceReplay {
+        format: a.trace_format.map(TraceFormat::from),
+        sec_multiplier: a.timed_trace_sec_multiplier,
+        chunk_hash_size: a.timed_trace_chunk_hash_size,
+        labels: TraceLabels {
+            timestamp: a.timed_trace_label_timestamp.clone(),
+            input_length: a.timed_trace_label_input_length.clone(),
+            output_length: a.timed_trace_label_output_length.clone(),
+            hash_ids: a.timed_trace_label_hash_ids.clone(),
+        },
+        window: TraceWindow {
+            start_s: a.trace_start,
+            duration_s: a.trace_duration,
+        },
+        self_timed: !a.no_self_timed,
+    })
+}
+
+/// Trace-only flags with a dataset that is not a trace.
+fn check_trace_flags(a: &RunArgs) -> Result<()> {
+    if a.dataset_name == DatasetName::TimedTrace {
+        return Ok(());
+    }
+    let given = [
+        ("--self-timed", a.self_timed),
+        ("--no-self-timed", a.no_self_timed),
+        ("--trace-format", a.trace_format.is_some()),
+        ("--trace-start", a.trace_start.is_some()),
+        ("--trace-duration", a.trace_duration.is_some()),
+    ];
+    if let Some((flag, _)) = given.iter().find(|(_, on)| *on) {
+        bail!(
+            "{flag} applies to --dataset-name timed_trace only (the dataset is {})",
+            a.dataset_name.as_str()
+        );
+    }
+    Ok(())
+}
+
+/// A self-timed trace sets every arrival itself: a rate, burstiness, ramp-up or duration
+/// would be silently ignored, so they are refused.
+fn check_self_timed(dataset: &DatasetChoice, t: &Traffic) -> Result<()> {
+    if dataset.self_timed().is_none() {
+        return Ok(());
+    }
+    let clash = if t.request_rate.is_finite() {
+        Some(format!("--request-rate {}", t.request_rate))
+    } else if t.burstiness != 1.0 {
+        Some(format!("--burstiness {}", t.burstiness))
+    } else if t.ramp_up.is_some() {
+        Some("--ramp-up-strategy".to_owned())
+    } else {
+        t.duration_s.map(|d| format!("--duration {d}"))
+    };
+    if let Some(flag) = clash {
+        bail!(
+            "{flag} cannot be combined with a self-timed trace: its requests arrive at the \
+             trace's own timestamps (× --timed-trace-sec-multiplier). Add --no-self-timed to \
+             take only the lengths from the trace and the arrivals from --request-rate and \
+             --burstiness"
+        );
+    }
+    Ok(())
 }
 
 /// The per-dataset flags of `servebench run` that give back a [`DatasetChoice`] (the
@@ -739,7 +903,9 @@ impl DatasetFlags {
             }
             DatasetChoice::Random
             | DatasetChoice::ShareGpt { .. }
-            | DatasetChoice::Custom { .. } => {}
+            | DatasetChoice::Custom { .. }
+            | DatasetChoice::TimedTrace { .. }
+            | DatasetChoice::BurstGpt { .. } => {}
         }
     }
 }

@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use servebench_answer::Expected;
 use servebench_workload::RequestSpec;
 
-use super::args::RunArgs;
+use super::args::{DatasetName, RunArgs};
 use super::plan::{TargetChoice, Traffic};
 
 /// The environment variable a Kubernetes Indexed Job sets to the pod's index.
@@ -104,6 +104,12 @@ impl ScaleOut {
             }
             None => None,
         };
+        if shard.is_some() && a.dataset_name == DatasetName::TimedTrace {
+            bail!("--shard with --dataset-name timed_trace is not supported yet: a trace's prompts are built while it runs; split the trace file instead (each process its own window, --trace-start/--trace-duration)");
+        }
+        if shard.is_some() && a.multi_turn {
+            bail!("--shard with --multi-turn is not supported yet: a session's turns depend on each other's answers");
+        }
         let virtual_time = matches!(target, TargetChoice::VirtualTime { .. });
         if virtual_time && (shard.is_some() || start_at.is_some()) {
             bail!("--start-at and --shard place real load on the wall clock; a --virtual-time run has no wall clock to share");

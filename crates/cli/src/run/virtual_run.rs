@@ -18,7 +18,7 @@ use servebench_sim::virtual_time::{
 use servebench_sim::ResolvedSim;
 use servebench_workload::RequestSpec;
 
-use super::executor::{Executor, Workload};
+use super::executor::{Executor, TraceBlocks, Workload};
 use super::plan::RunPlan;
 use super::{output, RunOutcome};
 
@@ -45,6 +45,7 @@ impl Executor for VirtualTarget {
             &work.requests,
             &work.expected,
             &work.schedule,
+            work.trace_blocks.as_ref(),
         )?;
         let model_id = plan
             .model
@@ -121,6 +122,62 @@ pub fn prompt_ids(sim: &ResolvedSim, requests: &[RequestSpec], seed: u64) -> Vec
         .collect()
 }
 
+/// Token ids for the requests of a trace: each full block id stands for the same
+/// `block_tokens` ids wherever it appears (drawn from a stream seeded by the id), so the
+/// prefix cache sees exactly the reuse the trace's hash ids describe; the rest of each
+/// prompt is the request's own. Block ids are cached, so memory grows with the distinct
+/// blocks, not with the prompts.
+pub fn trace_prompt_ids(
+    sim: &ResolvedSim,
+    requests: &[RequestSpec],
+    blocks: &TraceBlocks,
+    seed: u64,
+) -> Vec<Vec<u32>> {
+    let pool = sim.tokenizer.ordinary_ids();
+    let vocab = sim.engine.vocab_size.max(1);
+    let pick = |rng: &mut ChaCha8Rng| -> u32 {
+        if pool.is_empty() {
+            rng.random_range(0..vocab)
+        } else {
+            pool[rng.random_range(0..pool.len())]
+        }
+    };
+    let block_len = blocks.block_tokens.max(1) as usize;
+    let mut cache: HashMap<u64, std::sync::Arc<[u32]>> = HashMap::new();
+    requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let len = r.prompt_tokens.max(1) as usize;
+            let mut ids = Vec::with_capacity(len);
+            let own = blocks
+                .ids
+                .get(i % blocks.ids.len().max(1))
+                .map_or(&[][..], Vec::as_slice);
+            for id in own {
+                if ids.len() + block_len > len {
+                    break;
+                }
+                let block = cache.entry(*id).or_insert_with(|| {
+                    let mut rng = ChaCha8Rng::seed_from_u64(
+                        seed.wrapping_mul(0xa076_1d64_78bd_642f)
+                            ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    );
+                    (0..block_len).map(|_| pick(&mut rng)).collect()
+                });
+                ids.extend_from_slice(block);
+            }
+            let mut rng = ChaCha8Rng::seed_from_u64(
+                seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ r.id ^ 0x7a11_0000_0000_0000,
+            );
+            while ids.len() < len {
+                ids.push(pick(&mut rng));
+            }
+            ids
+        })
+        .collect()
+}
+
 /// Run the workload through the engine core in virtual time, one record per request,
 /// holding each answer against the plan's answer checks and the request's own
 /// `expected` (by position; `expected` may be empty). The answer is the text the simulator's
@@ -132,6 +189,7 @@ pub fn simulate_checked(
     requests: &[RequestSpec],
     expected: &[Option<Expected>],
     schedule: &[u64],
+    blocks: Option<&TraceBlocks>,
 ) -> anyhow::Result<(Vec<RequestRecord>, u64, ServerTelemetry)> {
     let checks = &plan.answer.checks;
     let keep_output = !checks.is_empty() || expected.iter().any(Option::is_some);
@@ -140,7 +198,10 @@ pub fn simulate_checked(
     let max_concurrency = plan.traffic.max_concurrency;
     let num_warmups = plan.traffic.num_warmups;
     let cold = plan.random.prefix_mode == servebench_workload::PrefixMode::PerRequest;
-    let ids = prompt_ids(sim, requests, plan.seed);
+    let ids = match blocks {
+        Some(b) => trace_prompt_ids(sim, requests, b, plan.seed),
+        None => prompt_ids(sim, requests, plan.seed),
+    };
     let arrivals = requests
         .iter()
         .zip(ids)

@@ -30,6 +30,7 @@ mod shard_merge;
 mod sim_cli;
 mod sweep_cli;
 mod throughput_cli;
+mod timed_trace;
 mod trace_cli;
 mod trust;
 mod vllm_parity;

@@ -388,7 +388,7 @@ fn quick_real_time_matrix_against_the_in_process_simulator() {
 }
 
 #[test]
-fn a_trace_adds_row_f_at_the_trace_mean_rate() {
+fn a_trace_adds_row_f_replayed_on_the_traces_own_clock() {
     let root = tempdir("trace");
     let trace = root.join("mooncake.jsonl");
     // 12 requests, one every 250 ms (4 req/s), sharing their first 512-token block.
@@ -420,12 +420,36 @@ fn a_trace_adds_row_f_at_the_trace_mean_rate() {
     let exp = check_experiment(&dir, "matrix", true, &["F"]);
     let f = read_json(&dir.join(exp["rows"][0]["runs"][0].as_str().unwrap()));
     assert_eq!(f["plan"]["num_prompts"], 12);
-    assert_eq!(f["plan"]["dataset_name"], "custom");
-    let rate: f64 = f["plan"]["request_rate"].as_str().unwrap().parse().unwrap();
-    assert!((rate - 4.0).abs() < 1e-6, "{rate}");
-    assert!(dir.join("rows/F/trace-dataset.jsonl").is_file());
+    assert_eq!(f["plan"]["dataset_name"], "timed_trace");
+    assert_eq!(f["plan"]["request_rate"], "inf");
+    // Self-timed: no dataset is prepared; request i is meant at i × 250 ms exactly.
+    assert!(!dir.join("rows/F/trace-dataset.jsonl").exists());
+    let records = std::fs::read_dir(
+        dir.join(exp["rows"][0]["runs"][0].as_str().unwrap())
+            .parent()
+            .unwrap(),
+    )
+    .unwrap()
+    .map(|e| e.unwrap().path())
+    .find(|p| p.to_string_lossy().ends_with(".requests.jsonl"))
+    .unwrap();
+    let mut intended: Vec<u64> = std::fs::read_to_string(&records)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["intended"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    intended.sort_unstable();
+    assert_eq!(
+        intended,
+        (0..12).map(|i| i * 250_000_000).collect::<Vec<u64>>()
+    );
     let notes = exp["notes"].to_string();
     assert!(notes.contains("12 requests of trace"), "{notes}");
+    assert!(notes.contains("own clock (mean 4.000 req/s"), "{notes}");
     let plan = std::fs::read_to_string(dir.join("plan.toml")).unwrap();
     assert!(plan.contains("mooncake.jsonl"), "{plan}");
     let _ = std::fs::remove_dir_all(&root);

@@ -9,15 +9,25 @@
 //!   "output_length": n, "hash_ids": [..]}`, each hash id naming one 512-token block
 //!   of the prompt, equal leading ids meaning a shared prefix;
 //! - BurstGPT: CSV `Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type`,
-//!   timestamps in seconds.
+//!   timestamps in seconds;
+//! - vLLM's timed trace (`vllm bench serve --dataset-name timed_trace`): the Mooncake shape
+//!   with timestamps in seconds (after vLLM's `--timed-trace-sec-multiplier`) and hash ids
+//!   naming chunks of `--timed-trace-chunk-hash-size` tokens. JSON lines are detected as
+//!   Mooncake; the timed-trace dataset ([`timed`]) reads them as vLLM does unless told
+//!   otherwise.
+//!
+//! Azure 2024 timestamps carry a UTC offset (`2024-05-10 00:00:00.004570+00:00`); it is
+//! applied, so traces that mix offsets still order correctly.
 //!
 //! Every reader yields [`TraceEntry`]s sorted by arrival, offsets counted from the
 //! earliest entry.
 
+pub mod burstgpt;
 mod csv;
 mod datetime;
 pub mod inspect;
 mod replay;
+pub mod timed;
 
 use std::path::Path;
 
@@ -26,7 +36,11 @@ use servebench_metrics::units::{NS_PER_MS, NS_PER_S};
 
 use crate::error::WorkloadError;
 
-pub use replay::{synthesize, ReplayConfig, TraceWorkload};
+pub use burstgpt::{sample_burstgpt, BurstGptConfig};
+pub use replay::{
+    full_block_ids, lengths_only, synthesize, ReplayConfig, TracePrompts, TraceWorkload,
+};
+pub use timed::{load_timed_trace, sample_timed_trace, TimedTrace, TimedTraceConfig, TraceWindow};
 
 /// One request of a trace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +66,29 @@ pub enum TraceFormat {
     Mooncake,
     /// BurstGPT CSV.
     BurstGpt,
+    /// vLLM's timed-trace JSON lines (timestamps in seconds, 16-token chunks by default).
+    Vllm,
+}
+
+/// The field names of a JSON-lines trace (vLLM's `--timed-trace-label-*` flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceLabels {
+    pub timestamp: String,
+    pub input_length: String,
+    pub output_length: String,
+    pub hash_ids: String,
+}
+
+impl Default for TraceLabels {
+    /// vLLM's defaults, which are also Mooncake's names.
+    fn default() -> Self {
+        Self {
+            timestamp: "timestamp".to_owned(),
+            input_length: "input_length".to_owned(),
+            output_length: "output_length".to_owned(),
+            hash_ids: "hash_ids".to_owned(),
+        }
+    }
 }
 
 impl TraceFormat {
@@ -105,7 +142,8 @@ pub fn parse_trace(
     let raw = match format {
         TraceFormat::Azure => parse_azure(text, path)?,
         TraceFormat::BurstGpt => parse_burstgpt(text, path)?,
-        TraceFormat::Mooncake => parse_mooncake(text, path)?,
+        TraceFormat::Mooncake => parse_mooncake(text, path, NS_PER_MS)?,
+        TraceFormat::Vllm => parse_mooncake(text, path, NS_PER_S)?,
     };
     Ok(into_entries(raw))
 }
@@ -206,11 +244,11 @@ fn parse_azure(text: &str, path: &Path) -> Result<Vec<RawEntry>, WorkloadError> 
     let mut out = Vec::new();
     for (line, fields) in rows {
         let ts = field(&fields, cols[0], names[0], path, line)?;
-        let at_ns = datetime::parse_ns(ts).ok_or_else(|| {
+        let at_ns = inspect::rows::azure_ns(ts).map(i128::from).ok_or_else(|| {
             WorkloadError::malformed(
                 path,
                 line,
-                format!("TIMESTAMP is not `YYYY-MM-DD HH:MM:SS[.fraction]`: {ts:?}"),
+                format!("TIMESTAMP is not `YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM]`: {ts:?}"),
             )
         })?;
         out.push(RawEntry {
@@ -275,7 +313,11 @@ struct MooncakeLine {
     hash_ids: Vec<u64>,
 }
 
-fn parse_mooncake(text: &str, path: &Path) -> Result<Vec<RawEntry>, WorkloadError> {
+fn parse_mooncake(
+    text: &str,
+    path: &Path,
+    ns_per_unit: u64,
+) -> Result<Vec<RawEntry>, WorkloadError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -295,14 +337,11 @@ fn parse_mooncake(text: &str, path: &Path) -> Result<Vec<RawEntry>, WorkloadErro
             return Err(WorkloadError::malformed(
                 path,
                 i + 1,
-                format!(
-                    "timestamp must be non-negative milliseconds, got {}",
-                    m.timestamp
-                ),
+                format!("timestamp must be non-negative, got {}", m.timestamp),
             ));
         }
         out.push(RawEntry {
-            at_ns: (m.timestamp * NS_PER_MS as f64).round() as i128,
+            at_ns: (m.timestamp * ns_per_unit as f64).round() as i128,
             input_tokens: m.input_length,
             output_tokens: m.output_length,
             block_hashes: m.hash_ids,
@@ -334,6 +373,17 @@ mod tests {
         assert_eq!(e[1].offset_ns, 52_000_000);
         assert_eq!(e[2].offset_ns, 60_000_000_000);
         assert!(e.iter().all(|x| x.block_hashes.is_empty()));
+    }
+
+    #[test]
+    fn azure_2024_timestamps_with_a_utc_offset_parse() {
+        let text = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+                    2024-05-10 00:00:00.004570+00:00,1024,16\n\
+                    2024-05-10 02:00:01.004570+02:00,512,8\n";
+        let e = parse_trace(text, None, p()).unwrap();
+        assert_eq!(e[0].offset_ns, 0);
+        assert_eq!(e[1].offset_ns, 1_000_000_000);
+        assert_eq!(e[1].input_tokens, 512);
     }
 
     #[test]

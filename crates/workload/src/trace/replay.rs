@@ -95,24 +95,10 @@ pub fn synthesize(
     let blocks = block_texts(entries, tok, cfg, block)?;
 
     let build = |i: usize| -> Result<RequestSpec, WorkloadError> {
-        let e = &entries[i];
-        let target = usize::try_from(e.input_tokens.max(1))
-            .map_err(|_| WorkloadError::InvalidConfig("trace prompt too long".to_owned()))?;
-        let mut k = full_blocks(e, cfg.block_tokens);
-        let mut prefix = join_blocks(&e.block_hashes[..k], &blocks, tok);
-        // Seams between blocks can add tokens; never let the blocks exceed the prompt.
-        while prefix.len() > target && k > 0 {
-            k -= 1;
-            prefix = join_blocks(&e.block_hashes[..k], &blocks, tok);
-        }
-        let mut rng = stream(cfg.seed, Purpose::TraceTail, i as u64);
-        let prompt = extend_exact(tok, &mut rng, &prefix, target - prefix.len())?;
-        Ok(RequestSpec {
-            id: i as u64,
-            prompt_tokens: prompt.len() as u64,
-            prompt: prompt.text,
-            max_tokens: Some(e.output_tokens.max(1)),
-            prefix_tokens: (shared_blocks[i].min(k) as u64 * cfg.block_tokens).min(e.input_tokens),
+        build_entry(i, &entries[i], shared_blocks[i], tok, cfg, &mut |id| {
+            blocks.get(&id).cloned().ok_or_else(|| {
+                WorkloadError::InvalidConfig(format!("trace block {id} has no text"))
+            })
         })
     };
     let requests = build_parallel(entries.len(), build)?;
@@ -124,6 +110,165 @@ pub fn synthesize(
         requests,
         offsets_ns,
     })
+}
+
+/// The requests of `entries` without prompt text: lengths, output lengths and the reused
+/// leading blocks only (for the simulator in virtual time, which needs token ids, not
+/// text; see [`full_block_ids`]).
+pub fn lengths_only(entries: &[TraceEntry], block_tokens: u64) -> Vec<RequestSpec> {
+    let block_tokens = block_tokens.max(1);
+    let shared = reused_leading_blocks(entries, block_tokens);
+    entries
+        .iter()
+        .zip(shared)
+        .enumerate()
+        .map(|(i, (e, reused))| RequestSpec {
+            id: i as u64,
+            prompt: String::new(),
+            prompt_tokens: e.input_tokens.max(1),
+            max_tokens: Some(e.output_tokens.max(1)),
+            prefix_tokens: (reused as u64 * block_tokens).min(e.input_tokens),
+        })
+        .collect()
+}
+
+/// The block ids of `e` that cover whole blocks of its prompt (a trailing partial block
+/// is the entry's own text).
+pub fn full_block_ids(e: &TraceEntry, block_tokens: u64) -> &[u64] {
+    &e.block_hashes[..full_blocks(e, block_tokens.max(1))]
+}
+
+/// The prompt of entry `i`: the texts of its full blocks (from `block_text`), then its own
+/// text up to exactly its input length.
+fn build_entry(
+    i: usize,
+    e: &TraceEntry,
+    shared_blocks: usize,
+    tok: &Tokenizer,
+    cfg: &ReplayConfig,
+    block_text: &mut dyn FnMut(u64) -> Result<Arc<str>, WorkloadError>,
+) -> Result<RequestSpec, WorkloadError> {
+    let target = usize::try_from(e.input_tokens.max(1))
+        .map_err(|_| WorkloadError::InvalidConfig("trace prompt too long".to_owned()))?;
+    let mut k = full_blocks(e, cfg.block_tokens);
+    let texts = e.block_hashes[..k]
+        .iter()
+        .map(|id| block_text(*id))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut prefix = join_texts(&texts, tok);
+    // Seams between blocks can add tokens; never let the blocks exceed the prompt.
+    while prefix.len() > target && k > 0 {
+        k -= 1;
+        prefix = join_texts(&texts[..k], tok);
+    }
+    let mut rng = stream(cfg.seed, Purpose::TraceTail, i as u64);
+    let prompt = extend_exact(tok, &mut rng, &prefix, target - prefix.len())?;
+    Ok(RequestSpec {
+        id: i as u64,
+        prompt_tokens: prompt.len() as u64,
+        prompt: prompt.text,
+        max_tokens: Some(e.output_tokens.max(1)),
+        prefix_tokens: (shared_blocks.min(k) as u64 * cfg.block_tokens).min(e.input_tokens),
+    })
+}
+
+/// Text of one block id: depends only on the seed and the id.
+fn block_text(
+    tok: &Tokenizer,
+    seed: u64,
+    block: usize,
+    id: u64,
+) -> Result<Arc<str>, WorkloadError> {
+    let mut rng = stream(seed, Purpose::TraceBlock, id);
+    exact_text(tok, &mut rng, block).map(|t| Arc::<str>::from(t.text))
+}
+
+/// Builds a trace's prompts one at a time, in any order, each the same as [`synthesize`]
+/// builds it: for a long trace, prompts are made just ahead of their send instead of all
+/// before the first. Block texts are cached up to a bound (they are rebuilt, identical,
+/// after the cache is dropped), so memory stays flat however long the trace.
+pub struct TracePrompts {
+    entries: Vec<TraceEntry>,
+    shared: Vec<usize>,
+    tok: Tokenizer,
+    cfg: ReplayConfig,
+    block: usize,
+    cache: HashMap<u64, Arc<str>>,
+    cached_bytes: usize,
+}
+
+/// Bytes of block text kept before the cache starts over.
+const BLOCK_CACHE_BYTES: usize = 128 << 20;
+
+impl TracePrompts {
+    /// `cfg.time_scale` and `cfg.max_requests` are not used (offsets are the caller's).
+    pub fn new(
+        entries: Vec<TraceEntry>,
+        tok: Tokenizer,
+        cfg: ReplayConfig,
+    ) -> Result<Self, WorkloadError> {
+        if cfg.block_tokens == 0 {
+            return Err(WorkloadError::InvalidConfig(
+                "trace block size must be at least 1 token".to_owned(),
+            ));
+        }
+        let block = usize::try_from(cfg.block_tokens)
+            .map_err(|_| WorkloadError::InvalidConfig("trace block size too large".to_owned()))?;
+        Ok(Self {
+            shared: reused_leading_blocks(&entries, cfg.block_tokens),
+            entries,
+            tok,
+            cfg,
+            block,
+            cache: HashMap::new(),
+            cached_bytes: 0,
+        })
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The request of entry `i % len` with id `i` (a schedule longer than the trace cycles it).
+    pub fn build(&mut self, i: usize) -> Result<RequestSpec, WorkloadError> {
+        if self.entries.is_empty() {
+            return Err(WorkloadError::InvalidConfig(
+                "the trace has no entries".to_owned(),
+            ));
+        }
+        let k = i % self.entries.len();
+        let Self {
+            entries,
+            shared,
+            tok,
+            cfg,
+            block,
+            cache,
+            cached_bytes,
+        } = self;
+        let mut text = |id: u64| -> Result<Arc<str>, WorkloadError> {
+            if let Some(t) = cache.get(&id) {
+                return Ok(Arc::clone(t));
+            }
+            let t = block_text(tok, cfg.seed, *block, id)?;
+            if *cached_bytes + t.len() > BLOCK_CACHE_BYTES {
+                cache.clear();
+                *cached_bytes = 0;
+            }
+            *cached_bytes += t.len();
+            cache.insert(id, Arc::clone(&t));
+            Ok(t)
+        };
+        let mut spec = build_entry(k, &entries[k], shared[k], tok, cfg, &mut text)?;
+        spec.id = i as u64;
+        Ok(spec)
+    }
 }
 
 /// Number of block ids of `e` that cover a whole block of its prompt.
@@ -175,18 +320,12 @@ fn block_texts(
         .collect();
     ids.sort_unstable();
     ids.dedup();
-    let texts = build_parallel(ids.len(), |i| {
-        let mut rng = stream(cfg.seed, Purpose::TraceBlock, ids[i]);
-        exact_text(tok, &mut rng, block).map(|t| Arc::<str>::from(t.text))
-    })?;
+    let texts = build_parallel(ids.len(), |i| block_text(tok, cfg.seed, block, ids[i]))?;
     Ok(ids.into_iter().zip(texts).collect())
 }
 
-fn join_blocks(ids: &[u64], blocks: &HashMap<u64, Arc<str>>, tok: &Tokenizer) -> TokenText {
-    let text: String = ids
-        .iter()
-        .filter_map(|id| blocks.get(id).map(|t| &**t))
-        .collect();
+fn join_texts(texts: &[Arc<str>], tok: &Tokenizer) -> TokenText {
+    let text: String = texts.iter().map(|t| &**t).collect();
     TokenText {
         ids: tok.encode(&text),
         text,
@@ -253,6 +392,28 @@ mod tests {
         assert_eq!(w.requests[1].prefix_tokens, 64);
         assert_eq!(w.requests[0].prefix_tokens, 0);
         assert_eq!(w.requests[3].max_tokens, Some(7));
+    }
+
+    #[test]
+    fn prompts_built_one_at_a_time_equal_the_batch() {
+        let tok = Tokenizer::builtin();
+        let e = vec![
+            entry(0, 100, &[10, 11, 12]),
+            entry(5_000, 90, &[10, 11, 13]),
+            entry(9_000, 45, &[20]),
+        ];
+        let cfg = ReplayConfig {
+            block_tokens: 32,
+            seed: 3,
+            ..ReplayConfig::default()
+        };
+        let batch = synthesize(&e, &tok, &cfg).unwrap().requests;
+        let mut lazy = TracePrompts::new(e, tok, cfg).unwrap();
+        for i in [2, 0, 1] {
+            assert_eq!(lazy.build(i).unwrap(), batch[i]);
+        }
+        let cycled = lazy.build(4).unwrap();
+        assert_eq!((cycled.id, &cycled.prompt), (4, &batch[1].prompt));
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! id, so traces of millions of rows inspect in little memory. Rows out of arrival order are
 //! sorted and counted.
 
-mod rows;
+pub(crate) mod rows;
 mod stats;
 
 use std::io::BufRead;
@@ -202,6 +202,7 @@ pub fn format_name(format: TraceFormat) -> &'static str {
         TraceFormat::Azure => "azure",
         TraceFormat::Mooncake => "mooncake",
         TraceFormat::BurstGpt => "burstgpt",
+        TraceFormat::Vllm => "vllm",
     }
 }
 

@@ -11,7 +11,7 @@ use serde_json::Value;
 use servebench_metrics::units::{NS_PER_MS, NS_PER_S};
 
 use crate::error::WorkloadError;
-use crate::trace::{csv, datetime, parse_count, TraceFormat};
+use crate::trace::{csv, datetime, parse_count, TraceFormat, TraceLabels};
 
 /// One trace row as read: its arrival as an absolute timestamp, in file order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,9 +71,9 @@ pub(crate) fn for_each_row(
                         )
                     })?;
                 state = match f {
-                    TraceFormat::Mooncake => {
-                        each(mooncake_row(line, path, line_no)?);
-                        State::Mooncake
+                    TraceFormat::Mooncake | TraceFormat::Vllm => {
+                        each(json_row_ns(f, line, path, line_no)?);
+                        State::Json(f)
                     }
                     TraceFormat::Azure => State::Csv(
                         f,
@@ -95,7 +95,7 @@ pub(crate) fn for_each_row(
                     ),
                 };
             }
-            State::Mooncake => each(mooncake_row(line, path, line_no)?),
+            State::Json(f) => each(json_row_ns(*f, line, path, line_no)?),
             State::Csv(f, cols) => each(csv_row(*f, cols, line, path, line_no)?),
         }
     }
@@ -104,7 +104,7 @@ pub(crate) fn for_each_row(
             path: path.to_path_buf(),
             reason: "empty trace: the file has no lines".to_owned(),
         }),
-        State::Mooncake => Ok(TraceFormat::Mooncake),
+        State::Json(f) => Ok(f),
         State::Csv(f, _) => Ok(f),
     }
 }
@@ -113,7 +113,8 @@ pub(crate) fn for_each_row(
 enum State {
     /// Only blank lines yet.
     Start,
-    Mooncake,
+    /// JSON lines: Mooncake (ms timestamps) or vLLM's timed trace (seconds).
+    Json(TraceFormat),
     /// A CSV format, its header read.
     Csv(TraceFormat, CsvColumns),
 }
@@ -195,7 +196,7 @@ fn csv_row(
 /// An Azure timestamp in ns since the epoch, UTC. The 2023 traces write naive date-times
 /// (`2023-11-16 18:17:03.9799600`), the 2024 ones add an offset
 /// (`2024-05-10 00:00:00.009930+00:00`); the offset is applied so mixed offsets still order.
-fn azure_ns(ts: &str) -> Option<i64> {
+pub(crate) fn azure_ns(ts: &str) -> Option<i64> {
     let (local, offset_s) = split_utc_offset(ts.trim())?;
     let ns = datetime::parse_ns(local)? - i128::from(offset_s) * i128::from(NS_PER_S);
     i64::try_from(ns).ok()
@@ -240,12 +241,57 @@ fn scaled_ns(value: f64, ns_per_unit: u64) -> Option<i64> {
     (value.is_finite() && value >= 0.0 && ns < i64::MAX as f64).then_some(ns as i64)
 }
 
-fn mooncake_row(line: &str, path: &Path, line_no: usize) -> Result<Row, WorkloadError> {
+/// A JSON-lines row with the default labels, its timestamp in ns: Mooncake's are
+/// milliseconds, vLLM's timed trace's seconds.
+fn json_row_ns(
+    format: TraceFormat,
+    line: &str,
+    path: &Path,
+    line_no: usize,
+) -> Result<Row, WorkloadError> {
+    let unit = if format == TraceFormat::Mooncake {
+        NS_PER_MS
+    } else {
+        NS_PER_S
+    };
+    let r = json_row(line, path, line_no, &TraceLabels::default())?;
+    let at_ns = scaled_ns(r.timestamp, unit).ok_or_else(|| {
+        WorkloadError::malformed(
+            path,
+            line_no,
+            format!("field `timestamp` is too large: {}", r.timestamp),
+        )
+    })?;
+    Ok(Row {
+        at_ns,
+        input_tokens: r.input_tokens,
+        output_tokens: r.output_tokens,
+        block_hashes: r.block_hashes,
+    })
+}
+
+/// One JSON-lines trace row as written: the timestamp in the file's own unit.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct JsonRow {
+    /// Non-negative and finite.
+    pub timestamp: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub block_hashes: Vec<u64>,
+}
+
+/// Parses one JSON-lines trace row whose fields carry the names in `labels`.
+pub(crate) fn json_row(
+    line: &str,
+    path: &Path,
+    line_no: usize,
+    labels: &TraceLabels,
+) -> Result<JsonRow, WorkloadError> {
     let bad = |msg: String| WorkloadError::malformed(path, line_no, msg);
     let value: Value = serde_json::from_str(line).map_err(|e| {
         bad(format!(
-            "not a JSON object {{\"timestamp\": ms, \"input_length\": n, \"output_length\": n, \
-             \"hash_ids\": [..]}}: {e}"
+            "not a JSON object {{\"{}\": t, \"{}\": n, \"{}\": n, \"{}\": [..]}}: {e}",
+            labels.timestamp, labels.input_length, labels.output_length, labels.hash_ids
         ))
     })?;
     let obj = value
@@ -255,13 +301,14 @@ fn mooncake_row(line: &str, path: &Path, line_no: usize) -> Result<Row, Workload
         obj.get(name)
             .ok_or_else(|| bad(format!("missing field `{name}`")))
     };
-    let ts = field("timestamp")?;
-    let at_ns = ts
+    let ts = field(&labels.timestamp)?;
+    let timestamp = ts
         .as_f64()
-        .and_then(|ms| scaled_ns(ms, NS_PER_MS))
+        .filter(|t| t.is_finite() && *t >= 0.0)
         .ok_or_else(|| {
             bad(format!(
-                "field `timestamp`: expected non-negative milliseconds, got {ts}"
+                "field `{}`: expected a non-negative number, got {ts}",
+                labels.timestamp
             ))
         })?;
     let count = |name: &str| -> Result<u64, WorkloadError> {
@@ -276,28 +323,29 @@ fn mooncake_row(line: &str, path: &Path, line_no: usize) -> Result<Row, Workload
             })
             .ok_or_else(|| bad(format!("field `{name}`: expected a token count, got {v}")))
     };
-    let input_tokens = count("input_length")?;
-    let output_tokens = count("output_length")?;
-    let block_hashes = match obj.get("hash_ids") {
+    let input_tokens = count(&labels.input_length)?;
+    let output_tokens = count(&labels.output_length)?;
+    let hash_name = &labels.hash_ids;
+    let block_hashes = match obj.get(hash_name.as_str()) {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(ids)) => ids
             .iter()
             .map(|id| {
                 id.as_u64().ok_or_else(|| {
                     bad(format!(
-                        "field `hash_ids`: expected non-negative integers, got {id}"
+                        "field `{hash_name}`: expected non-negative integers, got {id}"
                     ))
                 })
             })
             .collect::<Result<_, _>>()?,
         Some(other) => {
             return Err(bad(format!(
-                "field `hash_ids`: expected an array of integers, got {other}"
+                "field `{hash_name}`: expected an array of integers, got {other}"
             )))
         }
     };
-    Ok(Row {
-        at_ns,
+    Ok(JsonRow {
+        timestamp,
         input_tokens,
         output_tokens,
         block_hashes,
