@@ -87,6 +87,7 @@ fn record(state: StreamState) -> RequestRecord {
         failure: acc.failure,
         resent: 0,
         answer_checked: false,
+        stamp_clock: None,
     }
 }
 

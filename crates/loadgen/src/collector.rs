@@ -225,6 +225,7 @@ mod tests {
             failure: None,
             resent: 0,
             answer_checked: false,
+            stamp_clock: None,
         }
     }
 

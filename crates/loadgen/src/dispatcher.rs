@@ -349,6 +349,7 @@ mod tests {
                 }),
                 resent: 0,
                 answer_checked: false,
+                stamp_clock: None,
             }
         }
     }

@@ -9,6 +9,7 @@ mod collector;
 mod dispatcher;
 pub mod health;
 pub mod probe;
+mod rxstamp;
 mod stamped;
 mod stop;
 pub mod stream;

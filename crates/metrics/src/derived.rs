@@ -167,6 +167,7 @@ pub(crate) mod tests {
             failure: None,
             resent: 0,
             answer_checked: false,
+            stamp_clock: None,
         }
     }
 

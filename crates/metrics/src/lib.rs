@@ -27,7 +27,7 @@ pub mod validity;
 pub mod vllm;
 
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
-pub use record::{CountSource, Failure, FailureKind, RequestRecord, TokenEvent};
+pub use record::{CountSource, Failure, FailureKind, RequestRecord, StampClock, TokenEvent};
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;
 pub use steady_state::{mser5, steady_state, SteadyState, SteadyStateMode, Truncation};

@@ -375,6 +375,10 @@ pub struct RunSummary {
     pub time_series: TimeSeries,
     /// Things a reader should know (count disagreements, unstable percentiles, ...).
     pub warnings: Vec<String>,
+    /// Records by the clock that stamped their response bytes (`kernel_rx`, `user`, `mixed`);
+    /// absent when no record says (virtual-time runs, older files).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stamp_clocks: BTreeMap<String, u64>,
 }
 
 impl RunSummary {
@@ -542,9 +546,19 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         output_sources,
         time_series,
         warnings: Vec::new(),
+        stamp_clocks: stamp_clocks(records),
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary
+}
+
+/// Records per stamping clock, all records (a failed request's stamps are on a clock too).
+fn stamp_clocks(records: &[RequestRecord]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for c in records.iter().filter_map(|r| r.stamp_clock) {
+        *counts.entry(c.as_str().to_owned()).or_insert(0) += 1;
+    }
+    counts
 }
 
 /// Token events of completed requests as `(time, tokens)`, sorted by time.

@@ -46,6 +46,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         failure: None,
         resent: 0,
         answer_checked: false,
+        stamp_clock: None,
     }
 }
 

@@ -42,6 +42,7 @@ fn record(id: u64, started_ms: u64, sent_ms: u64, role_ms: u64, token_ms: &[u64]
         failure: None,
         resent: 0,
         answer_checked: false,
+        stamp_clock: None,
     }
 }
 

@@ -116,6 +116,7 @@ pub fn record(id: u64, arrival_ms: u64, ttft_ms: u64) -> RequestRecord {
         failure: None,
         resent: 0,
         answer_checked: false,
+        stamp_clock: None,
     }
 }
 

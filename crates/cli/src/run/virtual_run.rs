@@ -366,5 +366,6 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         failure,
         resent: 0,
         answer_checked: false,
+        stamp_clock: None,
     }
 }

@@ -167,6 +167,7 @@ mod tests {
             failure: None,
             resent: 0,
             answer_checked: false,
+            stamp_clock: None,
         };
         let log_path = dir.join("server.jsonl");
         let rec_path = dir.join("run.requests.jsonl");
