@@ -14,6 +14,7 @@ use crate::backend::Backend;
 use crate::clock::RunClock;
 use crate::collector::{collect, JsonlSink, Progress};
 use crate::health::{process_cpu_times, CpuTimes};
+use crate::precise_wait::PreciseWait;
 use crate::stop::StopSignal;
 use crate::telemetry::{Scraper, ServerTelemetry};
 use crate::LoadgenError;
@@ -122,6 +123,7 @@ pub async fn run_load<B: Backend>(
             }
         })
     });
+    let mut wait = PreciseWait::new();
     for (prepared, intended) in requests.into_iter().zip(spec.schedule.iter().copied()) {
         if stop.dispatch_stopped() {
             break;
@@ -131,7 +133,7 @@ pub async fn run_load<B: Backend>(
             tokio::select! {
                 biased;
                 _ = stop.dispatch_stop() => break,
-                _ = tokio::time::sleep_until(deadline) => {}
+                _ = wait.until(deadline) => {}
             }
         }
         let direct = match &semaphore {

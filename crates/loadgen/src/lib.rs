@@ -9,6 +9,7 @@ mod collector;
 mod dispatcher;
 pub mod health;
 pub mod probe;
+mod precise_wait;
 mod rxstamp;
 mod stamped;
 mod stop;

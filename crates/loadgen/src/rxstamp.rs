@@ -259,6 +259,9 @@ mod tests {
         let client = tokio::net::TcpStream::connect(addr).await.unwrap();
         assert!(enable(&client));
         let (mut server, _) = listener.accept().await.unwrap();
+        // The kernel turns stamping on for the whole system shortly after the first socket
+        // asks (deferred work): packets before that carry none.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         let written = wall_now_ns();
         server.write_all(b"hello").await.unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
