@@ -35,7 +35,10 @@ impl PreciseWait {
     /// could be started.
     pub(crate) fn new() -> Self {
         PreciseWait {
-            timer: if time_is_paused() {
+            // `SERVEBENCH_PRECISE_DISPATCH=off`: tokio's timer, to compare.
+            timer: if time_is_paused()
+                || std::env::var_os("SERVEBENCH_PRECISE_DISPATCH").is_some_and(|v| v == "off")
+            {
                 None
             } else {
                 timer_thread()

@@ -116,6 +116,13 @@ pub(crate) fn kernel_to_run(
     (t >= floor_run_ns).then_some(t)
 }
 
+/// Kernel stamps unless `SERVEBENCH_RX_STAMPS=off` (to compare with read-time stamps).
+#[cfg(target_os = "linux")]
+pub(crate) fn wanted() -> bool {
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| std::env::var_os("SERVEBENCH_RX_STAMPS").is_none_or(|v| v != "off"))
+}
+
 /// Unix ns now (the clock the kernel stamps with).
 pub(crate) fn wall_now_ns() -> u64 {
     std::time::SystemTime::now()

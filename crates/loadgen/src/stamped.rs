@@ -253,7 +253,7 @@ impl tower_service::Service<Uri> for StampingConnector {
 /// with, or nothing (plain reads, user-time stamps) where the platform has none.
 #[cfg(target_os = "linux")]
 fn kernel_stamps(tcp: &TcpStream) -> Vec<u8> {
-    if crate::rxstamp::enable(tcp) {
+    if crate::rxstamp::wanted() && crate::rxstamp::enable(tcp) {
         crate::rxstamp::cmsg_buffer()
     } else {
         Vec::new()
