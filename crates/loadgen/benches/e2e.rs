@@ -378,7 +378,14 @@ async fn dispatch(flags: &Flags) {
     let server = spawn_server(&["--tokens", "1"]);
     let client = client(&server.url);
     let warm = client.prepare(u64::MAX, "warm up", 2, Some(1));
-    warm_up(Arc::clone(&client), warm, 64, Some(64), &StopSignal::never()).await;
+    warm_up(
+        Arc::clone(&client),
+        warm,
+        64,
+        Some(64),
+        &StopSignal::never(),
+    )
+    .await;
     let reqs = (0..requests)
         .map(|i| client.prepare(i, "hello", 1, Some(1)))
         .collect();

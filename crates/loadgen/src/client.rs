@@ -397,12 +397,7 @@ impl Exchange {
     fn arrival(&mut self, clock: &RunClock, conn: Option<&WriteStamp>, frame: &[u8]) -> u64 {
         let now = clock.now_ns();
         let kernel = conn.and_then(|c| c.rx_wall_ns(frame)).and_then(|rx| {
-            rxstamp::kernel_to_run(
-                rx,
-                now,
-                rxstamp::wall_now_ns(),
-                self.written.unwrap_or(0),
-            )
+            rxstamp::kernel_to_run(rx, now, rxstamp::wall_now_ns(), self.written.unwrap_or(0))
         });
         let t = match kernel {
             Some(t) => {

@@ -127,7 +127,10 @@ mod tests {
         }
         late.sort();
         let median = late[late.len() / 2];
-        assert!(median < Duration::from_micros(500), "median lateness {median:?}");
+        assert!(
+            median < Duration::from_micros(500),
+            "median lateness {median:?}"
+        );
     }
 
     /// A wait dropped before its deadline leaves the timer armed; the next one is not fooled

@@ -87,7 +87,11 @@ impl RxLog {
         }
         let mut found = None;
         for (i, r) in self.reads.iter().enumerate() {
-            let start = if i == 0 { self.pos.min(r.bytes.len()) } else { 0 };
+            let start = if i == 0 {
+                self.pos.min(r.bytes.len())
+            } else {
+                0
+            };
             if let Some(off) = memchr::memmem::find(&r.bytes[start..], frame) {
                 found = Some((i, start + off + frame.len(), r.wall_ns));
                 break;
@@ -202,8 +206,14 @@ mod tests {
     #[test]
     fn frames_take_the_stamp_of_the_read_that_delivered_them() {
         let mut log = RxLog::default();
-        log.push(100, b"HTTP/1.1 200 OK\r\n\r\n1a\r\ndata: {\"t\":\"a\"}\n\n\r\n");
-        log.push(200, b"1a\r\ndata: {\"t\":\"a\"}\n\n\r\n1a\r\ndata: {\"t\":\"b\"}\n\n\r\n");
+        log.push(
+            100,
+            b"HTTP/1.1 200 OK\r\n\r\n1a\r\ndata: {\"t\":\"a\"}\n\n\r\n",
+        );
+        log.push(
+            200,
+            b"1a\r\ndata: {\"t\":\"a\"}\n\n\r\n1a\r\ndata: {\"t\":\"b\"}\n\n\r\n",
+        );
         let frame_a = b"data: {\"t\":\"a\"}\n\n";
         let frame_b = b"data: {\"t\":\"b\"}\n\n";
         // The same bytes twice: the second copy is found after the first.

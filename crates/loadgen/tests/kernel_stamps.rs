@@ -12,8 +12,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use servebench_loadgen::{ApiKind, BackendClient, ClientOptions, RunClock, StopSignal, Target};
 use servebench_metrics::StampClock;
 
-const HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
-const FIRST: &str = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n";
+const HEAD: &str =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+const FIRST: &str =
+    "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n";
 const REST: &str = concat!(
     "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"text\":\" b\",\"finish_reason\":\"length\"}]}\n\n",
     "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":2,\"total_tokens\":6}}\n\n",
@@ -36,7 +38,10 @@ fn chunk(s: &str) -> String {
 /// A blocking one-request server on its own thread: sends the head, waits until the client's
 /// thread is busy, writes the first token (returning its wall-clock write time), and the rest
 /// once the client is free again.
-fn server(head_sent: Arc<AtomicBool>, client_busy: Arc<AtomicBool>) -> (String, std::thread::JoinHandle<u64>) {
+fn server(
+    head_sent: Arc<AtomicBool>,
+    client_busy: Arc<AtomicBool>,
+) -> (String, std::thread::JoinHandle<u64>) {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let handle = std::thread::spawn(move || {
@@ -54,7 +59,10 @@ fn server(head_sent: Arc<AtomicBool>, client_busy: Arc<AtomicBool>) -> (String, 
         head_sent.store(true, Ordering::SeqCst);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !client_busy.load(Ordering::SeqCst) {
-            assert!(std::time::Instant::now() < deadline, "the client never got busy");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the client never got busy"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         std::thread::sleep(Duration::from_millis(5));

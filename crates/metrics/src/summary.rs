@@ -876,6 +876,30 @@ mod tests {
     }
 
     #[test]
+    fn records_are_counted_by_the_clock_that_stamped_them() {
+        use crate::record::StampClock;
+        let mut recs: Vec<RequestRecord> = (0..4).map(|i| record(i, 0, &[100, 200], 2)).collect();
+        recs[0].stamp_clock = Some(StampClock::KernelRx);
+        recs[1].stamp_clock = Some(StampClock::KernelRx);
+        recs[2].stamp_clock = Some(StampClock::User);
+        let s = summarize(&recs, &opts());
+        assert_eq!(s.stamp_clocks.get("kernel_rx"), Some(&2));
+        assert_eq!(s.stamp_clocks.get("user"), Some(&1));
+        assert_eq!(s.stamp_clocks.len(), 2);
+        // No record says (virtual time, older files): nothing in the serialized summary.
+        let s = summarize(&[record(0, 0, &[100], 1)], &opts());
+        assert!(!serde_json::to_string(&s).unwrap().contains("stamp_clocks"));
+        // The record field: absent when unknown, snake_case when known, read back the same.
+        let mut r = record(0, 0, &[100], 1);
+        assert!(!serde_json::to_string(&r).unwrap().contains("stamp_clock"));
+        r.stamp_clock = Some(StampClock::KernelRx);
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains(r#""stamp_clock":"kernel_rx""#), "{json}");
+        let back: RequestRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.stamp_clock, Some(StampClock::KernelRx));
+    }
+
+    #[test]
     fn totals_throughputs_and_latencies() {
         // Request 0: sent 0, tokens at 100, 150, 200 ms, 3 tokens.
         // Request 1: sent 50, tokens at 250, 450 ms, 2 tokens.

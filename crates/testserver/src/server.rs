@@ -605,8 +605,7 @@ async fn generate(
             path: req.path.clone(),
             arrival_ns: ns(req.arrival.saturating_duration_since(shared.started)),
             arrival_wall_ns: Some(
-                shared.started_wall_ns
-                    + ns(req.arrival.saturating_duration_since(shared.started)),
+                shared.started_wall_ns + ns(req.arrival.saturating_duration_since(shared.started)),
             ),
             ..RequestLog::default()
         },
