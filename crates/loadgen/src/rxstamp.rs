@@ -92,7 +92,7 @@ impl RxLog {
             } else {
                 0
             };
-            if let Some(off) = memchr::memmem::find(&r.bytes[start..], frame) {
+            if let Some(off) = find_after_framing(&r.bytes[start..], frame) {
                 found = Some((i, start + off + frame.len(), r.wall_ns));
                 break;
             }
@@ -104,6 +104,24 @@ impl RxLog {
         self.pos = end;
         Some(wall_ns)
     }
+}
+
+/// Bytes of HTTP framing before a body frame that are searched by direct comparison (a chunk
+/// trailer and size line are a few bytes): a general substring search costs more than the rest
+/// of the frame's handling, for every token.
+const FRAMING_PROBE: usize = 24;
+
+/// Where `frame` starts in `hay`: almost always right after a few framing bytes.
+#[inline]
+fn find_after_framing(hay: &[u8], frame: &[u8]) -> Option<usize> {
+    let first = *frame.first()?;
+    let probe = &hay[..hay.len().min(FRAMING_PROBE)];
+    for off in memchr::memchr_iter(first, probe) {
+        if hay[off..].starts_with(frame) {
+            return Some(off);
+        }
+    }
+    memchr::memmem::find(hay, frame)
 }
 
 /// Converts a kernel stamp to the run clock with a paired reading of both clocks
@@ -222,6 +240,19 @@ mod tests {
         assert_eq!(log.locate(frame_b), Some(200));
         // Consumed: nothing left that holds it.
         assert_eq!(log.locate(frame_b), None);
+    }
+
+    #[test]
+    fn frames_are_found_right_after_framing_and_far_into_a_read() {
+        assert_eq!(
+            find_after_framing(b"\r\n1a\r\ndata: x", b"data: x"),
+            Some(6)
+        );
+        let mut far = vec![b'h'; 300];
+        far.extend_from_slice(b"data: x");
+        assert_eq!(find_after_framing(&far, b"data: x"), Some(300));
+        assert_eq!(find_after_framing(b"data: y", b"data: x"), None);
+        assert_eq!(find_after_framing(b"data", b"data: x"), None);
     }
 
     #[test]
