@@ -395,10 +395,12 @@ impl Exchange {
     /// of the read that delivered them, else now.
     #[inline]
     fn arrival(&mut self, clock: &RunClock, conn: Option<&WriteStamp>, frame: &[u8]) -> u64 {
-        let now = clock.now_ns();
-        let kernel = conn.and_then(|c| c.rx_wall_ns(frame)).and_then(|rx| {
-            rxstamp::kernel_to_run(rx, now, rxstamp::wall_now_ns(), self.written.unwrap_or(0))
-        });
+        // The lookup first: waiting for the connection's lock must not fall between the two
+        // clock readings.
+        let rx = conn.and_then(|c| c.rx_wall_ns(frame));
+        let (now, wall) = rxstamp::paired_reading(clock);
+        let kernel =
+            rx.and_then(|rx| rxstamp::kernel_to_run(rx, now, wall, self.written.unwrap_or(0)));
         let t = match kernel {
             Some(t) => {
                 self.kernel_stamped += 1;

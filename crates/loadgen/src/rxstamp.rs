@@ -145,6 +145,27 @@ pub(crate) fn wanted() -> bool {
     *WANTED.get_or_init(|| std::env::var_os("SERVEBENCH_RX_STAMPS").is_none_or(|v| v != "off"))
 }
 
+/// The run clock and the wall clock read together: `(run ns, Unix ns)`. A thread preempted
+/// between the two reads would shift every converted stamp by the preemption, so the run clock
+/// is read on both sides and the pair is taken again when they lie more than 2 µs apart. If it
+/// keeps failing, the wall reading is paired with the later run reading, which can only make a
+/// converted stamp later, never earlier than the bytes arrived.
+pub(crate) fn paired_reading(clock: &crate::clock::RunClock) -> (u64, u64) {
+    const PAIR_GAP_NS: u64 = 2_000;
+    let mut pair = (0, 0);
+    for _ in 0..3 {
+        let before = clock.now_ns();
+        let wall = wall_now_ns();
+        let after = clock.now_ns();
+        let gap = after.saturating_sub(before);
+        if gap <= PAIR_GAP_NS {
+            return (before + gap / 2, wall);
+        }
+        pair = (after, wall);
+    }
+    pair
+}
+
 /// Unix ns now (the clock the kernel stamps with).
 pub(crate) fn wall_now_ns() -> u64 {
     std::time::SystemTime::now()
