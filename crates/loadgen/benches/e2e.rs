@@ -7,7 +7,13 @@
 //! - `accuracy`: the server sends the first token `--first-token-ms` after arrival and one
 //!   token every `--itl-ms`; reports the TTFT and ITL error of the client's records against
 //!   the server's log of the same requests (joined by `x-request-id`).
-//! - `serve`: the server itself (started by the two above as a child process).
+//! - `dispatch`: `--rate` (1,000) requests per second for `--seconds` (10) against a server
+//!   answering one token at once; reports the dispatch lag (`released − intended`).
+//! - `serve`: the server itself (started by the others as a child process).
+//!
+//! `accuracy` also reports, per token event, how much later the client stamped it than the
+//! server wrote it, on the wall clock (the run's clock anchor against the server's), the
+//! clocks that stamped the records, and the client's peak resident memory per stream.
 //!
 //! ```text
 //! cargo bench -p servebench-loadgen --bench e2e -- ingest --streams 64 --tokens 1000
@@ -47,6 +53,7 @@ fn main() -> ExitCode {
         "serve" => rt.block_on(serve(&flags)),
         "ingest" => rt.block_on(ingest(&flags)),
         "accuracy" => rt.block_on(accuracy(&flags)),
+        "dispatch" => rt.block_on(dispatch(&flags)),
         "" => {
             rt.block_on(ingest(&flags));
             for streams in ["64", "1024"] {
@@ -240,6 +247,7 @@ async fn accuracy(flags: &Flags) {
         &log_arg,
     ]);
     let client = client(&server.url);
+    let rss_before = rss_kib("VmRSS");
     let warm = client.prepare(u64::MAX, "warm up", 2, Some(1));
     warm_up(
         Arc::clone(&client),
@@ -319,6 +327,93 @@ async fn accuracy(flags: &Flags) {
         "server lateness vs script",
         ErrorStats::from_errors_ns(&late),
     );
+    // Per token event: the client's stamp against the server's write, both on the wall clock.
+    let anchor = out
+        .started_at
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let mut stamped_late: Vec<i64> = Vec::new();
+    for r in &out.records {
+        let Some(e) = by_id.get(&r.id) else { continue };
+        let Some(arrival_wall) = e.arrival_wall_ns else {
+            continue;
+        };
+        for (ev, w) in r.events.iter().zip(&e.events_ns) {
+            stamped_late.push(anchor + ev.t as i64 - (arrival_wall + w) as i64);
+        }
+    }
+    print_stats(
+        "token stamped after the server wrote it",
+        ErrorStats::from_errors_ns(&stamped_late),
+    );
+    let mut clocks: std::collections::BTreeMap<&str, usize> = Default::default();
+    for r in &out.records {
+        *clocks
+            .entry(r.stamp_clock.map_or("none", |c| c.as_str()))
+            .or_default() += 1;
+    }
+    println!("  records by stamping clock: {clocks:?}");
+    if let (Some(before), Some(peak)) = (rss_before, rss_kib("VmHWM")) {
+        println!(
+            "  client RSS {:.1} MiB before, peak {:.1} MiB: {:.1} KiB per stream",
+            before as f64 / 1024.0,
+            peak as f64 / 1024.0,
+            (peak.saturating_sub(before)) as f64 / streams as f64
+        );
+    }
+}
+
+/// A `/proc/self/status` memory line (`VmRSS`, `VmHWM`) in KiB.
+fn rss_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+async fn dispatch(flags: &Flags) {
+    let rate = num(flags, "rate", 1000);
+    let seconds = num(flags, "seconds", 10);
+    let requests = rate * seconds;
+    let server = spawn_server(&["--tokens", "1"]);
+    let client = client(&server.url);
+    let warm = client.prepare(u64::MAX, "warm up", 2, Some(1));
+    warm_up(
+        Arc::clone(&client),
+        warm,
+        64,
+        Some(64),
+        &StopSignal::never(),
+    )
+    .await;
+    let reqs = (0..requests)
+        .map(|i| client.prepare(i, "hello", 1, Some(1)))
+        .collect();
+    let schedule = (0..requests).map(|i| i * 1_000_000_000 / rate).collect();
+    let spec = LoadSpec {
+        schedule,
+        max_concurrency: None,
+        progress: None,
+        scrape_every: None,
+    };
+    let out = run_load(client, reqs, spec, None, StopSignal::never())
+        .await
+        .unwrap();
+    server.stop();
+    let lag: Vec<i64> = out
+        .records
+        .iter()
+        .map(|r| r.released as i64 - r.intended as i64)
+        .collect();
+    let failed = out.records.iter().filter(|r| !r.is_success()).count();
+    println!(
+        "dispatch: {requests} requests at {rate}/s, {failed} failed; client CPU {:.2} s over {:.2} s",
+        out.cpu.total(),
+        out.duration_ns as f64 / 1e9
+    );
+    print_stats("dispatch lag", ErrorStats::from_errors_ns(&lag));
 }
 
 fn print_stats(name: &str, s: Option<ErrorStats>) {

@@ -90,6 +90,7 @@ fn record(state: StreamState) -> RequestRecord {
         output_split: None,
         session_id: None,
         turn: None,
+        stamp_clock: None,
     }
 }
 

@@ -8,11 +8,12 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use servebench_answer::{AnswerChecks, Expected};
-use servebench_metrics::{CountSource, Failure, FailureKind, RequestRecord};
+use servebench_metrics::{CountSource, Failure, FailureKind, RequestRecord, StampClock};
 use servebench_tokenizer::Tokenizer;
 use servebench_wire::protocol::{request_id, REQUEST_ID_HEADER};
 
 use crate::clock::RunClock;
+use crate::rxstamp;
 use crate::stamped::{StampingConnector, WriteStamp};
 use crate::stop::StopSignal;
 use crate::stream::StreamState;
@@ -188,6 +189,7 @@ impl BackendClient {
             result,
         );
         record.resent = attempt - 1;
+        record.stamp_clock = outcome.stamp_clock();
         // vLLM's `st`: taken before the pool hands out a connection, so a wait for one (or for
         // the CPU) counts in vLLM's TTFT and E2EL; servebench's own `sent` excludes it.
         record.started = Some(started);
@@ -250,11 +252,8 @@ impl BackendClient {
                 message: error_chain(&e),
             }
         })?;
-        if let Some(t) = resp
-            .extensions()
-            .get::<WriteStamp>()
-            .and_then(WriteStamp::first_write)
-        {
+        let conn = resp.extensions().get::<WriteStamp>().cloned();
+        if let Some(t) = conn.as_ref().and_then(WriteStamp::first_write) {
             outcome.written = Some(clock.ns_at(t));
         }
         let status = resp.status();
@@ -269,7 +268,7 @@ impl BackendClient {
                 None => break,
                 Some(Ok(frame)) => {
                     if let Some(data) = frame.data_ref() {
-                        let t = clock.now_ns();
+                        let t = outcome.arrival(clock, conn.as_ref(), data);
                         state.feed(t, data);
                         if state.acc.saw_done {
                             outcome.done = Some(t);
@@ -375,6 +374,7 @@ impl BackendClient {
             output_split,
             session_id: None,
             turn: None,
+            stamp_clock: None,
         }
     }
 }
@@ -386,6 +386,47 @@ struct Exchange {
     stale_connection: bool,
     /// When the request's first byte went to the socket (from the connection's write stamp).
     written: Option<u64>,
+    /// Body frames stamped with the kernel's receive time, and with the read time.
+    kernel_stamped: u64,
+    user_stamped: u64,
+    /// The latest frame's stamp: stamps never go back (a kernel stamp after a user-time one
+    /// could be earlier).
+    last: u64,
+}
+
+impl Exchange {
+    /// When the bytes of a body frame arrived (ns on the run clock): the kernel's receive time
+    /// of the read that delivered them, else now.
+    #[inline]
+    fn arrival(&mut self, clock: &RunClock, conn: Option<&WriteStamp>, frame: &[u8]) -> u64 {
+        // The lookup first: waiting for the connection's lock must not fall between the two
+        // clock readings.
+        let rx = conn.and_then(|c| c.rx_wall_ns(frame));
+        let (now, wall) = rxstamp::paired_reading(clock);
+        let kernel =
+            rx.and_then(|rx| rxstamp::kernel_to_run(rx, now, wall, self.written.unwrap_or(0)));
+        let t = match kernel {
+            Some(t) => {
+                self.kernel_stamped += 1;
+                t
+            }
+            None => {
+                self.user_stamped += 1;
+                now
+            }
+        };
+        self.last = self.last.max(t);
+        self.last
+    }
+
+    fn stamp_clock(&self) -> Option<StampClock> {
+        match (self.kernel_stamped, self.user_stamped) {
+            (0, 0) => None,
+            (_, 0) => Some(StampClock::KernelRx),
+            (0, _) => Some(StampClock::User),
+            _ => Some(StampClock::Mixed),
+        }
+    }
 }
 
 /// Did the request go out on a reused connection and get no byte of its answer (from the

@@ -228,6 +228,7 @@ mod tests {
             output_split: None,
             session_id: None,
             turn: None,
+            stamp_clock: None,
         }
     }
 

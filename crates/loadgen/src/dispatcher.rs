@@ -14,6 +14,7 @@ use crate::backend::Backend;
 use crate::clock::RunClock;
 use crate::collector::{collect, JsonlSink, Progress};
 use crate::health::{process_cpu_times, CpuTimes};
+use crate::precise_wait::PreciseWait;
 use crate::stop::StopSignal;
 use crate::telemetry::{Scraper, ServerTelemetry};
 use crate::LoadgenError;
@@ -186,6 +187,7 @@ async fn drive<B: Backend>(
             }
         })
     });
+    let mut wait = PreciseWait::new();
     for intended in spec.schedule.iter().copied() {
         if stop.dispatch_stopped() {
             break;
@@ -209,7 +211,7 @@ async fn drive<B: Backend>(
             tokio::select! {
                 biased;
                 _ = stop.dispatch_stop() => break,
-                _ = tokio::time::sleep_until(deadline) => {}
+                _ = wait.until(deadline) => {}
             }
         }
         let direct = match &semaphore {
@@ -430,6 +432,7 @@ mod tests {
                 output_split: None,
                 session_id: None,
                 turn: None,
+                stamp_clock: None,
             }
         }
     }

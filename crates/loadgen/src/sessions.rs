@@ -371,6 +371,7 @@ mod tests {
                 session_id: None,
                 turn: None,
                 output_split: None,
+                stamp_clock: None,
             }
         }
     }

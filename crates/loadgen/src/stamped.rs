@@ -3,6 +3,10 @@
 //! the client had the CPU, the pooled connection or the socket to write it. Under a burst of a
 //! thousand simultaneous requests on two cores that difference is tens of milliseconds, and it
 //! belongs to the client (queue time), not to the server's TTFT.
+//!
+//! The same connections read through `recvmsg` where the kernel stamps received bytes
+//! (`crate::rxstamp`), so each response body frame can be stamped with when its bytes arrived
+//! rather than when the client's task got to them.
 
 use std::future::Future;
 use std::io;
@@ -17,6 +21,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::rxstamp::RxLog;
+
 #[derive(Debug, Default)]
 struct StampState {
     /// The next write starts a new request (set at connect and by every read).
@@ -26,6 +32,8 @@ struct StampState {
     read_bytes: u64,
     /// `read_bytes` when the latest request started to be written.
     read_at_write: u64,
+    /// Recent reads with their kernel receive times.
+    rx: RxLog,
 }
 
 /// Shared with every response of the connection (through the response extensions).
@@ -39,6 +47,7 @@ impl WriteStamp {
             first_write: None,
             read_bytes: 0,
             read_at_write: 0,
+            rx: RxLog::default(),
         })))
     }
 
@@ -62,6 +71,13 @@ impl WriteStamp {
         }
     }
 
+    /// The kernel's receive time (Unix ns) of the bytes of a response body frame read on this
+    /// connection; `None` where the read that delivered them had none. Frames must be asked
+    /// for in the order they were received.
+    pub fn rx_wall_ns(&self, frame: &[u8]) -> Option<u64> {
+        self.0.lock().ok().and_then(|mut s| s.rx.locate(frame))
+    }
+
     fn on_write(&self) {
         if let Ok(mut s) = self.0.lock() {
             if s.armed {
@@ -72,14 +88,19 @@ impl WriteStamp {
         }
     }
 
-    fn on_read(&self, n: usize) {
+    /// `data` was read; the kernel received its newest byte at `rx_wall_ns` (Unix ns).
+    fn on_read(&self, data: &[u8], rx_wall_ns: Option<u64>) {
         // An end of stream (0 bytes) is no answer and does not start a new request.
-        if n == 0 {
+        if data.is_empty() {
             return;
         }
         if let Ok(mut s) = self.0.lock() {
             s.armed = true;
-            s.read_bytes += n as u64;
+            s.read_bytes += data.len() as u64;
+            match rx_wall_ns {
+                Some(w) => s.rx.push(w, data),
+                None => s.rx.unstamped(),
+            }
         }
     }
 }
@@ -91,6 +112,8 @@ pub struct StampedStream {
     stamp: WriteStamp,
     /// Reads land here first so their size is known without unsafe buffer handling.
     scratch: Box<[u8]>,
+    /// Control-message space for the kernel's receive stamp; empty where reads are unstamped.
+    cmsg: Vec<u8>,
 }
 
 /// Bytes read from the socket at once (hyper's own read buffer starts at 8 KiB).
@@ -110,12 +133,43 @@ impl Read for StampedStream {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let want = buf.remaining().min(this.scratch.len());
+        #[cfg(target_os = "linux")]
+        if !this.cmsg.is_empty() {
+            let StampedStream {
+                inner,
+                stamp,
+                scratch,
+                cmsg,
+            } = this;
+            let tcp = inner.inner();
+            let dst = &mut scratch[..want];
+            loop {
+                std::task::ready!(tcp.poll_read_ready(cx))?;
+                match tcp.try_io(tokio::io::Interest::READABLE, || {
+                    crate::rxstamp::recv(tcp, dst, cmsg)
+                }) {
+                    Ok((n, rx)) => {
+                        let filled = &dst[..n];
+                        buf.put_slice(filled);
+                        stamp.on_read(filled, rx);
+                        return Poll::Ready(Ok(()));
+                    }
+                    // Readiness was stale (`try_io` cleared it) or a signal interrupted.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                        ) => {}
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+        }
         let mut tbuf = tokio::io::ReadBuf::new(&mut this.scratch[..want]);
         match tokio::io::AsyncRead::poll_read(Pin::new(this.inner.inner_mut()), cx, &mut tbuf) {
             Poll::Ready(Ok(())) => {
                 let filled = tbuf.filled();
                 buf.put_slice(filled);
-                this.stamp.on_read(filled.len());
+                this.stamp.on_read(filled, None);
                 Poll::Ready(Ok(()))
             }
             other => other,
@@ -184,13 +238,31 @@ impl tower_service::Service<Uri> for StampingConnector {
         let fut = tower_service::Service::<Uri>::call(&mut self.inner, uri);
         Box::pin(async move {
             let inner = fut.await.map_err(|e| -> BoxError { Box::new(e) })?;
+            let cmsg = kernel_stamps(inner.inner());
             Ok(StampedStream {
                 inner,
                 stamp: WriteStamp::new(),
                 scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+                cmsg,
             })
         })
     }
+}
+
+/// Turns on the kernel's receive stamps for `tcp`: the control-message space to read them
+/// with, or nothing (plain reads, user-time stamps) where the platform has none.
+#[cfg(target_os = "linux")]
+fn kernel_stamps(tcp: &TcpStream) -> Vec<u8> {
+    if crate::rxstamp::wanted() && crate::rxstamp::enable(tcp) {
+        crate::rxstamp::cmsg_buffer()
+    } else {
+        Vec::new()
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn kernel_stamps(_tcp: &TcpStream) -> Vec<u8> {
+    Vec::new()
 }
 
 #[cfg(test)]

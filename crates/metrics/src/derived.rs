@@ -170,6 +170,7 @@ pub(crate) mod tests {
             output_split: None,
             session_id: None,
             turn: None,
+            stamp_clock: None,
         }
     }
 

@@ -31,7 +31,9 @@ pub mod vllm;
 
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use reasoning::ReasoningSummary;
-pub use record::{CountSource, Failure, FailureKind, OutputSplit, RequestRecord, TokenEvent};
+pub use record::{
+    CountSource, Failure, FailureKind, OutputSplit, RequestRecord, StampClock, TokenEvent,
+};
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;
 pub use steady_state::{mser5, steady_state, SteadyState, SteadyStateMode, Truncation};

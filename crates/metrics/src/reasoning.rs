@@ -126,6 +126,7 @@ mod tests {
             output_split: split,
             session_id: None,
             turn: None,
+            stamp_clock: None,
         }
     }
 

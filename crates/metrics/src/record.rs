@@ -170,6 +170,11 @@ pub struct RequestRecord {
     /// Position of this request in its conversation, from 0 (`--multi-turn`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
+    /// Which clock stamped the arrival of this request's response bytes (`first_token`, the
+    /// token events, `end`); absent where no socket was read (virtual-time runs) and in files
+    /// written before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp_clock: Option<StampClock>,
 }
 
 /// A reasoning or tool-calling response's output, split (docs/metrics.md "Reasoning and
@@ -188,6 +193,30 @@ pub struct OutputSplit {
     /// Did the response stream tool calls?
     #[serde(default, skip_serializing_if = "is_false")]
     pub tool_calls: bool,
+}
+
+/// The clock behind a record's arrival stamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StampClock {
+    /// Every stamp is the kernel's receive time of the bytes (`SO_TIMESTAMPNS`), on the run
+    /// clock: independent of when the client's task got to read them.
+    KernelRx,
+    /// Every stamp was taken when the client's task read the bytes (no kernel stamp: another
+    /// platform, or the socket gave none).
+    User,
+    /// Some stamps from each.
+    Mixed,
+}
+
+impl StampClock {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StampClock::KernelRx => "kernel_rx",
+            StampClock::User => "user",
+            StampClock::Mixed => "mixed",
+        }
+    }
 }
 
 fn is_zero(n: &u32) -> bool {

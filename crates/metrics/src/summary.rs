@@ -379,6 +379,10 @@ pub struct RunSummary {
     /// completed request reasoned or called tools.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<crate::ReasoningSummary>,
+    /// Records by the clock that stamped their response bytes (`kernel_rx`, `user`, `mixed`);
+    /// absent when no record says (virtual-time runs, older files).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub stamp_clocks: BTreeMap<String, u64>,
 }
 
 impl RunSummary {
@@ -548,9 +552,19 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         time_series,
         warnings: Vec::new(),
         reasoning: crate::ReasoningSummary::from_completed(&ok, p),
+        stamp_clocks: stamp_clocks(records),
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary
+}
+
+/// Records per stamping clock, all records (a failed request's stamps are on a clock too).
+fn stamp_clocks(records: &[RequestRecord]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for c in records.iter().filter_map(|r| r.stamp_clock) {
+        *counts.entry(c.as_str().to_owned()).or_insert(0) += 1;
+    }
+    counts
 }
 
 /// Token events of completed requests as `(time, tokens)`, sorted by time.
@@ -865,6 +879,30 @@ mod tests {
         let s = summarize(&[record(0, 0, &[100], 1)], &opts());
         assert!(s.answer_checks.is_none());
         assert!(!serde_json::to_string(&s).unwrap().contains("answer_checks"));
+    }
+
+    #[test]
+    fn records_are_counted_by_the_clock_that_stamped_them() {
+        use crate::record::StampClock;
+        let mut recs: Vec<RequestRecord> = (0..4).map(|i| record(i, 0, &[100, 200], 2)).collect();
+        recs[0].stamp_clock = Some(StampClock::KernelRx);
+        recs[1].stamp_clock = Some(StampClock::KernelRx);
+        recs[2].stamp_clock = Some(StampClock::User);
+        let s = summarize(&recs, &opts());
+        assert_eq!(s.stamp_clocks.get("kernel_rx"), Some(&2));
+        assert_eq!(s.stamp_clocks.get("user"), Some(&1));
+        assert_eq!(s.stamp_clocks.len(), 2);
+        // No record says (virtual time, older files): nothing in the serialized summary.
+        let s = summarize(&[record(0, 0, &[100], 1)], &opts());
+        assert!(!serde_json::to_string(&s).unwrap().contains("stamp_clocks"));
+        // The record field: absent when unknown, snake_case when known, read back the same.
+        let mut r = record(0, 0, &[100], 1);
+        assert!(!serde_json::to_string(&r).unwrap().contains("stamp_clock"));
+        r.stamp_clock = Some(StampClock::KernelRx);
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains(r#""stamp_clock":"kernel_rx""#), "{json}");
+        let back: RequestRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.stamp_clock, Some(StampClock::KernelRx));
     }
 
     #[test]

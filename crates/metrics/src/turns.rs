@@ -111,6 +111,7 @@ mod tests {
             session_id: turn.map(|_| "s".into()),
             turn,
             output_split: None,
+            stamp_clock: None,
         }
     }
 

@@ -45,6 +45,7 @@ fn record(id: u64, started_ms: u64, sent_ms: u64, role_ms: u64, token_ms: &[u64]
         output_split: None,
         session_id: None,
         turn: None,
+        stamp_clock: None,
     }
 }
 

@@ -56,6 +56,11 @@ pub struct RequestLog {
     /// How it ended.
     #[serde(default)]
     pub outcome: Outcome,
+    /// The arrival on the wall clock (Unix ns, from a paired reading of the server's clocks at
+    /// its start), so a client's records can be set against the event writes
+    /// (`arrival_wall_ns + events_ns[k]`) with the client's own clock anchor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_wall_ns: Option<u64>,
 }
 
 impl RequestLog {

@@ -34,6 +34,8 @@ const MAX_WRITE_BYTES: usize = 64 * 1024;
 struct Shared {
     script: Script,
     started: Instant,
+    /// `started` on the wall clock (Unix ns).
+    started_wall_ns: u64,
     /// Unix seconds at the start, the `created` field of every chunk.
     created: u64,
     next_index: AtomicU64,
@@ -90,6 +92,10 @@ impl ScriptedServer {
         let shared = Arc::new(Shared {
             script,
             started: Instant::now(),
+            started_wall_ns: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+                .unwrap_or(0),
             created,
             next_index: AtomicU64::new(0),
             log: Arc::new(LogStore {
@@ -598,6 +604,9 @@ async fn generate(
             request_id: req.request_id.clone(),
             path: req.path.clone(),
             arrival_ns: ns(req.arrival.saturating_duration_since(shared.started)),
+            arrival_wall_ns: Some(
+                shared.started_wall_ns + ns(req.arrival.saturating_duration_since(shared.started)),
+            ),
             ..RequestLog::default()
         },
         store: Arc::clone(&shared.log),

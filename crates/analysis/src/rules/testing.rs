@@ -119,6 +119,7 @@ pub fn record(id: u64, arrival_ms: u64, ttft_ms: u64) -> RequestRecord {
         output_split: None,
         session_id: None,
         turn: None,
+        stamp_clock: None,
     }
 }
 

@@ -440,6 +440,7 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         output_split: None,
         session_id: None,
         turn: None,
+        stamp_clock: None,
     }
 }
 

@@ -170,6 +170,7 @@ mod tests {
             output_split: None,
             session_id: None,
             turn: None,
+            stamp_clock: None,
         };
         let log_path = dir.join("server.jsonl");
         let rec_path = dir.join("run.requests.jsonl");

@@ -1,0 +1,357 @@
+//! Kernel receive timestamps: when the bytes of each socket read arrived, not when the client's
+//! task got to read them.
+//!
+//! Under a burst (a thousand streams answered at once on two cores) a task may read its first
+//! token tens of milliseconds after the kernel received it; that wait belongs to the client, not
+//! to the server's TTFT. Linux stamps every received packet (`SO_TIMESTAMPNS`, software RX stamp,
+//! `CLOCK_REALTIME`) and hands the stamp of the newest packet a `recvmsg` consumed back in a
+//! control message. Each read is kept here with its stamp until the response body frame made of
+//! its bytes is consumed; the frame then takes the read's stamp.
+//!
+//! **Conversion to the run clock.** The run clock is monotonic (tokio's `Instant`), the stamp is
+//! wall-clock time. A frame's stamp is converted when the frame is consumed, with a paired
+//! reading of both clocks taken then: `t = now_run − (now_wall − rx_wall)`. Only the age of the
+//! bytes (usually well under a second) goes through the wall clock, so the error is half the gap
+//! between the clock reads (at most 1 µs: `paired_reading` takes the pair again when a
+//! preemption split it) plus the wall clock's slew over that age (NTP slews at most 500 ppm:
+//! ≤ 0.05 ms per 100 ms of age; 4 ppm measured on the benchmark machine). A wall-clock step during the age would give an
+//! impossible time (before the request was written, or in the future): such a stamp is refused
+//! and the frame falls back to the user-time stamp.
+
+use std::collections::VecDeque;
+
+/// Keeps the log of one connection small however its response is consumed (an error body
+/// read only in part, a response nobody reads).
+const MAX_LOGGED_BYTES: usize = 64 * 1024;
+
+/// One socket read and the kernel's receive time of its bytes.
+#[derive(Debug)]
+struct RxRead {
+    wall_ns: u64,
+    bytes: Vec<u8>,
+}
+
+/// The recent reads of one connection, oldest first, with the consumer's position.
+///
+/// Body frames are consumed in the order their bytes were read and every frame is a contiguous
+/// run of the bytes of one read (hyper decodes the body from what is buffered and reads the
+/// socket again only once its buffer is empty), so a frame is found by searching forward from
+/// the end of the previous one; the bytes skipped over are the HTTP framing (head, chunk sizes).
+#[derive(Debug, Default)]
+pub(crate) struct RxLog {
+    reads: VecDeque<RxRead>,
+    /// Bytes of `reads[0]` already consumed.
+    pos: usize,
+    logged: usize,
+    /// Buffers of consumed reads, reused so a stream allocates only at its start.
+    spare: Vec<Vec<u8>>,
+}
+
+impl RxLog {
+    /// A read of `data` whose newest byte the kernel received at `wall_ns` (Unix ns).
+    pub(crate) fn push(&mut self, wall_ns: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        while self.logged + data.len() > MAX_LOGGED_BYTES && !self.reads.is_empty() {
+            self.drop_front();
+        }
+        let mut bytes = self.spare.pop().unwrap_or_default();
+        bytes.clear();
+        bytes.extend_from_slice(data);
+        self.logged += bytes.len();
+        self.reads.push_back(RxRead { wall_ns, bytes });
+    }
+
+    /// A read the kernel gave no stamp for: earlier reads cannot hold later frames, so they go.
+    pub(crate) fn unstamped(&mut self) {
+        while !self.reads.is_empty() {
+            self.drop_front();
+        }
+    }
+
+    fn drop_front(&mut self) {
+        if let Some(r) = self.reads.pop_front() {
+            self.logged -= r.bytes.len();
+            if self.spare.len() < 2 {
+                self.spare.push(r.bytes);
+            }
+        }
+        self.pos = 0;
+    }
+
+    /// The kernel receive time (Unix ns) of the read that delivered `frame`, consuming the log
+    /// up to the frame's end; `None` when no logged read holds it (its read had no stamp).
+    pub(crate) fn locate(&mut self, frame: &[u8]) -> Option<u64> {
+        if frame.is_empty() {
+            return None;
+        }
+        let mut found = None;
+        for (i, r) in self.reads.iter().enumerate() {
+            let start = if i == 0 {
+                self.pos.min(r.bytes.len())
+            } else {
+                0
+            };
+            if let Some(off) = find_after_framing(&r.bytes[start..], frame) {
+                found = Some((i, start + off + frame.len(), r.wall_ns));
+                break;
+            }
+        }
+        let (i, end, wall_ns) = found?;
+        for _ in 0..i {
+            self.drop_front();
+        }
+        self.pos = end;
+        Some(wall_ns)
+    }
+}
+
+/// Bytes of HTTP framing before a body frame that are searched by direct comparison (a chunk
+/// trailer and size line are a few bytes): a general substring search costs more than the rest
+/// of the frame's handling, for every token.
+const FRAMING_PROBE: usize = 24;
+
+/// Where `frame` starts in `hay`: almost always right after a few framing bytes.
+#[inline]
+fn find_after_framing(hay: &[u8], frame: &[u8]) -> Option<usize> {
+    let first = *frame.first()?;
+    let probe = &hay[..hay.len().min(FRAMING_PROBE)];
+    for off in memchr::memchr_iter(first, probe) {
+        if hay[off..].starts_with(frame) {
+            return Some(off);
+        }
+    }
+    memchr::memmem::find(hay, frame)
+}
+
+/// Converts a kernel stamp to the run clock with a paired reading of both clocks
+/// (`now_run_ns`, `now_wall_ns`, taken together), refusing a stamp from before `floor_run_ns`
+/// (when the request started to be written) or from the future: a wall-clock step happened.
+pub(crate) fn kernel_to_run(
+    rx_wall_ns: u64,
+    now_run_ns: u64,
+    now_wall_ns: u64,
+    floor_run_ns: u64,
+) -> Option<u64> {
+    let age = now_wall_ns.checked_sub(rx_wall_ns)?;
+    let t = now_run_ns.checked_sub(age)?;
+    (t >= floor_run_ns).then_some(t)
+}
+
+/// Kernel stamps unless `SERVEBENCH_RX_STAMPS=off` (to compare with read-time stamps).
+#[cfg(target_os = "linux")]
+pub(crate) fn wanted() -> bool {
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| std::env::var_os("SERVEBENCH_RX_STAMPS").is_none_or(|v| v != "off"))
+}
+
+/// The run clock and the wall clock read together: `(run ns, Unix ns)`. A thread preempted
+/// between the two reads would shift every converted stamp by the preemption, so the run clock
+/// is read on both sides and the pair is taken again when they lie more than 2 µs apart. If it
+/// keeps failing, the wall reading is paired with the later run reading, which can only make a
+/// converted stamp later, never earlier than the bytes arrived.
+pub(crate) fn paired_reading(clock: &crate::clock::RunClock) -> (u64, u64) {
+    const PAIR_GAP_NS: u64 = 2_000;
+    let mut pair = (0, 0);
+    for _ in 0..3 {
+        let before = clock.now_ns();
+        let wall = wall_now_ns();
+        let after = clock.now_ns();
+        let gap = after.saturating_sub(before);
+        if gap <= PAIR_GAP_NS {
+            return (before + gap / 2, wall);
+        }
+        pair = (after, wall);
+    }
+    pair
+}
+
+/// Unix ns now (the clock the kernel stamps with).
+pub(crate) fn wall_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(target_os = "linux")]
+mod sys {
+    use std::io;
+    use std::io::IoSliceMut;
+    use std::os::fd::AsRawFd;
+
+    use nix::sys::socket::{
+        recvmsg, setsockopt, sockopt, ControlMessageOwned, MsgFlags, SockaddrStorage,
+    };
+    use nix::sys::time::TimeSpec;
+    use tokio::net::TcpStream;
+
+    /// Asks the kernel to stamp what this socket receives; false where it refuses.
+    pub(crate) fn enable(tcp: &TcpStream) -> bool {
+        setsockopt(tcp, sockopt::ReceiveTimestampns, &true).is_ok()
+    }
+
+    /// Control-message space for one `SCM_TIMESTAMPNS`.
+    pub(crate) fn cmsg_buffer() -> Vec<u8> {
+        nix::cmsg_space!(TimeSpec)
+    }
+
+    /// One non-blocking `recvmsg` into `buf`: the bytes read and the kernel's receive time of
+    /// the newest of them (Unix ns) when it gave one.
+    pub(crate) fn recv(
+        tcp: &TcpStream,
+        buf: &mut [u8],
+        cmsg: &mut [u8],
+    ) -> io::Result<(usize, Option<u64>)> {
+        let mut iov = [IoSliceMut::new(buf)];
+        let msg = recvmsg::<SockaddrStorage>(
+            tcp.as_raw_fd(),
+            &mut iov,
+            Some(cmsg),
+            MsgFlags::MSG_DONTWAIT,
+        )
+        .map_err(io::Error::from)?;
+        let mut stamp = None;
+        if let Ok(cmsgs) = msg.cmsgs() {
+            for c in cmsgs {
+                if let ControlMessageOwned::ScmTimestampns(ts) = c {
+                    stamp = super::timespec_ns(ts.tv_sec(), ts.tv_nsec());
+                }
+            }
+        }
+        Ok((msg.bytes, stamp))
+    }
+}
+
+#[cfg(target_os = "linux")]
+pub(crate) use sys::{cmsg_buffer, enable, recv};
+
+/// A `timespec` as Unix ns; `None` for the zero stamp (the kernel had none) or a negative one.
+pub(crate) fn timespec_ns(sec: i64, nsec: i64) -> Option<u64> {
+    if sec <= 0 || !(0..1_000_000_000).contains(&nsec) {
+        return None;
+    }
+    u64::try_from(sec)
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(u64::try_from(nsec).ok()?)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_take_the_stamp_of_the_read_that_delivered_them() {
+        let mut log = RxLog::default();
+        log.push(
+            100,
+            b"HTTP/1.1 200 OK\r\n\r\n1a\r\ndata: {\"t\":\"a\"}\n\n\r\n",
+        );
+        log.push(
+            200,
+            b"1a\r\ndata: {\"t\":\"a\"}\n\n\r\n1a\r\ndata: {\"t\":\"b\"}\n\n\r\n",
+        );
+        let frame_a = b"data: {\"t\":\"a\"}\n\n";
+        let frame_b = b"data: {\"t\":\"b\"}\n\n";
+        // The same bytes twice: the second copy is found after the first.
+        assert_eq!(log.locate(frame_a), Some(100));
+        assert_eq!(log.locate(frame_a), Some(200));
+        assert_eq!(log.locate(frame_b), Some(200));
+        // Consumed: nothing left that holds it.
+        assert_eq!(log.locate(frame_b), None);
+    }
+
+    #[test]
+    fn frames_are_found_right_after_framing_and_far_into_a_read() {
+        assert_eq!(
+            find_after_framing(b"\r\n1a\r\ndata: x", b"data: x"),
+            Some(6)
+        );
+        let mut far = vec![b'h'; 300];
+        far.extend_from_slice(b"data: x");
+        assert_eq!(find_after_framing(&far, b"data: x"), Some(300));
+        assert_eq!(find_after_framing(b"data: y", b"data: x"), None);
+        assert_eq!(find_after_framing(b"data", b"data: x"), None);
+    }
+
+    #[test]
+    fn a_frame_of_an_unstamped_read_is_not_found() {
+        let mut log = RxLog::default();
+        log.push(100, b"xxdata: 1\n\n");
+        log.unstamped();
+        assert_eq!(log.locate(b"data: 2\n\n"), None);
+        assert_eq!(log.locate(b"data: 1\n\n"), None);
+    }
+
+    #[test]
+    fn the_log_stays_bounded() {
+        let mut log = RxLog::default();
+        let read = vec![b'x'; 10_000];
+        for i in 0..100 {
+            log.push(i, &read);
+        }
+        assert!(log.logged <= MAX_LOGGED_BYTES);
+        assert!(log.reads.len() <= MAX_LOGGED_BYTES / read.len());
+        assert_eq!(log.reads.back().unwrap().wall_ns, 99);
+    }
+
+    #[test]
+    fn conversion_subtracts_the_age_of_the_bytes() {
+        // Received at wall 1_000, read at wall 1_300 = run 5_000: it arrived at run 4_700.
+        assert_eq!(kernel_to_run(1_000, 5_000, 1_300, 0), Some(4_700));
+        // From the future (the wall clock stepped back): refused.
+        assert_eq!(kernel_to_run(1_400, 5_000, 1_300, 0), None);
+        // Before the request was written (the wall clock stepped forward): refused.
+        assert_eq!(kernel_to_run(1_000, 5_000, 1_300, 4_800), None);
+        // Older than the run itself: refused.
+        assert_eq!(kernel_to_run(0, 5, 1_300, 0), None);
+    }
+
+    #[test]
+    fn timespecs_convert_and_the_zero_stamp_is_none() {
+        assert_eq!(timespec_ns(1, 5), Some(1_000_000_005));
+        assert_eq!(timespec_ns(0, 0), None);
+        assert_eq!(timespec_ns(-1, 0), None);
+        assert_eq!(timespec_ns(1, 1_000_000_000), None);
+    }
+
+    /// The kernel's stamp is the receive time, not the read time: bytes read 50 ms after they
+    /// arrived carry a stamp from before the wait.
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn recvmsg_returns_the_kernel_receive_time() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(enable(&client));
+        let (mut server, _) = listener.accept().await.unwrap();
+        // The kernel turns stamping on for the whole system shortly after the first socket
+        // asks (deferred work): packets before that carry none.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let written = wall_now_ns();
+        server.write_all(b"hello").await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        client.readable().await.unwrap();
+        let mut buf = [0u8; 16];
+        let mut cmsg = cmsg_buffer();
+        let (n, stamp) = recv(&client, &mut buf, &mut cmsg).unwrap();
+        let read = wall_now_ns();
+        assert_eq!(&buf[..n], b"hello");
+        let stamp = stamp.expect("a kernel stamp");
+        assert!(stamp >= written, "stamp {stamp} before the write {written}");
+        assert!(
+            read - stamp >= 40_000_000,
+            "the stamp is the arrival, ≥ 40 ms before the read: {} ns",
+            read - stamp
+        );
+        assert!(
+            stamp - written < 20_000_000,
+            "the stamp is ~the write: {} ns later",
+            stamp - written
+        );
+    }
+}
