@@ -397,6 +397,7 @@ async fn dispatch(flags: &Flags) {
         max_concurrency: None,
         progress: None,
         scrape_every: None,
+        start_at: None,
     };
     let out = run_load(client, reqs, spec, None, StopSignal::never())
         .await
