@@ -302,6 +302,16 @@ pub async fn connect(
 
 pub(super) fn print_traffic(plan: &RunPlan) {
     let t = &plan.traffic;
+    if plan.dataset.self_timed().is_some() {
+        eprintln!(
+            "Traffic: self-timed: each request is sent at its trace timestamp (× the multiplier)"
+        );
+        match t.max_concurrency {
+            Some(c) => eprintln!("Maximum request concurrency: {c}"),
+            None => eprintln!("Maximum request concurrency: None"),
+        }
+        return;
+    }
     if let Some((s, a, b)) = t.ramp_up.map(|r| r.described()) {
         eprintln!("Traffic ramp-up strategy: {s}, from {a} to {b} RPS over the run.");
     } else {
