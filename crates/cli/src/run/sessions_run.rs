@@ -90,30 +90,14 @@ pub async fn execute(
             }
             let (records, duration_ns, telemetry) =
                 super::sessions_virtual::simulate_sessions(&v.sim, plan, &sessions, &arrivals)?;
-            let model_id = plan
-                .model
-                .clone()
-                .unwrap_or_else(|| v.sim.served_model_name.clone());
-            let report_args = plan.to_args();
-            let (finish, mut sink) =
-                output::Finish::open(&report_args, model_id, &tokenizer, command_line, print)?;
-            for r in &records {
-                sink.append(r)?;
-            }
-            let meta = servebench_metrics::result::TargetInfo::simulator(
-                "virtual",
-                &v.spec,
-                output::sim_config(&v.sim.config_json)?,
-            );
-            output::write_results(
-                &finish,
+            v.write(
+                plan,
+                &tokenizer,
+                command_line,
+                print,
                 &records,
                 duration_ns,
-                None,
-                Some(&telemetry),
-                None,
-                meta,
-                true,
+                &telemetry,
             )
         }
     }

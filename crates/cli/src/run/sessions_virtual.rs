@@ -156,28 +156,6 @@ pub fn simulate_sessions(
             r
         })
         .collect();
-    let duration = records
-        .iter()
-        .filter_map(|r| r.end.or(r.done))
-        .max()
-        .unwrap_or(run.end_ns);
-    let m = &run.metrics;
-    let counters = [
-        ("vllm:num_preemptions_total", m.num_preemptions_total),
-        (
-            "vllm:prefix_cache_queries_total",
-            m.prefix_cache_queries_total,
-        ),
-        ("vllm:prefix_cache_hits_total", m.prefix_cache_hits_total),
-        ("vllm:prompt_tokens_total", m.prompt_tokens_total),
-        ("vllm:generation_tokens_total", m.generation_tokens_total),
-    ];
-    let telemetry = ServerTelemetry {
-        counter_increase: counters
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), *v as f64))
-            .collect(),
-        ..ServerTelemetry::default()
-    };
+    let (duration, telemetry) = super::virtual_run::run_totals(&records, &run);
     Ok((records, duration, telemetry))
 }

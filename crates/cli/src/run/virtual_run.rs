@@ -30,6 +30,48 @@ pub struct VirtualTarget {
     pub spec: String,
 }
 
+impl VirtualTarget {
+    /// A virtual run's files: the records (written after the fact: nothing ran in real time)
+    /// and the results, as over HTTP.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &self,
+        plan: &RunPlan,
+        tokenizer: &servebench_tokenizer::Tokenizer,
+        command_line: Vec<String>,
+        print: bool,
+        records: &[RequestRecord],
+        duration_ns: u64,
+        telemetry: &ServerTelemetry,
+    ) -> anyhow::Result<RunOutcome> {
+        let model_id = plan
+            .model
+            .clone()
+            .unwrap_or_else(|| self.sim.served_model_name.clone());
+        let report_args = plan.to_args();
+        let (finish, mut sink) =
+            output::Finish::open(&report_args, model_id, tokenizer, command_line, print)?;
+        for r in records {
+            sink.append(r)?;
+        }
+        let meta = servebench_metrics::result::TargetInfo::simulator(
+            "virtual",
+            &self.spec,
+            output::sim_config(&self.sim.config_json)?,
+        );
+        output::write_results(
+            &finish,
+            records,
+            duration_ns,
+            None,
+            Some(telemetry),
+            None,
+            meta,
+            true,
+        )
+    }
+}
+
 impl Executor for VirtualTarget {
     async fn measure(
         &self,
@@ -47,30 +89,14 @@ impl Executor for VirtualTarget {
             &work.schedule,
             work.trace_blocks.as_ref(),
         )?;
-        let model_id = plan
-            .model
-            .clone()
-            .unwrap_or_else(|| self.sim.served_model_name.clone());
-        let report_args = plan.to_args();
-        let (finish, mut sink) =
-            output::Finish::open(&report_args, model_id, &work.tokenizer, command_line, print)?;
-        for r in &records {
-            sink.append(r)?;
-        }
-        let meta = servebench_metrics::result::TargetInfo::simulator(
-            "virtual",
-            &self.spec,
-            output::sim_config(&self.sim.config_json)?,
-        );
-        output::write_results(
-            &finish,
+        self.write(
+            plan,
+            &work.tokenizer,
+            command_line,
+            print,
             &records,
             duration_ns,
-            None,
-            Some(&telemetry),
-            None,
-            meta,
-            true,
+            &telemetry,
         )
     }
 }
@@ -255,6 +281,16 @@ pub fn simulate_checked(
             rec
         })
         .collect();
+    let (duration, telemetry) = run_totals(&records, &run);
+    Ok((records, duration, telemetry))
+}
+
+/// A virtual run's duration (the last request's end) and the simulator's counters as the
+/// telemetry a scrape of its `/metrics` would have given.
+pub fn run_totals(
+    records: &[RequestRecord],
+    run: &servebench_sim::virtual_time::VirtualRun,
+) -> (u64, ServerTelemetry) {
     let duration = records
         .iter()
         .filter_map(|r| r.end.or(r.done))
@@ -278,7 +314,7 @@ pub fn simulate_checked(
             .collect(),
         ..ServerTelemetry::default()
     };
-    Ok((records, duration, telemetry))
+    (duration, telemetry)
 }
 
 /// Warm-ups in virtual time, as over HTTP: `num_warmups` copies of the first request (same
