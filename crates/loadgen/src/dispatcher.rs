@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::backend::Backend;
 use crate::clock::RunClock;
-use crate::collector::{collect, JsonlSink, Progress};
+use crate::collector::{collect, Collected, JsonlSink, Progress};
 use crate::health::{process_cpu_times, CpuTimes};
 use crate::precise_wait::PreciseWait;
 use crate::stop::StopSignal;
@@ -237,9 +237,26 @@ async fn drive<B: Backend>(
         let _ = r.await;
     }
     drop(tx);
+    outcome(collector, scraper, cpu_before, started_at, |c| {
+        total.saturating_sub(c.finished)
+    })
+    .await
+}
+
+/// The outcome of a run once every request has ended (the senders of `collector`'s channel
+/// dropped): the collected records sorted by id, CPU since `cpu_before`, the scraped telemetry;
+/// `unsent` counts what was never dispatched.
+pub(crate) async fn outcome(
+    collector: tokio::task::JoinHandle<Collected>,
+    scraper: Option<Scraper>,
+    cpu_before: CpuTimes,
+    started_at: SystemTime,
+    unsent: impl FnOnce(&Collected) -> usize,
+) -> Result<LoadOutcome, LoadgenError> {
     let collected = collector
         .await
         .map_err(|e| LoadgenError::Internal(format!("the collector task failed: {e}")))?;
+    let not_dispatched = unsent(&collected);
     let mut records = collected.kept;
     records.sort_by_key(|r| r.id);
     let cpu = process_cpu_times().since(&cpu_before);
@@ -249,7 +266,7 @@ async fn drive<B: Backend>(
     };
     Ok(LoadOutcome {
         telemetry,
-        not_dispatched: total.saturating_sub(collected.finished),
+        not_dispatched,
         records,
         records_file: collected.path.map(|p| (p, collected.written)),
         finished: collected.finished,

@@ -184,28 +184,10 @@ pub async fn run_sessions<B: ConversationBackend>(
     }
     while running.join_next().await.is_some() {}
     drop(tx);
-    let collected = collector
-        .await
-        .map_err(|e| LoadgenError::Internal(format!("the collector task failed: {e}")))?;
-    let mut records = collected.kept;
-    records.sort_by_key(|r| r.id);
-    let cpu = process_cpu_times().since(&cpu_before);
-    let telemetry = match scraper {
-        Some(s) => Some(s.finish().await),
-        None => None,
-    };
-    Ok(LoadOutcome {
-        telemetry,
-        not_dispatched: unsent.load(Ordering::Acquire),
-        records,
-        records_file: collected.path.map(|p| (p, collected.written)),
-        finished: collected.finished,
-        resent: collected.resent,
-        started_at,
-        duration_ns: collected.last_end_ns,
-        cpu,
-        write_error: collected.write_error,
+    crate::dispatcher::outcome(collector, scraper, cpu_before, started_at, |_| {
+        unsent.load(Ordering::Acquire)
     })
+    .await
 }
 
 /// What one session's task needs to send its turns.

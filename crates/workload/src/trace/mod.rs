@@ -26,6 +26,7 @@ pub mod burstgpt;
 mod csv;
 mod datetime;
 pub mod inspect;
+mod lines;
 mod replay;
 pub mod timed;
 

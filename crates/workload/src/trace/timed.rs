@@ -27,6 +27,7 @@ use std::path::{Path, PathBuf};
 use servebench_tokenizer::Tokenizer;
 
 use super::inspect::rows::{for_each_row, json_row};
+use super::lines::for_each_line;
 use super::replay::{synthesize, ReplayConfig, TracePrompts, MOONCAKE_BLOCK_TOKENS};
 use super::{TraceEntry, TraceFormat, TraceLabels};
 use crate::error::WorkloadError;
@@ -329,27 +330,11 @@ fn read_rows(
     labels: &TraceLabels,
 ) -> Result<Vec<RawRow>, WorkloadError> {
     let file = std::fs::File::open(path).map_err(|e| WorkloadError::io(path, e))?;
-    let mut reader = BufReader::new(file);
+    let reader = BufReader::new(file);
     let mut out = Vec::new();
     match format {
         TraceFormat::Vllm | TraceFormat::Mooncake => {
-            let mut buf = Vec::new();
-            let mut line_no = 0usize;
-            loop {
-                buf.clear();
-                let n = reader
-                    .read_until(b'\n', &mut buf)
-                    .map_err(|e| WorkloadError::io(path, e))?;
-                if n == 0 {
-                    break;
-                }
-                line_no += 1;
-                let line = std::str::from_utf8(&buf)
-                    .map_err(|_| WorkloadError::malformed(path, line_no, "line is not UTF-8 text"))?
-                    .trim();
-                if line.is_empty() {
-                    continue;
-                }
+            for_each_line(reader, path, |line_no, line| {
                 let r = json_row(line, path, line_no, labels)?;
                 out.push(RawRow {
                     stamp: Stamp::Units(r.timestamp),
@@ -357,7 +342,8 @@ fn read_rows(
                     output_tokens: r.output_tokens,
                     block_hashes: r.block_hashes,
                 });
-            }
+                Ok(())
+            })?;
         }
         TraceFormat::Azure | TraceFormat::BurstGpt => {
             for_each_row(reader, path, Some(format), |r| {

@@ -11,6 +11,7 @@ use serde_json::Value;
 use servebench_metrics::units::{NS_PER_MS, NS_PER_S};
 
 use crate::error::WorkloadError;
+use crate::trace::lines::for_each_line;
 use crate::trace::{csv, datetime, parse_count, TraceFormat, TraceLabels};
 
 /// One trace row as read: its arrival as an absolute timestamp, in file order.
@@ -34,29 +35,13 @@ struct CsvColumns {
 /// Streams the rows of a trace: `format` (or the one the first non-empty line shows), then
 /// every row to `each`. Returns the format read.
 pub(crate) fn for_each_row(
-    mut reader: impl BufRead,
+    reader: impl BufRead,
     path: &Path,
     format: Option<TraceFormat>,
     mut each: impl FnMut(Row),
 ) -> Result<TraceFormat, WorkloadError> {
-    let mut buf = Vec::new();
-    let mut line_no = 0usize;
     let mut state = State::Start;
-    loop {
-        buf.clear();
-        let read = reader
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| WorkloadError::io(path, e))?;
-        if read == 0 {
-            break;
-        }
-        line_no += 1;
-        let line = std::str::from_utf8(&buf)
-            .map_err(|_| WorkloadError::malformed(path, line_no, "line is not UTF-8 text"))?
-            .trim();
-        if line.is_empty() {
-            continue;
-        }
+    for_each_line(reader, path, |line_no, line| {
         match &state {
             State::Start => {
                 let f = format
@@ -66,8 +51,8 @@ pub(crate) fn for_each_row(
                             path,
                             line_no,
                             "unknown trace format: expected Mooncake JSON lines or a CSV header \
-                         with ContextTokens,GeneratedTokens (Azure) or Request tokens,Response \
-                         tokens (BurstGPT)",
+                             with ContextTokens,GeneratedTokens (Azure) or Request tokens,Response \
+                             tokens (BurstGPT)",
                         )
                     })?;
                 state = match f {
@@ -98,7 +83,8 @@ pub(crate) fn for_each_row(
             State::Json(f) => each(json_row_ns(*f, line, path, line_no)?),
             State::Csv(f, cols) => each(csv_row(*f, cols, line, path, line_no)?),
         }
-    }
+        Ok(())
+    })?;
     match state {
         State::Start => Err(WorkloadError::Empty {
             path: path.to_path_buf(),
