@@ -107,8 +107,8 @@ impl ScaleOut {
         if shard.is_some() && a.dataset_name == DatasetName::TimedTrace {
             bail!("--shard with --dataset-name timed_trace is not supported yet: a trace's prompts are built while it runs; split the trace file instead (each process its own window, --trace-start/--trace-duration)");
         }
-        if shard.is_some() && a.multi_turn {
-            bail!("--shard with --multi-turn is not supported yet: a session's turns depend on each other's answers");
+        if a.multi_turn && (shard.is_some() || start_at.is_some()) {
+            bail!("--shard and --start-at are not supported with --multi-turn yet: a session's turns depend on each other's answers, and the session driver keeps its own time zero");
         }
         let virtual_time = matches!(target, TargetChoice::VirtualTime { .. });
         if virtual_time && (shard.is_some() || start_at.is_some()) {
@@ -364,6 +364,31 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("5.0 s in the past"), "{e}");
+    }
+
+    #[test]
+    fn multi_turn_runs_refuse_a_start_instant_and_shards() {
+        for flags in [
+            ["--multi-turn", "--start-at", "4102444800"],
+            ["--multi-turn", "--shard", "0/2"],
+        ] {
+            let mut all = vec![
+                "--base-url",
+                "http://127.0.0.1:9",
+                "--backend",
+                "openai-chat",
+                "--dataset-name",
+                "custom",
+                "--dataset-path",
+                "sessions.jsonl",
+            ];
+            all.extend(flags);
+            let a = RunArgs::from_flags(&all).unwrap();
+            let e = super::super::plan::RunPlan::from_args(&a)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("its own time zero"), "{flags:?}: {e}");
+        }
     }
 
     #[test]
