@@ -149,15 +149,14 @@ async fn measure(
             eprintln!("Warm-up completed ({ok}/{warmups} succeeded).");
         }
     }
+    let total_turns: usize = sessions.iter().map(|s| s.turns.len()).sum();
     if print {
         print_traffic(plan);
-        let turns: usize = sessions.iter().map(|s| s.turns.len()).sum();
         eprintln!(
-            "Multi-turn: {} sessions, {turns} turns (rate and concurrency count sessions)",
+            "Multi-turn: {} sessions, {total_turns} turns (rate and concurrency count sessions)",
             sessions.len()
         );
     }
-    let total_turns = sessions.iter().map(|s| s.turns.len()).sum();
     let spec = SessionSpec {
         arrivals,
         max_concurrency: plan.traffic.max_concurrency,
