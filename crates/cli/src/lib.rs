@@ -95,8 +95,19 @@ pub fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let cli = Cli::parse_from(&argv);
+    if let Command::Run(args) = &cli.command {
+        if let Some(p) = args.realtime_priority {
+            if let Err(msg) = servebench_loadgen::realtime::enable(p) {
+                eprintln!("error: {msg}");
+                return ExitCode::from(2);
+            }
+            // `block_on` polls the run (and its dispatch loop) on this thread.
+            servebench_loadgen::realtime::apply_to_current_thread();
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_start(servebench_loadgen::realtime::apply_to_current_thread)
         .build()
     {
         Ok(rt) => rt,

@@ -45,8 +45,20 @@ fn main() -> ExitCode {
         .collect();
     let mode = args.first().cloned().unwrap_or_default();
     let flags = parse_flags(args.get(1..).unwrap_or_default());
+    // `--realtime-priority N`: the client's threads under SCHED_FIFO, as `run` offers it.
+    if mode != "serve" {
+        if let Some(p) = flags.get("realtime-priority") {
+            let p: u8 = p.parse().expect("--realtime-priority takes 1 to 99");
+            if let Err(e) = servebench_loadgen::realtime::enable(p) {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+            servebench_loadgen::realtime::apply_to_current_thread();
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_start(servebench_loadgen::realtime::apply_to_current_thread)
         .build()
         .unwrap();
     match mode.as_str() {

@@ -10,6 +10,7 @@ mod dispatcher;
 pub mod health;
 mod precise_wait;
 pub mod probe;
+pub mod realtime;
 mod rxstamp;
 pub mod sessions;
 mod stamped;

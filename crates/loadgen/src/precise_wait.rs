@@ -74,6 +74,7 @@ fn timer_thread() -> Option<mpsc::Sender<Wake>> {
     std::thread::Builder::new()
         .name("servebench-timer".into())
         .spawn(move || {
+            crate::realtime::apply_to_current_thread();
             while let Ok((wake, done)) = rx.recv() {
                 let left = wake.saturating_duration_since(std::time::Instant::now());
                 if !left.is_zero() {

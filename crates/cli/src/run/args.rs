@@ -411,6 +411,12 @@ pub struct RunArgs {
     /// (as a Kubernetes Indexed Job sets it).
     #[arg(long, value_name = "N", help_heading = "Scale-out")]
     pub shards: Option<u32>,
+    /// Run the client's runtime and dispatch timer threads under SCHED_FIFO at this priority
+    /// (1–99; Linux, needs CAP_SYS_NICE or root). On a machine whose cores are shared with the
+    /// server or other work, the kernel otherwise lets a woken dispatcher wait for another
+    /// thread's time slice, milliseconds of dispatch lag that are not the client's.
+    #[arg(long, value_name = "N", help_heading = "Scale-out")]
+    pub realtime_priority: Option<u8>,
 
     // ---- output ----
     /// Save vLLM's result JSON.

@@ -228,6 +228,8 @@ impl PromptFeed {
         let error = Arc::new(std::sync::Mutex::new(None));
         let failed = Arc::clone(&error);
         std::thread::spawn(move || {
+            // Bulk tokenizer work: never at the dispatcher's real-time priority.
+            servebench_loadgen::realtime::make_current_thread_ordinary();
             for i in 1..count {
                 let spec = match prompts.build(i) {
                     Ok(s) => s,

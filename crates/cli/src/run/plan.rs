@@ -543,6 +543,7 @@ impl RunPlan {
             start_at: self.scale_out.start_at.as_ref().map(|s| s.given.clone()),
             shard: self.scale_out.shard.map(|s| s.to_string()),
             shards: None,
+            realtime_priority: None,
             prefix_hit_rate: self.random.prefix_hit.map(|h| h.rate),
             prefix_pool: self.random.prefix_hit.map(|h| h.pool),
             multi_turn: self.multi_turn.is_some(),

@@ -114,6 +114,9 @@ impl ScaleOut {
         if virtual_time && (shard.is_some() || start_at.is_some()) {
             bail!("--start-at and --shard place real load on the wall clock; a --virtual-time run has no wall clock to share");
         }
+        if virtual_time && a.realtime_priority.is_some() {
+            bail!("--realtime-priority schedules the threads that keep real time; a --virtual-time run keeps none");
+        }
         if a.repeat > 1 && (shard.is_some() || start_at.is_some()) {
             bail!("--repeat cannot be combined with --start-at or --shard: every repeat would need its own start instant; run the shards once per repeat instead");
         }

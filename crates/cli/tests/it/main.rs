@@ -23,6 +23,7 @@ mod predict_plan;
 mod prefix_hit;
 mod readme_examples;
 mod real_engine;
+mod realtime_priority;
 mod reasoning_streams;
 mod report_cli;
 mod run_cli;

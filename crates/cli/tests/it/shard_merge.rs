@@ -16,9 +16,9 @@ use servebench_metrics::RequestRecord;
 
 use crate::common::{self, bin, read_json, text};
 
-struct Sim {
+pub(crate) struct Sim {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Drop for Sim {
@@ -28,7 +28,7 @@ impl Drop for Sim {
     }
 }
 
-fn start_sim() -> Sim {
+pub(crate) fn start_sim() -> Sim {
     let mut child = bin()
         .args(["sim", "llama-3.1-8b", "--gpu", "h100", "--port", "0"])
         .stderr(Stdio::piped())
