@@ -95,6 +95,8 @@ pub struct Deployment {
     overheads: Overheads,
     async_scheduling: bool,
     coef: Coefficients,
+    /// Batch sizes with a captured CUDA graph, ascending; empty = no padding.
+    graph_sizes: Vec<u32>,
 }
 
 /// Builds a [`Deployment`]; every efficiency and overhead defaults as §3.3–3.4 say. Setters
@@ -118,6 +120,7 @@ pub struct DeploymentBuilder {
     allreduce_latency_us: Option<f64>,
     link_gbps: Option<f64>,
     async_scheduling: bool,
+    graph_sizes: Vec<u32>,
 }
 
 macro_rules! option_setters {
@@ -154,6 +157,14 @@ impl DeploymentBuilder {
     /// Overlap CPU work with the GPU (`--async-scheduling`).
     pub fn async_scheduling(mut self, on: bool) -> Self {
         self.async_scheduling = on;
+        self
+    }
+
+    /// Batch sizes with a captured CUDA graph: a pure-decode step of `n` sequences runs the
+    /// graph of the smallest captured size ≥ `n`, so its linear layers (and all-reduces) work
+    /// on the padded batch. Empty (the default) = no padding.
+    pub fn cuda_graph_sizes(mut self, sizes: Vec<u32>) -> Self {
+        self.graph_sizes = sizes;
         self
     }
 
@@ -286,6 +297,13 @@ impl DeploymentBuilder {
             overheads,
             async_scheduling: self.async_scheduling,
             coef,
+            graph_sizes: {
+                let mut sizes = self.graph_sizes;
+                sizes.retain(|&n| n > 0);
+                sizes.sort_unstable();
+                sizes.dedup();
+                sizes
+            },
         })
     }
 }
@@ -377,6 +395,7 @@ impl Deployment {
             allreduce_latency_us: None,
             link_gbps: None,
             async_scheduling: false,
+            graph_sizes: Vec::new(),
         }
     }
 
@@ -428,6 +447,25 @@ impl Deployment {
     /// Overheads in effect.
     pub fn overheads(&self) -> &Overheads {
         &self.overheads
+    }
+
+    /// Batch sizes with a captured CUDA graph (ascending; empty = no padding).
+    pub fn cuda_graph_sizes(&self) -> &[u32] {
+        &self.graph_sizes
+    }
+
+    /// Tokens a step of `tokens` tokens over `requests` sequences actually computes: a
+    /// pure-decode batch (one token per sequence) no larger than the largest captured graph
+    /// is padded up to the next captured size.
+    pub fn padded_tokens(&self, tokens: u64, requests: u64) -> u64 {
+        if tokens != requests {
+            return tokens;
+        }
+        self.graph_sizes
+            .iter()
+            .map(|&n| u64::from(n))
+            .find(|&n| n >= tokens)
+            .unwrap_or(tokens)
     }
 
     /// Whether CPU work overlaps the GPU.
@@ -515,7 +553,9 @@ impl Deployment {
             return StepTime::default();
         }
         let c = &self.coef;
-        let tokens = w.tokens as f64;
+        // Padding rows of a captured graph run through the linear layers and all-reduces but
+        // read no KV and sample nothing.
+        let tokens = self.padded_tokens(w.tokens, w.requests) as f64;
         let flops = c.flops_per_token * tokens
             + c.flops_per_sample * w.samples as f64
             + c.attn_flops * w.attn;

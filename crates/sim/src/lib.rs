@@ -3,6 +3,8 @@
 
 pub mod args;
 pub mod engine;
+pub mod engine_profile;
+pub mod fidelity;
 mod faults;
 mod prometheus;
 pub mod realtime;
