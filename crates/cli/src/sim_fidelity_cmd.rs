@@ -54,8 +54,8 @@ fn fidelity(args: FidelityArgs) -> Result<ExitCode> {
     if let Some(doc) = &args.write_docs {
         let text = std::fs::read_to_string(doc)
             .with_context(|| format!("cannot read {}", doc.display()))?;
-        let updated = replace_table(&text, &table)
-            .with_context(|| format!("in {}", doc.display()))?;
+        let updated =
+            replace_table(&text, &table).with_context(|| format!("in {}", doc.display()))?;
         std::fs::write(doc, updated).with_context(|| format!("cannot write {}", doc.display()))?;
         eprintln!("wrote the fidelity table into {}", doc.display());
     }

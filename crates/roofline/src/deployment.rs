@@ -31,6 +31,9 @@ pub struct Efficiency {
     pub mbu: f64,
     /// Soft-roofline exponent `p` (∞ = `max`).
     pub softroof_p: f64,
+    /// Bandwidth utilisation of KV-cache reads; `None` = `mbu`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mbu_kv: Option<f64>,
 }
 
 /// Overheads in effect (§3.3), in µs except the link bandwidth.
@@ -71,6 +74,8 @@ struct Coefficients {
     flops_rate: f64,
     /// `peak_BW · MBU`, B/s.
     bytes_rate: f64,
+    /// `peak_BW · MBU_kv`, B/s, when KV reads have their own efficiency.
+    kv_bytes_rate: Option<f64>,
     /// Seconds.
     t_fixed: f64,
     t_layers: f64,
@@ -112,6 +117,7 @@ pub struct DeploymentBuilder {
     mfu: Option<f64>,
     mfu_fp8: Option<f64>,
     mbu: Option<f64>,
+    mbu_kv: Option<f64>,
     softroof_p: Option<f64>,
     step_overhead_us: Option<f64>,
     layer_overhead_us: Option<f64>,
@@ -175,6 +181,8 @@ impl DeploymentBuilder {
         mfu_fp8,
         /// Memory-bandwidth utilisation (default: the GPU's).
         mbu,
+        /// Bandwidth utilisation of KV-cache reads (default: the GPU's `mbu_kv`, else `mbu`).
+        mbu_kv,
         /// Soft-roofline exponent (default 1.5; `f64::INFINITY` = plain `max`).
         softroof_p,
         /// `t_fixed`, µs (default 126).
@@ -223,11 +231,13 @@ impl DeploymentBuilder {
             mfu_fp8: self.mfu_fp8.or(self.gpu.mfu_fp8).unwrap_or(0.7 * mfu),
             mbu: self.mbu.unwrap_or(self.gpu.mbu),
             softroof_p: self.softroof_p.unwrap_or(DEFAULT_SOFTROOF_P),
+            mbu_kv: self.mbu_kv.or(self.gpu.mbu_kv),
         };
         for (name, v) in [
             ("mfu", efficiency.mfu),
             ("mfu_fp8", efficiency.mfu_fp8),
             ("mbu", efficiency.mbu),
+            ("mbu_kv", efficiency.mbu_kv.unwrap_or(efficiency.mbu)),
         ] {
             if !(v > 0.0 && v <= 1.0) {
                 return Err(RooflineError::Invalid(format!(
@@ -360,6 +370,7 @@ fn coefficients(
         kv_bytes_per_token: m.kv_bytes_per_token_per_gpu(kv_dtype, tp),
         flops_rate: peak_tflops * 1e12 * mfu,
         bytes_rate: gpu.mem_bw_tbps * 1e12 * eff.mbu,
+        kv_bytes_rate: eff.mbu_kv.map(|m| gpu.mem_bw_tbps * 1e12 * m),
         t_fixed: us_to_s(ovh.step_overhead_us),
         t_layers: us_to_s(layers * ovh.layer_overhead_us),
         t_req: us_to_s(ovh.req_overhead_us),
@@ -387,6 +398,7 @@ impl Deployment {
             mfu: None,
             mfu_fp8: None,
             mbu: None,
+            mbu_kv: None,
             softroof_p: None,
             step_overhead_us: None,
             layer_overhead_us: None,
@@ -562,7 +574,15 @@ impl Deployment {
         let bytes =
             self.weights_per_step_bytes(w.tokens) + c.kv_bytes_per_token * w.kv_tokens as f64;
         let t_c = flops / c.flops_rate;
-        let t_m = bytes / c.bytes_rate;
+        let t_m = match c.kv_bytes_rate {
+            // Weights stream through the GEMMs, KV through the attention kernels: each at
+            // its own efficiency.
+            Some(kv_rate) => {
+                self.weights_per_step_bytes(w.tokens) / c.bytes_rate
+                    + c.kv_bytes_per_token * w.kv_tokens as f64 / kv_rate
+            }
+            None => bytes / c.bytes_rate,
+        };
         let t_gpu = soft_roofline(t_c, t_m, self.efficiency.softroof_p);
         let t_ar = if self.tp > 1 {
             c.t_ar_latency + c.t_ar_per_token * tokens

@@ -268,6 +268,11 @@ pub struct SimArgs {
     /// blocks). Unset: vLLM V1 scheduling without graph padding. Explicit flags still win.
     #[arg(long, value_name = "ENGINE")]
     pub engine: Option<crate::engine_profile::EngineKind>,
+
+    /// Bandwidth utilisation of KV-cache reads by the attention kernels (default: the GPU's
+    /// `mbu_kv`, else --mbu).
+    #[arg(long, value_name = "FRACTION")]
+    pub mbu_kv: Option<f64>,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.

@@ -93,6 +93,9 @@ pub struct Point {
     pub concurrency: Option<u32>,
     pub published: Figures,
     pub tolerance: Option<f64>,
+    /// Per-figure bounds that replace `tolerance` for one metric (a known, explained miss).
+    #[serde(default)]
+    pub tolerances: std::collections::BTreeMap<String, f64>,
     pub note: Option<String>,
 }
 
@@ -114,18 +117,25 @@ impl Fixture {
 
     /// Parses and checks a fixture; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Fixture, SimError> {
-        let fixture: Fixture = toml::from_str(text)
-            .map_err(|e| SimError::Config(format!("in {origin}: {e}")))?;
-        let bad = |id: &str, what: String| SimError::Config(format!("in {origin}, point '{id}': {what}"));
+        let fixture: Fixture =
+            toml::from_str(text).map_err(|e| SimError::Config(format!("in {origin}: {e}")))?;
+        let bad =
+            |id: &str, what: String| SimError::Config(format!("in {origin}, point '{id}': {what}"));
         for p in &fixture.points {
             if !fixture.sources.iter().any(|s| s.id == p.source) {
                 return Err(bad(&p.id, format!("source '{}' is not listed", p.source)));
             }
             if !["vllm", "sglang", "trtllm"].contains(&p.engine.as_str()) {
-                return Err(bad(&p.id, format!("engine '{}' is not vllm, sglang or trtllm", p.engine)));
+                return Err(bad(
+                    &p.id,
+                    format!("engine '{}' is not vllm, sglang or trtllm", p.engine),
+                ));
             }
             if p.requests == 0 || p.input_tokens == 0 || p.output_tokens == 0 {
-                return Err(bad(&p.id, "requests, input_tokens and output_tokens must be positive".into()));
+                return Err(bad(
+                    &p.id,
+                    "requests, input_tokens and output_tokens must be positive".into(),
+                ));
             }
             if p.concurrency == Some(0) {
                 return Err(bad(&p.id, "concurrency must be positive".into()));
@@ -133,9 +143,17 @@ impl Fixture {
             if p.published.present().is_empty() {
                 return Err(bad(&p.id, "publishes no figure".into()));
             }
-            if let Some(t) = p.tolerance {
-                if !(t.is_finite() && t > 0.0) {
+            for t in p.tolerance.iter().chain(p.tolerances.values()) {
+                if !(t.is_finite() && *t > 0.0) {
                     return Err(bad(&p.id, format!("tolerance must be positive, got {t}")));
+                }
+            }
+            for metric in p.tolerances.keys() {
+                if p.published.get(metric).is_none() {
+                    return Err(bad(
+                        &p.id,
+                        format!("a tolerance names '{metric}', which the point does not publish"),
+                    ));
                 }
             }
         }
@@ -149,12 +167,19 @@ pub struct Comparison {
     pub metric: &'static str,
     pub published: f64,
     pub simulated: f64,
+    /// The relative error this figure may have.
+    pub tolerance: f64,
 }
 
 impl Comparison {
     /// `(simulated − published) / published`.
     pub fn error(&self) -> f64 {
         (self.simulated - self.published) / self.published
+    }
+
+    /// Within its tolerance.
+    pub fn passes(&self) -> bool {
+        self.error().abs() <= self.tolerance
     }
 }
 
@@ -163,7 +188,6 @@ impl Comparison {
 pub struct PointOutcome {
     pub id: String,
     pub engine: String,
-    pub tolerance: f64,
     pub comparisons: Vec<Comparison>,
 }
 
@@ -176,9 +200,9 @@ impl PointOutcome {
             .fold(0.0, f64::max)
     }
 
-    /// Every figure within the point's tolerance.
+    /// Every figure within its tolerance.
     pub fn passes(&self) -> bool {
-        self.worst_error() <= self.tolerance
+        self.comparisons.iter().all(Comparison::passes)
     }
 }
 
@@ -219,6 +243,7 @@ pub fn run_point(point: &Point, catalog: &Catalog) -> Result<PointOutcome, SimEr
     };
     let run = run_virtual(resolved.engine, workload)?;
     let simulated = figures_of(&run.traces);
+    let default_tolerance = point.tolerance.unwrap_or(DEFAULT_TOLERANCE);
     let comparisons = point
         .published
         .present()
@@ -228,13 +253,17 @@ pub fn run_point(point: &Point, catalog: &Catalog) -> Result<PointOutcome, SimEr
                 metric,
                 published,
                 simulated,
+                tolerance: point
+                    .tolerances
+                    .get(metric)
+                    .copied()
+                    .unwrap_or(default_tolerance),
             })
         })
         .collect();
     Ok(PointOutcome {
         id: point.id.clone(),
         engine: point.engine.clone(),
-        tolerance: point.tolerance.unwrap_or(DEFAULT_TOLERANCE),
         comparisons,
     })
 }
@@ -306,7 +335,7 @@ pub fn markdown_table(outcomes: &[PointOutcome]) -> String {
                 number(c.published),
                 number(c.simulated),
                 c.error() * 100.0,
-                o.tolerance * 100.0
+                c.tolerance * 100.0
             ));
         }
     }
@@ -346,7 +375,11 @@ pub fn replace_table(doc: &str, table: &str) -> Result<String, SimError> {
     let end = doc[after..]
         .find(TABLE_END)
         .map(|i| after + i)
-        .ok_or_else(|| SimError::Config(format!("the document has no '{TABLE_END}' marker after the begin marker")))?;
+        .ok_or_else(|| {
+            SimError::Config(format!(
+                "the document has no '{TABLE_END}' marker after the begin marker"
+            ))
+        })?;
     Ok(format!("{}\n{}{}", &doc[..after], table, &doc[end..]))
 }
 
@@ -372,7 +405,11 @@ mod tests {
 
     #[test]
     fn bad_fixtures_name_the_point() {
-        let text = PUBLISHED_POINTS.replacen("source = \"trtllm-perf-overview\"\nengine", "source = \"nowhere\"\nengine", 1);
+        let text = PUBLISHED_POINTS.replacen(
+            "source = \"trtllm-perf-overview\"\nengine",
+            "source = \"nowhere\"\nengine",
+            1,
+        );
         let err = Fixture::parse(&text, "x.toml").unwrap_err().to_string();
         assert!(err.contains("x.toml") && err.contains("'nowhere'"), "{err}");
     }

@@ -4,8 +4,8 @@
 pub mod args;
 pub mod engine;
 pub mod engine_profile;
-pub mod fidelity;
 mod faults;
+pub mod fidelity;
 mod prometheus;
 pub mod realtime;
 pub mod reasoning;

@@ -123,13 +123,16 @@ impl SimArgs {
         };
         let dtype = self.dtype;
         let kv_dtype = self.kv_cache_dtype;
+        let profile = crate::engine_profile::ProfileChoice::new(self);
+        let mfu_fp8 = profile.mfu_fp8(self, &gpu);
         let builder = Deployment::builder(gpu, model.clone())
             .dtype(dtype)
             .kv_dtype(kv_dtype)
             .tensor_parallel(self.tensor_parallel_size)
             .mfu(self.mfu)
-            .mfu_fp8(self.mfu_fp8)
+            .mfu_fp8(mfu_fp8)
             .mbu(self.mbu)
+            .mbu_kv(profile.mbu_kv(self))
             .softroof_p(self.softroof_p)
             .step_overhead_us(self.step_overhead_us)
             .layer_overhead_us(self.layer_overhead_us)
@@ -139,7 +142,6 @@ impl SimArgs {
             .link_gbps(self.link_gbps)
             .async_scheduling(self.async_scheduling);
         let deployment = builder.clone().build()?;
-        let profile = crate::engine_profile::ProfileChoice::new(self);
 
         let derived_len = model.max_position_embeddings;
         let requested_len = match self.max_model_len {
@@ -160,13 +162,8 @@ impl SimArgs {
         let block_size = profile.block_size(self);
         let size_for = |max_model_len: u32| -> Result<_, SimError> {
             let (budget, seqs) = profile.batch_limits(self, chunked, max_model_len);
-            let (max_num_batched_tokens, max_num_seqs) = resolve_scheduler_limits(
-                deployment.gpu(),
-                chunked,
-                max_model_len,
-                budget,
-                seqs,
-            )?;
+            let (max_num_batched_tokens, max_num_seqs) =
+                resolve_scheduler_limits(deployment.gpu(), chunked, max_model_len, budget, seqs)?;
             let sizing = KvSizing {
                 gpu_memory_utilization: self.gpu_memory_utilization,
                 block_size,

@@ -14,18 +14,26 @@ fn published_points_are_within_their_tolerance() {
     assert_eq!(outcomes.len(), fixture.points.len());
     let misses: Vec<String> = outcomes
         .iter()
-        .filter(|o| !o.passes())
-        .map(|o| {
+        .flat_map(|o| o.comparisons.iter().map(move |c| (o, c)))
+        .filter(|(_, c)| !c.passes())
+        .map(|(o, c)| {
             format!(
-                "{}: worst error {:.1} % > ±{:.0} %",
+                "{} {}: published {}, simulated {:.1}, error {:+.1} % outside ±{:.0} %",
                 o.id,
-                o.worst_error() * 100.0,
-                o.tolerance * 100.0
+                c.metric,
+                c.published,
+                c.simulated,
+                c.error() * 100.0,
+                c.tolerance * 100.0
             )
         })
         .collect();
     for o in &outcomes {
         assert!(!o.comparisons.is_empty(), "{} compared nothing", o.id);
     }
-    assert!(misses.is_empty(), "points outside tolerance:\n{}", misses.join("\n"));
+    assert!(
+        misses.is_empty(),
+        "points outside tolerance:\n{}",
+        misses.join("\n")
+    );
 }
