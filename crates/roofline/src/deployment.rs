@@ -993,4 +993,43 @@ mod tests {
             1.0
         ));
     }
+
+    #[test]
+    fn kv_reads_at_their_own_efficiency_speed_up_long_context_decode_only() {
+        let base = llama_h100();
+        let same = deployment("h100", "llama-3.1-8b").mbu_kv(0.78).build().unwrap();
+        let fast = deployment("h100", "llama-3.1-8b").mbu_kv(0.90).build().unwrap();
+        // Unset leaves every figure as before; set to the MBU it agrees to rounding.
+        assert_eq!(base.efficiency().mbu_kv, None);
+        let long = decode(256, 4096);
+        let t_base = base.step_time(&long).total;
+        assert!(close(same.step_time(&long).total, t_base, 1e-12));
+        // Faster KV reads shorten a KV-heavy step, by at most the KV share of its bytes.
+        let t_fast = fast.step_time(&long).total;
+        let kv_s = 256.0 * 4097.0 * base.kv_bytes_per_token() / base.effective_bandwidth();
+        assert!(t_fast < t_base && t_base - t_fast <= kv_s * (1.0 - 0.78 / 0.90) + 1e-9);
+        // Weight streaming at batch 1 and context 0 hardly moves.
+        let t1 = base.step_time(&decode(1, 0)).total;
+        assert!((fast.step_time(&decode(1, 0)).total - t1).abs() < 1e-5 * t1);
+        assert!(deployment("h100", "llama-3.1-8b").mbu_kv(1.5).build().is_err());
+    }
+
+    #[test]
+    fn decode_batches_pad_to_the_next_captured_graph() {
+        let d = deployment("h100", "llama-3.1-8b")
+            .cuda_graph_sizes(vec![8, 1, 4, 2, 0])
+            .build()
+            .unwrap();
+        assert_eq!(d.cuda_graph_sizes(), &[1, 2, 4, 8]);
+        assert_eq!(d.padded_tokens(3, 3), 4);
+        assert_eq!(d.padded_tokens(8, 8), 8);
+        assert_eq!(d.padded_tokens(9, 9), 9);
+        assert_eq!(d.padded_tokens(5, 2), 5);
+        // Padding costs FLOPs (and nothing else) on a pure-decode step.
+        let plain = llama_h100();
+        let (a, b) = (plain.step_time(&decode(5, 100)), d.step_time(&decode(5, 100)));
+        assert!(close(b.flops - a.flops, 3.0 * 2.0 * plain.model().n_lin(), 1.0));
+        assert_eq!(a.bytes, b.bytes);
+        assert!(llama_h100().cuda_graph_sizes().is_empty());
+    }
 }

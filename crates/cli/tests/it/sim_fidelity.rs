@@ -2,6 +2,8 @@
 //! it between the markers of a document, exits 1 under `--check` when a figure misses its bound,
 //! and refuses a fixture naming an unknown source with the file and point.
 
+#![allow(clippy::unwrap_used)]
+
 use crate::common::{servebench, tempdir, text};
 
 const SOURCE: &str = r#"
