@@ -997,8 +997,14 @@ mod tests {
     #[test]
     fn kv_reads_at_their_own_efficiency_speed_up_long_context_decode_only() {
         let base = llama_h100();
-        let same = deployment("h100", "llama-3.1-8b").mbu_kv(0.78).build().unwrap();
-        let fast = deployment("h100", "llama-3.1-8b").mbu_kv(0.90).build().unwrap();
+        let same = deployment("h100", "llama-3.1-8b")
+            .mbu_kv(0.78)
+            .build()
+            .unwrap();
+        let fast = deployment("h100", "llama-3.1-8b")
+            .mbu_kv(0.90)
+            .build()
+            .unwrap();
         // Unset leaves every figure as before; set to the MBU it agrees to rounding.
         assert_eq!(base.efficiency().mbu_kv, None);
         let long = decode(256, 4096);
@@ -1011,7 +1017,10 @@ mod tests {
         // Weight streaming at batch 1 and context 0 hardly moves.
         let t1 = base.step_time(&decode(1, 0)).total;
         assert!((fast.step_time(&decode(1, 0)).total - t1).abs() < 1e-5 * t1);
-        assert!(deployment("h100", "llama-3.1-8b").mbu_kv(1.5).build().is_err());
+        assert!(deployment("h100", "llama-3.1-8b")
+            .mbu_kv(1.5)
+            .build()
+            .is_err());
     }
 
     #[test]
@@ -1027,8 +1036,15 @@ mod tests {
         assert_eq!(d.padded_tokens(5, 2), 5);
         // Padding costs FLOPs (and nothing else) on a pure-decode step.
         let plain = llama_h100();
-        let (a, b) = (plain.step_time(&decode(5, 100)), d.step_time(&decode(5, 100)));
-        assert!(close(b.flops - a.flops, 3.0 * 2.0 * plain.model().n_lin(), 1.0));
+        let (a, b) = (
+            plain.step_time(&decode(5, 100)),
+            d.step_time(&decode(5, 100)),
+        );
+        assert!(close(
+            b.flops - a.flops,
+            3.0 * 2.0 * plain.model().n_lin(),
+            1.0
+        ));
         assert_eq!(a.bytes, b.bytes);
         assert!(llama_h100().cuda_graph_sizes().is_empty());
     }
