@@ -15,6 +15,7 @@ mod predict_cmd;
 mod report_cmd;
 mod run;
 mod sim_cmd;
+mod sim_fidelity_cmd;
 mod sweep_cmd;
 mod throughput_cmd;
 mod trace_cmd;
@@ -93,6 +94,19 @@ pub fn main() -> ExitCode {
     if let Err(msg) = refused {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
+    }
+    // `sim fidelity` is a report, not a server: it has its own flags (the `sim` ones start a
+    // server whose positional MODEL would swallow the word).
+    if argv.get(1).map(String::as_str) == Some("sim")
+        && argv.get(2).map(String::as_str) == Some("fidelity")
+    {
+        return match sim_fidelity_cmd::main(&argv[3..]) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {}", error_text(&e));
+                ExitCode::from(2)
+            }
+        };
     }
     let cli = Cli::parse_from(&argv);
     if let Command::Run(args) = &cli.command {

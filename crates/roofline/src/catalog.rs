@@ -314,7 +314,7 @@ mod tests {
         assert!(!c.gpu("mi300x").unwrap().calibrated);
         assert!(c.gpu("h200").unwrap().calibrated);
         assert_eq!(c.gpu("h200").unwrap().mbu, 0.70);
-        assert_eq!(c.gpu("mi300x").unwrap().mfu_fp8, Some(0.32));
+        assert_eq!(c.gpu("mi300x").unwrap().mfu_fp8, Some(0.20));
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub struct Efficiency {
     pub mbu: f64,
     /// Soft-roofline exponent `p` (∞ = `max`).
     pub softroof_p: f64,
+    /// Bandwidth utilisation of KV-cache reads; `None` = `mbu`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mbu_kv: Option<f64>,
 }
 
 /// Overheads in effect (§3.3), in µs except the link bandwidth.
@@ -71,6 +74,8 @@ struct Coefficients {
     flops_rate: f64,
     /// `peak_BW · MBU`, B/s.
     bytes_rate: f64,
+    /// `peak_BW · MBU_kv`, B/s, when KV reads have their own efficiency.
+    kv_bytes_rate: Option<f64>,
     /// Seconds.
     t_fixed: f64,
     t_layers: f64,
@@ -95,6 +100,8 @@ pub struct Deployment {
     overheads: Overheads,
     async_scheduling: bool,
     coef: Coefficients,
+    /// Batch sizes with a captured CUDA graph, ascending; empty = no padding.
+    graph_sizes: Vec<u32>,
 }
 
 /// Builds a [`Deployment`]; every efficiency and overhead defaults as §3.3–3.4 say. Setters
@@ -110,6 +117,7 @@ pub struct DeploymentBuilder {
     mfu: Option<f64>,
     mfu_fp8: Option<f64>,
     mbu: Option<f64>,
+    mbu_kv: Option<f64>,
     softroof_p: Option<f64>,
     step_overhead_us: Option<f64>,
     layer_overhead_us: Option<f64>,
@@ -118,6 +126,7 @@ pub struct DeploymentBuilder {
     allreduce_latency_us: Option<f64>,
     link_gbps: Option<f64>,
     async_scheduling: bool,
+    graph_sizes: Vec<u32>,
 }
 
 macro_rules! option_setters {
@@ -157,6 +166,14 @@ impl DeploymentBuilder {
         self
     }
 
+    /// Batch sizes with a captured CUDA graph: a pure-decode step of `n` sequences runs the
+    /// graph of the smallest captured size ≥ `n`, so its linear layers (and all-reduces) work
+    /// on the padded batch. Empty (the default) = no padding.
+    pub fn cuda_graph_sizes(mut self, sizes: Vec<u32>) -> Self {
+        self.graph_sizes = sizes;
+        self
+    }
+
     option_setters!(
         /// Whole-model BF16 MFU (default: the GPU's).
         mfu,
@@ -164,6 +181,8 @@ impl DeploymentBuilder {
         mfu_fp8,
         /// Memory-bandwidth utilisation (default: the GPU's).
         mbu,
+        /// Bandwidth utilisation of KV-cache reads (default: the GPU's `mbu_kv`, else `mbu`).
+        mbu_kv,
         /// Soft-roofline exponent (default 1.5; `f64::INFINITY` = plain `max`).
         softroof_p,
         /// `t_fixed`, µs (default 126).
@@ -212,11 +231,13 @@ impl DeploymentBuilder {
             mfu_fp8: self.mfu_fp8.or(self.gpu.mfu_fp8).unwrap_or(0.7 * mfu),
             mbu: self.mbu.unwrap_or(self.gpu.mbu),
             softroof_p: self.softroof_p.unwrap_or(DEFAULT_SOFTROOF_P),
+            mbu_kv: self.mbu_kv.or(self.gpu.mbu_kv),
         };
         for (name, v) in [
             ("mfu", efficiency.mfu),
             ("mfu_fp8", efficiency.mfu_fp8),
             ("mbu", efficiency.mbu),
+            ("mbu_kv", efficiency.mbu_kv.unwrap_or(efficiency.mbu)),
         ] {
             if !(v > 0.0 && v <= 1.0) {
                 return Err(RooflineError::Invalid(format!(
@@ -286,6 +307,13 @@ impl DeploymentBuilder {
             overheads,
             async_scheduling: self.async_scheduling,
             coef,
+            graph_sizes: {
+                let mut sizes = self.graph_sizes;
+                sizes.retain(|&n| n > 0);
+                sizes.sort_unstable();
+                sizes.dedup();
+                sizes
+            },
         })
     }
 }
@@ -342,6 +370,7 @@ fn coefficients(
         kv_bytes_per_token: m.kv_bytes_per_token_per_gpu(kv_dtype, tp),
         flops_rate: peak_tflops * 1e12 * mfu,
         bytes_rate: gpu.mem_bw_tbps * 1e12 * eff.mbu,
+        kv_bytes_rate: eff.mbu_kv.map(|m| gpu.mem_bw_tbps * 1e12 * m),
         t_fixed: us_to_s(ovh.step_overhead_us),
         t_layers: us_to_s(layers * ovh.layer_overhead_us),
         t_req: us_to_s(ovh.req_overhead_us),
@@ -369,6 +398,7 @@ impl Deployment {
             mfu: None,
             mfu_fp8: None,
             mbu: None,
+            mbu_kv: None,
             softroof_p: None,
             step_overhead_us: None,
             layer_overhead_us: None,
@@ -377,6 +407,7 @@ impl Deployment {
             allreduce_latency_us: None,
             link_gbps: None,
             async_scheduling: false,
+            graph_sizes: Vec::new(),
         }
     }
 
@@ -428,6 +459,25 @@ impl Deployment {
     /// Overheads in effect.
     pub fn overheads(&self) -> &Overheads {
         &self.overheads
+    }
+
+    /// Batch sizes with a captured CUDA graph (ascending; empty = no padding).
+    pub fn cuda_graph_sizes(&self) -> &[u32] {
+        &self.graph_sizes
+    }
+
+    /// Tokens a step of `tokens` tokens over `requests` sequences actually computes: a
+    /// pure-decode batch (one token per sequence) no larger than the largest captured graph
+    /// is padded up to the next captured size.
+    pub fn padded_tokens(&self, tokens: u64, requests: u64) -> u64 {
+        if tokens != requests {
+            return tokens;
+        }
+        self.graph_sizes
+            .iter()
+            .map(|&n| u64::from(n))
+            .find(|&n| n >= tokens)
+            .unwrap_or(tokens)
     }
 
     /// Whether CPU work overlaps the GPU.
@@ -515,14 +565,24 @@ impl Deployment {
             return StepTime::default();
         }
         let c = &self.coef;
-        let tokens = w.tokens as f64;
+        // Padding rows of a captured graph run through the linear layers and all-reduces but
+        // read no KV and sample nothing.
+        let tokens = self.padded_tokens(w.tokens, w.requests) as f64;
         let flops = c.flops_per_token * tokens
             + c.flops_per_sample * w.samples as f64
             + c.attn_flops * w.attn;
         let bytes =
             self.weights_per_step_bytes(w.tokens) + c.kv_bytes_per_token * w.kv_tokens as f64;
         let t_c = flops / c.flops_rate;
-        let t_m = bytes / c.bytes_rate;
+        let t_m = match c.kv_bytes_rate {
+            // Weights stream through the GEMMs, KV through the attention kernels: each at
+            // its own efficiency.
+            Some(kv_rate) => {
+                self.weights_per_step_bytes(w.tokens) / c.bytes_rate
+                    + c.kv_bytes_per_token * w.kv_tokens as f64 / kv_rate
+            }
+            None => bytes / c.bytes_rate,
+        };
         let t_gpu = soft_roofline(t_c, t_m, self.efficiency.softroof_p);
         let t_ar = if self.tp > 1 {
             c.t_ar_latency + c.t_ar_per_token * tokens
@@ -932,5 +992,60 @@ mod tests {
                 + 4.0 * 48.0 * 32.0 * 128.0,
             1.0
         ));
+    }
+
+    #[test]
+    fn kv_reads_at_their_own_efficiency_speed_up_long_context_decode_only() {
+        let base = llama_h100();
+        let same = deployment("h100", "llama-3.1-8b")
+            .mbu_kv(0.78)
+            .build()
+            .unwrap();
+        let fast = deployment("h100", "llama-3.1-8b")
+            .mbu_kv(0.90)
+            .build()
+            .unwrap();
+        // Unset leaves every figure as before; set to the MBU it agrees to rounding.
+        assert_eq!(base.efficiency().mbu_kv, None);
+        let long = decode(256, 4096);
+        let t_base = base.step_time(&long).total;
+        assert!(close(same.step_time(&long).total, t_base, 1e-12));
+        // Faster KV reads shorten a KV-heavy step, by at most the KV share of its bytes.
+        let t_fast = fast.step_time(&long).total;
+        let kv_s = 256.0 * 4097.0 * base.kv_bytes_per_token() / base.effective_bandwidth();
+        assert!(t_fast < t_base && t_base - t_fast <= kv_s * (1.0 - 0.78 / 0.90) + 1e-9);
+        // Weight streaming at batch 1 and context 0 hardly moves.
+        let t1 = base.step_time(&decode(1, 0)).total;
+        assert!((fast.step_time(&decode(1, 0)).total - t1).abs() < 1e-5 * t1);
+        assert!(deployment("h100", "llama-3.1-8b")
+            .mbu_kv(1.5)
+            .build()
+            .is_err());
+    }
+
+    #[test]
+    fn decode_batches_pad_to_the_next_captured_graph() {
+        let d = deployment("h100", "llama-3.1-8b")
+            .cuda_graph_sizes(vec![8, 1, 4, 2, 0])
+            .build()
+            .unwrap();
+        assert_eq!(d.cuda_graph_sizes(), &[1, 2, 4, 8]);
+        assert_eq!(d.padded_tokens(3, 3), 4);
+        assert_eq!(d.padded_tokens(8, 8), 8);
+        assert_eq!(d.padded_tokens(9, 9), 9);
+        assert_eq!(d.padded_tokens(5, 2), 5);
+        // Padding costs FLOPs (and nothing else) on a pure-decode step.
+        let plain = llama_h100();
+        let (a, b) = (
+            plain.step_time(&decode(5, 100)),
+            d.step_time(&decode(5, 100)),
+        );
+        assert!(close(
+            b.flops - a.flops,
+            3.0 * 2.0 * plain.model().n_lin(),
+            1.0
+        ));
+        assert_eq!(a.bytes, b.bytes);
+        assert!(llama_h100().cuda_graph_sizes().is_empty());
     }
 }

@@ -55,6 +55,10 @@ pub struct GpuSpec {
     /// Whether MFU/MBU were fitted to measurements (false = educated guess).
     #[serde(default)]
     pub calibrated: bool,
+    /// Bandwidth utilisation of KV-cache reads by the decode-attention kernels; absent means
+    /// `mbu` (one efficiency for every byte).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mbu_kv: Option<f64>,
 }
 
 impl GpuSpec {
@@ -110,6 +114,7 @@ impl GpuSpec {
             mfu_fp8: None,
             mbu: SPEC_DEFAULT_MBU,
             calibrated: false,
+            mbu_kv: None,
         })
     }
 
@@ -139,7 +144,11 @@ impl GpuSpec {
             ("mfu_bf16", self.mfu_bf16),
             ("mbu", self.mbu),
         ];
-        let optional = [("fp8_tflops", self.fp8_tflops), ("mfu_fp8", self.mfu_fp8)];
+        let optional = [
+            ("fp8_tflops", self.fp8_tflops),
+            ("mfu_fp8", self.mfu_fp8),
+            ("mbu_kv", self.mbu_kv),
+        ];
         for (name, v) in positive
             .into_iter()
             .chain(optional.into_iter().filter_map(|(n, v)| v.map(|v| (n, v))))
@@ -155,6 +164,7 @@ impl GpuSpec {
             ("mfu_bf16", Some(self.mfu_bf16)),
             ("mfu_fp8", self.mfu_fp8),
             ("mbu", Some(self.mbu)),
+            ("mbu_kv", self.mbu_kv),
         ] {
             if let Some(v) = v {
                 if v > 1.0 {

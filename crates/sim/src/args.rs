@@ -262,6 +262,17 @@ pub struct SimArgs {
     /// Like --reasoning-tokens, as a share (0 to 1) of each chat response's output tokens.
     #[arg(long, value_name = "F")]
     pub reasoning_fraction: Option<f64>,
+
+    /// Imitate this serving engine's scheduling defaults: vllm (V1, with its CUDA-graph batch
+    /// padding), sglang or trtllm (no chunked prefill, whole-sequence admission, 32-token
+    /// blocks). Unset: vLLM V1 scheduling without graph padding. Explicit flags still win.
+    #[arg(long, value_name = "ENGINE")]
+    pub engine: Option<crate::engine_profile::EngineKind>,
+
+    /// Bandwidth utilisation of KV-cache reads by the attention kernels (default: the GPU's
+    /// `mbu_kv`, else --mbu).
+    #[arg(long, value_name = "FRACTION")]
+    pub mbu_kv: Option<f64>,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.

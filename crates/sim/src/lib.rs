@@ -3,7 +3,9 @@
 
 pub mod args;
 pub mod engine;
+pub mod engine_profile;
 mod faults;
+pub mod fidelity;
 mod prometheus;
 pub mod realtime;
 pub mod reasoning;

@@ -102,8 +102,14 @@ fn check_non_negative(name: &str, v: f64) -> Result<(), SimError> {
 impl SimArgs {
     /// Validates the flags and builds the engine configuration, tokenizer and derived figures.
     pub fn resolve(&self) -> Result<ResolvedSim, SimError> {
+        self.resolve_with(Catalog::builtin())
+    }
+
+    /// [`SimArgs::resolve`] against `catalog` instead of the built-in one (`--catalog` still
+    /// merges on top).
+    pub fn resolve_with(&self, catalog: Catalog) -> Result<ResolvedSim, SimError> {
         self.check_ranges()?;
-        let mut catalog = Catalog::builtin();
+        let mut catalog = catalog;
         if let Some(path) = &self.catalog {
             catalog.merge_file(path)?;
         }
@@ -117,13 +123,16 @@ impl SimArgs {
         };
         let dtype = self.dtype;
         let kv_dtype = self.kv_cache_dtype;
-        let deployment = Deployment::builder(gpu, model.clone())
+        let profile = crate::engine_profile::ProfileChoice::new(self);
+        let mfu_fp8 = profile.mfu_fp8(self, &gpu);
+        let builder = Deployment::builder(gpu, model.clone())
             .dtype(dtype)
             .kv_dtype(kv_dtype)
             .tensor_parallel(self.tensor_parallel_size)
             .mfu(self.mfu)
-            .mfu_fp8(self.mfu_fp8)
+            .mfu_fp8(mfu_fp8)
             .mbu(self.mbu)
+            .mbu_kv(profile.mbu_kv(self))
             .softroof_p(self.softroof_p)
             .step_overhead_us(self.step_overhead_us)
             .layer_overhead_us(self.layer_overhead_us)
@@ -131,8 +140,8 @@ impl SimArgs {
             .cpu_floor_us(self.cpu_floor_us)
             .allreduce_latency_us(self.allreduce_latency_us)
             .link_gbps(self.link_gbps)
-            .async_scheduling(self.async_scheduling)
-            .build()?;
+            .async_scheduling(self.async_scheduling);
+        let deployment = builder.clone().build()?;
 
         let derived_len = model.max_position_embeddings;
         let requested_len = match self.max_model_len {
@@ -149,18 +158,15 @@ impl SimArgs {
             Some(MaxModelLen::Tokens(len)) => len,
             Some(MaxModelLen::Auto) | None => derived_len,
         };
-        let chunked = self.chunked_prefill();
+        let chunked = profile.chunked_prefill(self);
+        let block_size = profile.block_size(self);
         let size_for = |max_model_len: u32| -> Result<_, SimError> {
-            let (max_num_batched_tokens, max_num_seqs) = resolve_scheduler_limits(
-                deployment.gpu(),
-                chunked,
-                max_model_len,
-                self.max_num_batched_tokens,
-                self.max_num_seqs,
-            )?;
+            let (budget, seqs) = profile.batch_limits(self, chunked, max_model_len);
+            let (max_num_batched_tokens, max_num_seqs) =
+                resolve_scheduler_limits(deployment.gpu(), chunked, max_model_len, budget, seqs)?;
             let sizing = KvSizing {
                 gpu_memory_utilization: self.gpu_memory_utilization,
-                block_size: self.block_size,
+                block_size,
                 max_num_batched_tokens,
                 max_num_seqs,
                 num_gpu_blocks_override: self.num_gpu_blocks_override,
@@ -182,7 +188,7 @@ impl SimArgs {
         {
             // The engine keeps a block for the last token too (its admission check is one
             // token stricter than the capacity bound), so the fitted length is whole blocks.
-            let whole_blocks = kv.allocatable_blocks() * u64::from(self.block_size);
+            let whole_blocks = kv.allocatable_blocks() * u64::from(block_size);
             max_model_len = u32::try_from(whole_blocks)
                 .unwrap_or(u32::MAX)
                 .min(derived_len);
@@ -207,18 +213,23 @@ impl SimArgs {
         }
         let vocab_size = u32::try_from(tokenizer.vocab_size()).unwrap_or(u32::MAX);
 
+        let deployment = match profile.cuda_graph_sizes(max_num_seqs) {
+            Some(sizes) => builder.cuda_graph_sizes(sizes).build()?,
+            None => deployment,
+        };
+        let full_sequence_must_fit = profile.full_sequence_must_fit(self);
         let engine = EngineConfig {
             deployment: deployment.clone(),
             max_num_seqs,
             max_num_batched_tokens,
             max_model_len,
-            block_size: self.block_size,
+            block_size,
             num_gpu_blocks: kv.num_gpu_blocks,
             enable_prefix_caching: self.prefix_caching(),
             enable_chunked_prefill: chunked,
             long_prefill_token_threshold: self.long_prefill_token_threshold,
             kv_watermark: self.kv_watermark,
-            full_sequence_must_fit: self.full_sequence_must_fit,
+            full_sequence_must_fit,
             seed: self.seed,
             jitter_sigma: self.jitter_sigma,
             hiccup_prob: self.hiccup_prob,
@@ -288,7 +299,7 @@ impl SimArgs {
             "max_num_seqs": max_num_seqs,
             "max_num_batched_tokens": max_num_batched_tokens,
             "max_model_len": max_model_len,
-            "block_size": self.block_size,
+            "block_size": block_size,
             "gpu_memory_utilization": self.gpu_memory_utilization,
             "num_gpu_blocks": kv.num_gpu_blocks,
             "num_gpu_blocks_override": self.num_gpu_blocks_override,
@@ -297,7 +308,7 @@ impl SimArgs {
             "long_prefill_token_threshold": self.long_prefill_token_threshold,
             "async_scheduling": self.async_scheduling,
             "kv_watermark": self.kv_watermark,
-            "full_sequence_must_fit": self.full_sequence_must_fit,
+            "full_sequence_must_fit": full_sequence_must_fit,
             "efficiency": deployment.efficiency(),
             "overheads": deployment.overheads(),
             "seed": self.seed,
@@ -329,6 +340,14 @@ impl SimArgs {
         });
         if let (Some(base), serde_json::Value::Object(more)) = (config_json.as_object_mut(), more) {
             base.extend(more);
+        }
+        // Only an explicit engine profile adds its keys, so a plain configuration reads as before.
+        if let (Some(base), Some(kind)) = (config_json.as_object_mut(), self.engine) {
+            base.insert("engine_profile".into(), kind.as_str().into());
+            base.insert(
+                "cuda_graph_sizes".into(),
+                deployment.cuda_graph_sizes().to_vec().into(),
+            );
         }
         // Only a reasoning configuration adds the key, so a plain one reads as before.
         let reasoning = self.reasoning();

@@ -29,6 +29,7 @@ mod report_cli;
 mod run_cli;
 mod shard_merge;
 mod sim_cli;
+mod sim_fidelity;
 mod sweep_cli;
 mod throughput_cli;
 mod timed_trace;
