@@ -14,6 +14,12 @@ pub enum Backend {
     /// `/v1/chat/completions`.
     #[value(name = "openai-chat")]
     OpenaiChat,
+    /// `/v1/embeddings`: batches of inputs, no generation.
+    #[value(name = "openai-embeddings")]
+    OpenaiEmbeddings,
+    /// `/v1/rerank` (or `/rerank`, as vLLM and TEI serve it): a query against documents.
+    #[value(name = "vllm-rerank")]
+    VllmRerank,
 }
 
 impl Backend {
@@ -22,6 +28,8 @@ impl Backend {
             Backend::Openai => "openai",
             Backend::Vllm => "vllm",
             Backend::OpenaiChat => "openai-chat",
+            Backend::OpenaiEmbeddings => "openai-embeddings",
+            Backend::VllmRerank => "vllm-rerank",
         }
     }
 }
@@ -40,6 +48,10 @@ pub enum DatasetName {
     TimedTrace,
     /// vLLM's BurstGPT dataset: GPT-4 rows' lengths, arrivals from --request-rate.
     Burstgpt,
+    /// vLLM's reranking dataset: one random query, random documents in batches of
+    /// --random-batch-size (needs --backend vllm-rerank).
+    #[value(name = "random-rerank")]
+    RandomRerank,
 }
 
 impl DatasetName {
@@ -54,6 +66,7 @@ impl DatasetName {
             DatasetName::Hf => "hf",
             DatasetName::TimedTrace => "timed_trace",
             DatasetName::Burstgpt => "burstgpt",
+            DatasetName::RandomRerank => "random-rerank",
         }
     }
 }
@@ -475,6 +488,12 @@ pub struct RunArgs {
         help_heading = "Multi-turn"
     )]
     pub think_time_ms: u64,
+
+    // ---- pooling (embeddings and rerank) ----
+    /// Inputs per request of an embeddings or rerank run (vLLM's flag): --num-prompts
+    /// inputs go out in requests of this many (rerank: documents per request, plus the query).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Dataset")]
+    pub random_batch_size: u64,
 }
 
 /// `vllm bench serve` flags that servebench does not support yet: refused with a message,
@@ -499,7 +518,6 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--skip-tokenizer-init", "running without a tokenizer"),
     ("--chat-template-kwargs", "client-side chat templates"),
     ("--no-stream", "non-streaming requests"),
-    ("--random-batch-size", "batched random prompts"),
     ("--spec-bench-output-len", "the spec-bench dataset"),
 ];
 

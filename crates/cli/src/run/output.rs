@@ -297,7 +297,7 @@ pub fn write_results(
             pcts.push(*p);
         }
     }
-    let summary: RunSummary = summarize(
+    let mut summary: RunSummary = summarize(
         records,
         &SummaryOptions {
             duration_ns: Some(duration_ns),
@@ -306,6 +306,10 @@ pub fn write_results(
             ..SummaryOptions::default()
         },
     );
+    let pooling = servebench_report::vllm_pooling::is_pooling_backend(args.backend.as_str());
+    if pooling {
+        super::pooling::clear_generation_metrics(&mut summary);
+    }
     let info = VllmRunInfo {
         date: f.names.date.clone(),
         backend: args.backend.as_str().to_owned(),
@@ -346,8 +350,12 @@ pub fn write_results(
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
-        let block =
-            servebench_report::terminal::vllm_block(&vllm, &f.percentiles, !f.goodput.is_empty());
+        let block = if pooling {
+            let failed = records.iter().filter(|r| !r.is_success()).count();
+            servebench_report::vllm_pooling::pooling_block(&vllm, failed, &f.percentiles)
+        } else {
+            servebench_report::terminal::vllm_block(&vllm, &f.percentiles, !f.goodput.is_empty())
+        };
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
         let turns = servebench_report::render::turn_block(&by_turn);

@@ -267,6 +267,9 @@ pub fn simulate_checked(
         .enumerate()
         .map(|(i, (t, r))| {
             let mut rec = record(t, r, chat);
+            if plan.pooling.is_some() {
+                super::pooling::virtual_record(&mut rec);
+            }
             if chat {
                 split_output(&mut rec, t, sim.reasoning);
             }

@@ -9,6 +9,7 @@
 mod body;
 mod connections;
 mod error;
+mod pooling;
 mod request;
 mod response;
 mod signal;
@@ -83,6 +84,8 @@ struct Shared {
     output_law: (u64, f64, f64),
     /// Unix seconds at start: the `created` of models and responses.
     created: u64,
+    /// The model's hidden size: the length of an embedding vector.
+    hidden_size: usize,
 }
 
 fn unix_now() -> u64 {
@@ -147,6 +150,7 @@ impl AppState {
                 created: unix_now(),
                 reasoning: sim.reasoning,
                 output_law: (e.seed, e.eos_len_median, e.eos_len_sigma),
+                hidden_size: e.deployment.model().hidden_size as usize,
             }),
         }
     }
@@ -227,6 +231,7 @@ pub fn router(state: AppState) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
         .route("/sim/config", get(sim_config))
+        .merge(pooling::routes())
         .with_state(state)
 }
 
