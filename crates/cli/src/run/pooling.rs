@@ -208,11 +208,30 @@ pub fn virtual_record(rec: &mut RequestRecord) {
 }
 
 /// Clear the generation metrics of a pooling run's summary: there is no first token, no
-/// token gap and no output; the time to the answer is E2EL.
+/// token gap and no output; the time to the answer is E2EL (and its queue-inclusive form).
 pub fn clear_generation_metrics(s: &mut servebench_metrics::RunSummary) {
     s.ttft = Default::default();
     s.tpot = Default::default();
     s.itl = Default::default();
+    s.user_ttft = Default::default();
+    s.output_sources.clear();
+    s.warnings = s
+        .warnings
+        .iter()
+        .filter(|w| !w.starts_with("output token counts"))
+        .filter_map(|w| only_e2el_percentiles(w))
+        .collect();
+}
+
+/// A warning about unstable percentiles keeps only its E2EL entries (the others were
+/// cleared); other warnings pass unchanged.
+fn only_e2el_percentiles(w: &str) -> Option<String> {
+    const HEAD: &str = "percentiles backed by too few samples to be stable: ";
+    let Some(list) = w.strip_prefix(HEAD) else {
+        return Some(w.to_owned());
+    };
+    let kept: Vec<&str> = list.split(", ").filter(|e| e.starts_with("e2el ")).collect();
+    (!kept.is_empty()).then(|| format!("{HEAD}{}", kept.join(", ")))
 }
 
 #[cfg(test)]

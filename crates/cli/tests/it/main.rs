@@ -19,6 +19,7 @@ mod latency_cli;
 mod matrix_cli;
 mod multi_turn;
 mod overload_honesty;
+mod pooling;
 mod predict_plan;
 mod prefix_hit;
 mod readme_examples;
