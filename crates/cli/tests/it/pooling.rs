@@ -218,3 +218,108 @@ fn a_pooling_backend_on_a_generation_endpoint_is_refused() {
         text(&out)
     );
 }
+
+/// A second llama-server on the real-engine tests' GGUF, serving `/v1/embeddings`
+/// (`--embeddings`, mean pooling: the model is generative and has no pooling of its own).
+/// Killed on drop.
+struct EmbeddingServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for EmbeddingServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The embedding server, or `None` (after a notice) when `scripts/real-engine.sh env` has not
+/// named the engine's binary and model.
+fn embedding_server() -> Option<EmbeddingServer> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let (Some(bin), Some(model)) = (var("REAL_ENGINE_BIN"), var("REAL_ENGINE_MODEL_PATH")) else {
+        let required = std::env::var("SERVEBENCH_REQUIRE_REAL_ENGINE").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "SERVEBENCH_REQUIRE_REAL_ENGINE=1 but REAL_ENGINE_BIN/REAL_ENGINE_MODEL_PATH are unset"
+        );
+        eprintln!("embeddings against llama-server: skipped, REAL_ENGINE_BIN is unset (see scripts/real-engine.sh)");
+        return None;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = std::process::Command::new(bin)
+        .args(["-m", &model, "--alias", "embedder", "--host", "127.0.0.1"])
+        .args(["--port", &port.to_string(), "--embeddings", "--pooling", "mean"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start llama-server --embeddings");
+    let server = EmbeddingServer {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    // The model is small and on local disk: start-up takes seconds; 120 s is CI's bound.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+            let mut head = String::new();
+            let _ = s.read_to_string(&mut head);
+            if head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200") {
+                return Some(server);
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "llama-server --embeddings not healthy after 120 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn embeddings_against_llama_server_write_vllms_pooling_keys() {
+    let _lock = common::exclusive();
+    let Some(server) = embedding_server() else {
+        return;
+    };
+    let dir = tempdir("embed-llama");
+    let mut args = vec![
+        "--base-url",
+        &server.url,
+        "--model",
+        "embedder",
+        "--backend",
+        "openai-embeddings",
+        "--num-prompts",
+        "8",
+        "--random-batch-size",
+        "4",
+        "--random-input-len",
+        "32",
+        "--metric-percentiles",
+        "99",
+    ];
+    let tokenizer = std::env::var("REAL_ENGINE_TOKENIZER").unwrap_or_default();
+    if !tokenizer.is_empty() {
+        args.extend(["--tokenizer", tokenizer.as_str()]);
+    }
+    let out = run_in(&dir, &args);
+    let v = vllm(&dir, &out);
+    assert_vllm_keys(&v);
+    assert_eq!(v["completed"], 2, "{v}");
+    // llama-server counts what it tokenized (a BOS per input, maybe), never less.
+    let total = v["total_input_tokens"].as_u64().expect("input tokens");
+    assert!((8 * 32..=8 * 34).contains(&total), "{v}");
+    for r in records(&dir) {
+        assert!(r["failure"].is_null(), "{r}");
+        assert_eq!(r["input_source"], "usage", "{r}");
+    }
+    drop(server);
+    std::fs::remove_dir_all(dir).ok();
+}
