@@ -35,6 +35,8 @@ pub struct Prepared {
     pub max_tokens: Option<u64>,
     /// This request's own answer check (the dataset's `expected`), beside the run's.
     pub expected: Option<Expected>,
+    /// The LoRA adapter named as this request's `model`, kept in its record.
+    pub lora: Option<String>,
 }
 
 impl Prepared {
@@ -107,6 +109,7 @@ impl BackendClient {
             input_tokens,
             max_tokens,
             expected: None,
+            lora: None,
         }
     }
 
@@ -391,6 +394,7 @@ impl BackendClient {
             session_id: None,
             turn: None,
             stamp_clock: None,
+            lora: p.lora.clone(),
         }
     }
 }

@@ -167,6 +167,7 @@ pub(crate) async fn execute(
         session_id: None,
         turn: None,
         stamp_clock: None,
+        lora: p.lora.clone(),
     }
 }
 

@@ -28,6 +28,7 @@ pub mod turns;
 pub mod units;
 pub mod validity;
 pub mod vllm;
+pub mod lora;
 
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use reasoning::ReasoningSummary;
@@ -41,6 +42,7 @@ pub use summary::{
     summarize, AnswerCheckSummary, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric,
     SummaryOptions, TimeSeries,
 };
+pub use lora::{by_lora, LoraStats};
 pub use turns::{by_turn, TurnStats};
 pub use validity::{
     judge, load_verdict, run_facts, FactsOptions, LoadVerdict, Needed, Reason, RunFacts,

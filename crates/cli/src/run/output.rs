@@ -347,6 +347,7 @@ pub fn write_results(
     let validity = run_validity(f, records, &summary, &health);
     let prefix_hit = super::prefix_hit::check(args, records, telemetry);
     let by_turn = servebench_metrics::by_turn(records);
+    let by_lora = servebench_metrics::by_lora(records, duration_ns);
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
@@ -358,7 +359,8 @@ pub fn write_results(
         };
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
-        let turns = servebench_report::render::turn_block(&by_turn);
+        let turns = servebench_report::render::turn_block(&by_turn)
+            + &servebench_report::render::lora_block(&by_lora);
         let _ = write!(stdout, "{block}{extras}{turns}{verdict}");
         if let Some(p) = &prefix_hit {
             let _ = writeln!(stdout, "Prefix hit rate: {}", p.describe());
@@ -432,6 +434,7 @@ pub fn write_results(
         interrupted_reason: super::interruption().map(|i| i.reason),
         prefix_hit,
         by_turn,
+        by_lora,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)

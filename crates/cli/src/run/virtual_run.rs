@@ -480,6 +480,7 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         session_id: None,
         turn: None,
         stamp_clock: None,
+        lora: None,
     }
 }
 

@@ -13,6 +13,7 @@ pub mod markdown;
 mod mdhtml;
 pub mod svg;
 pub mod tables;
+pub mod lora;
 pub mod text;
 pub mod turns;
 
@@ -22,4 +23,5 @@ pub use html::render_html;
 pub use markdown::render_markdown;
 pub use mdhtml::markdown_to_html;
 pub use text::render_terminal;
+pub use lora::lora_block;
 pub use turns::{turn_block, turn_table};
