@@ -494,6 +494,24 @@ pub struct RunArgs {
     /// inputs go out in requests of this many (rerank: documents per request, plus the query).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Dataset")]
     pub random_batch_size: u64,
+
+    // ---- LoRA adapters ----
+    /// LoRA adapters the server was started with (vLLM's flag): each request names one as its
+    /// `model`. NAME:WEIGHT gives an adapter that share of the requests (default weight 1).
+    #[arg(long, value_name = "NAME[:WEIGHT]", num_args = 1.., help_heading = "LoRA")]
+    pub lora_modules: Vec<String>,
+    /// How requests are spread over --lora-modules: random (vLLM's way, weighted, from
+    /// --seed) or round-robin (in proportion to the weights, interleaved) [default: random].
+    #[arg(long, value_enum, help_heading = "LoRA")]
+    pub lora_assignment: Option<LoraAssignment>,
+}
+
+/// `--lora-assignment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoraAssignment {
+    Random,
+    #[value(name = "round-robin")]
+    RoundRobin,
 }
 
 /// `vllm bench serve` flags that servebench does not support yet: refused with a message,
@@ -502,8 +520,6 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--profile", "torch profiling of the server"),
     ("--logprobs", "logprobs in requests"),
     ("--use-beam-search", "beam search"),
-    ("--lora-modules", "LoRA module selection"),
-    ("--lora-assignment", "LoRA module selection"),
     (
         "--tokenizer-mode",
         "tokenizer modes other than HuggingFace tokenizer.json",

@@ -4,6 +4,7 @@ pub mod args;
 pub mod dataset;
 pub mod executor;
 pub mod http_run;
+pub mod lora;
 pub mod options;
 pub mod output;
 pub mod output_check;

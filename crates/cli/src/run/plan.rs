@@ -260,6 +260,8 @@ pub struct RunPlan {
     pub multi_turn: Option<MultiTurn>,
     /// Embeddings or rerank: inputs batched per request, no generation.
     pub pooling: Option<super::pooling::PoolingPlan>,
+    /// `--lora-modules`: the adapters requests name, and how they are spread.
+    pub lora: Option<super::lora::LoraPlan>,
 }
 
 /// How conversations are replayed (`--multi-turn`).
@@ -319,6 +321,7 @@ impl RunPlan {
         let scale_out = ScaleOut::from_args(a, &target, &traffic)?;
         let multi_turn = multi_turn(a, &dataset, &endpoint, &traffic)?;
         let pooling = super::pooling::plan(a, &endpoint, &dataset)?;
+        let lora = super::lora::plan(a)?;
         Ok(RunPlan {
             target,
             endpoint,
@@ -372,6 +375,7 @@ impl RunPlan {
             scale_out,
             multi_turn,
             pooling,
+            lora,
         })
     }
 
@@ -566,6 +570,8 @@ impl RunPlan {
             multi_turn: self.multi_turn.is_some(),
             think_time_ms: self.multi_turn.map_or(0, |m| m.think_time_ms),
             random_batch_size: self.pooling.as_ref().map_or(1, |p| p.batch_size),
+            lora_modules: self.lora.as_ref().map(|l| l.flags()).unwrap_or_default(),
+            lora_assignment: self.lora.as_ref().map(|l| l.assignment),
         }
     }
 }

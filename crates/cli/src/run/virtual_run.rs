@@ -260,6 +260,10 @@ pub fn simulate_checked(
         _ => warmed_up(sim, workload, num_warmups, cold, keep_output)?,
     };
     let answers = keep_output.then(|| SimulatedAnswers::new(sim));
+    let lora = plan.lora.as_ref().map(|l| {
+        let n = requests.iter().map(|r| r.id + 1).max().unwrap_or(0) as usize;
+        (l, l.assign(n, plan.seed))
+    });
     let records: Vec<RequestRecord> = run
         .traces
         .iter()
@@ -269,6 +273,9 @@ pub fn simulate_checked(
             let mut rec = record(t, r, chat);
             if plan.pooling.is_some() {
                 super::pooling::virtual_record(&mut rec);
+            }
+            if let Some((l, assigned)) = &lora {
+                rec.lora = l.name_of(assigned, rec.id).map(str::to_owned);
             }
             if chat {
                 split_output(&mut rec, t, sim.reasoning);
