@@ -4,6 +4,7 @@
 pub mod args;
 pub mod engine;
 mod faults;
+mod lora_args;
 mod prometheus;
 pub mod realtime;
 pub mod reasoning;

@@ -162,6 +162,41 @@ pub fn apply(lora: &LoraPlan, seed: u64, prepared: Vec<Prepared>) -> Result<Vec<
         .collect()
 }
 
+/// Each request's adapter as the simulator's engine numbers it (its `--lora-modules`, from
+/// 1), for a virtual-time run; an adapter the simulator does not serve is refused before the
+/// run, as its server answers 404.
+pub fn engine_ids(
+    sim: &servebench_sim::ResolvedSim,
+    lora: Option<&(&LoraPlan, Vec<usize>)>,
+    requests: &[servebench_workload::RequestSpec],
+) -> Result<Vec<Option<u32>>> {
+    let Some((plan, assigned)) = lora else {
+        return Ok(vec![None; requests.len()]);
+    };
+    for m in &plan.modules {
+        if !sim.lora_modules.contains(&m.name) {
+            bail!(
+                "the simulator serves no LoRA adapter named {}: add --lora-modules {} to --sim (it serves: {})",
+                m.name,
+                m.name,
+                if sim.lora_modules.is_empty() {
+                    "none".to_owned()
+                } else {
+                    sim.lora_modules.join(", ")
+                }
+            );
+        }
+    }
+    Ok(requests
+        .iter()
+        .map(|r| {
+            let name = plan.name_of(assigned, r.id)?;
+            let i = sim.lora_modules.iter().position(|n| n == name)?;
+            u32::try_from(i + 1).ok()
+        })
+        .collect())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

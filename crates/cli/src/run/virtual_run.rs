@@ -224,6 +224,11 @@ pub fn simulate_checked(
     let max_concurrency = plan.traffic.max_concurrency;
     let num_warmups = plan.traffic.num_warmups;
     let cold = plan.random.prefix_mode == servebench_workload::PrefixMode::PerRequest;
+    let lora = plan.lora.as_ref().map(|l| {
+        let n = requests.iter().map(|r| r.id + 1).max().unwrap_or(0) as usize;
+        (l, l.assign(n, plan.seed))
+    });
+    let engine_lora = super::lora::engine_ids(sim, lora.as_ref(), requests)?;
     let ids = match blocks {
         Some(b) => trace_prompt_ids(sim, requests, b, plan.seed),
         None => prompt_ids(sim, requests, plan.seed),
@@ -232,9 +237,11 @@ pub fn simulate_checked(
         .iter()
         .zip(ids)
         .zip(schedule.iter().copied())
-        .map(|((r, prompt), intended_ns)| VirtualArrival {
+        .zip(engine_lora)
+        .map(|(((r, prompt), intended_ns), lora)| VirtualArrival {
             intended_ns,
             request: NewRequest {
+                lora,
                 id: r.id,
                 prompt,
                 // vLLM's completions default when the dataset leaves the length open.
@@ -260,10 +267,6 @@ pub fn simulate_checked(
         _ => warmed_up(sim, workload, num_warmups, cold, keep_output)?,
     };
     let answers = keep_output.then(|| SimulatedAnswers::new(sim));
-    let lora = plan.lora.as_ref().map(|l| {
-        let n = requests.iter().map(|r| r.id + 1).max().unwrap_or(0) as usize;
-        (l, l.assign(n, plan.seed))
-    });
     let records: Vec<RequestRecord> = run
         .traces
         .iter()

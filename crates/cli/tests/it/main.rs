@@ -16,6 +16,7 @@ mod help_text;
 mod k8s_job;
 mod kill_nine;
 mod latency_cli;
+mod lora;
 mod matrix_cli;
 mod multi_turn;
 mod overload_honesty;

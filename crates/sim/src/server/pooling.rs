@@ -76,7 +76,8 @@ async fn embed(
             _ => Vec::new(),
         },
     };
-    let lens = prefill_all(&app, prompts, req.truncate_prompt_tokens, received).await?;
+    let lora = app.lora_of(Some(&req.model));
+    let lens = prefill_all(&app, prompts, req.truncate_prompt_tokens, received, lora).await?;
     let hidden = app.inner.hidden_size;
     let data = lens
         .iter()
@@ -122,7 +123,8 @@ async fn score(
             ids
         })
         .collect();
-    let lens = prefill_all(&app, prompts, req.truncate_prompt_tokens, received).await?;
+    let lora = app.lora_of(Some(&req.model));
+    let lens = prefill_all(&app, prompts, req.truncate_prompt_tokens, received, lora).await?;
     let mut results: Vec<RerankResult> = req
         .documents
         .iter()
@@ -158,6 +160,7 @@ async fn prefill_all(
     prompts: Vec<Vec<u32>>,
     truncate: Option<i64>,
     received: Instant,
+    lora: Option<u32>,
 ) -> Result<Vec<u32>, ApiError> {
     if prompts.is_empty() {
         return Err(ApiError::bad_request("The input is empty.", Some("input")));
@@ -189,6 +192,7 @@ async fn prefill_all(
             prompt.push(0);
         }
         let new = NewRequest {
+            lora,
             id: 0,
             prompt,
             max_tokens: 1,
