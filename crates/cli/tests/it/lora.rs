@@ -160,3 +160,34 @@ fn an_adapter_the_simulator_does_not_serve_is_refused() {
     assert!(err.contains("404") && err.contains("does not exist"), "{}", text(&out));
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// The README's virtual-time LoRA example runs as written (fewer prompts) and reports by
+/// adapter.
+#[test]
+fn readme_lora_example_runs_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("servebench run --virtual-time --sim \"llama-3.1-8b --lora-modules"))
+        .expect("the README's LoRA example");
+    // The one quoted argument is the --sim spec.
+    let (head, rest) = line.split_once('"').expect("a quoted --sim");
+    let (sim, tail) = rest.split_once('"').expect("a closed quote");
+    let mut args: Vec<&str> = head.split_whitespace().skip(1).collect();
+    args.push(sim);
+    args.extend(tail.split_whitespace());
+    if let Some(i) = args.iter().position(|w| *w == "--num-prompts") {
+        args[i + 1] = "20";
+    }
+    let dir = tempdir("readme");
+    let out = bin()
+        .current_dir(&dir)
+        .args(&args)
+        .arg("--disable-tqdm")
+        .output()
+        .expect("spawn servebench");
+    assert!(out.status.success(), "{args:?}\n{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("By LoRA adapter"));
+    std::fs::remove_dir_all(dir).ok();
+}
