@@ -113,7 +113,11 @@ impl BackendClient {
         }
     }
 
-    pub(crate) fn build_request(&self, id: u64, body: Bytes) -> Result<Request<Full<Bytes>>, http::Error> {
+    pub(crate) fn build_request(
+        &self,
+        id: u64,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
         // The request id lets server logs be joined with the records (vLLM sends one too).
         let mut b = Request::builder()
             .method(Method::POST)

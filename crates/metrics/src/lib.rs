@@ -17,6 +17,7 @@
 
 mod derived;
 mod io;
+pub mod lora;
 mod reasoning;
 mod record;
 pub mod repeat;
@@ -28,9 +29,9 @@ pub mod turns;
 pub mod units;
 pub mod validity;
 pub mod vllm;
-pub mod lora;
 
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
+pub use lora::{by_lora, LoraStats};
 pub use reasoning::ReasoningSummary;
 pub use record::{
     CountSource, Failure, FailureKind, OutputSplit, RequestRecord, StampClock, TokenEvent,
@@ -42,7 +43,6 @@ pub use summary::{
     summarize, AnswerCheckSummary, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric,
     SummaryOptions, TimeSeries,
 };
-pub use lora::{by_lora, LoraStats};
 pub use turns::{by_turn, TurnStats};
 pub use validity::{
     judge, load_verdict, run_facts, FactsOptions, LoadVerdict, Needed, Reason, RunFacts,

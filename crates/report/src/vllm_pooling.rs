@@ -243,16 +243,33 @@ mod tests {
 
     #[test]
     fn pooling_keys_are_vllms() {
-        let recs = [record(0, 10_000_000, 12_000_000, 7), record(1, 30_000_000, 31_000_000, 5)];
+        let recs = [
+            record(0, 10_000_000, 12_000_000, 7),
+            record(1, 30_000_000, 31_000_000, 5),
+        ];
         let o = crate::vllm_result(&info(), &recs);
         let keys: Vec<&str> = o.keys().collect();
         assert_eq!(
             keys,
             [
-                "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id",
-                "num_prompts", "request_rate", "burstiness", "max_concurrency", "duration",
-                "completed", "total_input_tokens", "request_throughput",
-                "total_token_throughput", "mean_e2el_ms", "median_e2el_ms", "std_e2el_ms",
+                "date",
+                "endpoint_type",
+                "backend",
+                "label",
+                "model_id",
+                "tokenizer_id",
+                "num_prompts",
+                "request_rate",
+                "burstiness",
+                "max_concurrency",
+                "duration",
+                "completed",
+                "total_input_tokens",
+                "request_throughput",
+                "total_token_throughput",
+                "mean_e2el_ms",
+                "median_e2el_ms",
+                "std_e2el_ms",
                 "p99_e2el_ms",
             ]
         );
@@ -261,7 +278,13 @@ mod tests {
         // vLLM's pooling latency is the response head: 10 and 30 ms.
         assert_eq!(num(&o, "mean_e2el_ms"), 20.0);
         let block = pooling_block(&o, 1, &[99.0]);
-        assert!(block.contains("Failed requests:                         1"), "{block}");
-        assert!(!block.contains("TTFT") && !block.contains("generated"), "{block}");
+        assert!(
+            block.contains("Failed requests:                         1"),
+            "{block}"
+        );
+        assert!(
+            !block.contains("TTFT") && !block.contains("generated"),
+            "{block}"
+        );
     }
 }

@@ -9,14 +9,19 @@ use crate::SimError;
 pub(crate) fn adapter_names(specs: &[String]) -> Result<Vec<String>, SimError> {
     let mut names: Vec<String> = Vec::new();
     for spec in specs {
-        let name = spec.split_once('=').map_or(spec.as_str(), |(n, _)| n).trim();
+        let name = spec
+            .split_once('=')
+            .map_or(spec.as_str(), |(n, _)| n)
+            .trim();
         if name.is_empty() {
             return Err(SimError::Config(format!(
                 "--lora-modules {spec}: the adapter name is empty"
             )));
         }
         if names.iter().any(|n| n == name) {
-            return Err(SimError::Config(format!("--lora-modules names {name} twice")));
+            return Err(SimError::Config(format!(
+                "--lora-modules names {name} twice"
+            )));
         }
         names.push(name.to_owned());
     }

@@ -101,7 +101,9 @@ pub fn plan(a: &RunArgs) -> Result<Option<LoraPlan>> {
         return Ok(None);
     }
     if a.multi_turn {
-        bail!("--lora-modules cannot be combined with --multi-turn: a conversation keeps one model");
+        bail!(
+            "--lora-modules cannot be combined with --multi-turn: a conversation keeps one model"
+        );
     }
     if a.dataset_name == super::args::DatasetName::TimedTrace {
         bail!("--lora-modules cannot be combined with --dataset-name timed_trace (its prompts are built while the run goes)");
@@ -209,11 +211,22 @@ mod tests {
     #[test]
     fn names_and_weights_are_read_and_checked() {
         let p = plan_of(&["--lora-modules", "a", "b:3"]).unwrap().unwrap();
-        assert_eq!(p.modules[0], LoraModule { name: "a".into(), weight: 1.0 });
+        assert_eq!(
+            p.modules[0],
+            LoraModule {
+                name: "a".into(),
+                weight: 1.0
+            }
+        );
         assert_eq!(p.modules[1].weight, 3.0);
         assert_eq!(p.assignment, LoraAssignment::Random);
         assert_eq!(p.flags(), vec!["a", "b:3"]);
-        for bad in [&["--lora-modules", "a:x"][..], &["--lora-modules", "a:0"], &["--lora-modules", "a", "a"], &["--lora-assignment", "random"]] {
+        for bad in [
+            &["--lora-modules", "a:x"][..],
+            &["--lora-modules", "a:0"],
+            &["--lora-modules", "a", "a"],
+            &["--lora-assignment", "random"],
+        ] {
             assert!(plan_of(bad).is_err(), "{bad:?}");
         }
         assert!(plan_of(&[]).unwrap().is_none());
@@ -221,13 +234,25 @@ mod tests {
 
     #[test]
     fn round_robin_interleaves_in_proportion() {
-        let p = plan_of(&["--lora-modules", "a", "b", "--lora-assignment", "round-robin"])
-            .unwrap()
-            .unwrap();
+        let p = plan_of(&[
+            "--lora-modules",
+            "a",
+            "b",
+            "--lora-assignment",
+            "round-robin",
+        ])
+        .unwrap()
+        .unwrap();
         assert_eq!(p.assign(6, 0), vec![0, 1, 0, 1, 0, 1]);
-        let w = plan_of(&["--lora-modules", "a:2", "b", "--lora-assignment", "round-robin"])
-            .unwrap()
-            .unwrap();
+        let w = plan_of(&[
+            "--lora-modules",
+            "a:2",
+            "b",
+            "--lora-assignment",
+            "round-robin",
+        ])
+        .unwrap()
+        .unwrap();
         let got = w.assign(9, 0);
         assert_eq!(got.iter().filter(|&&i| i == 0).count(), 6);
         assert_eq!(&got[..3], &[0, 1, 0]);

@@ -43,7 +43,11 @@ pub fn default_percentile_metrics(backend: Backend) -> Option<&'static str> {
 
 /// The pooling part of a plan, or `None` for a generation run; refuses pooling flags out of
 /// place.
-pub fn plan(a: &RunArgs, endpoint: &Endpoint, dataset: &DatasetChoice) -> Result<Option<PoolingPlan>> {
+pub fn plan(
+    a: &RunArgs,
+    endpoint: &Endpoint,
+    dataset: &DatasetChoice,
+) -> Result<Option<PoolingPlan>> {
     let rerank = endpoint.flavor == ApiFlavor::VllmRerank;
     let pooling = rerank || endpoint.flavor == ApiFlavor::OpenaiEmbeddings;
     let random_rerank = a.dataset_name == DatasetName::RandomRerank;
@@ -81,7 +85,12 @@ pub fn plan(a: &RunArgs, endpoint: &Endpoint, dataset: &DatasetChoice) -> Result
 
 /// `Some(message)` when `--backend` and `--endpoint` disagree about pooling (the endpoint is
 /// unused in virtual time).
-pub fn check_endpoint(flavor: ApiFlavor, api: ApiKind, path: &str, virtual_time: bool) -> Option<String> {
+pub fn check_endpoint(
+    flavor: ApiFlavor,
+    api: ApiKind,
+    path: &str,
+    virtual_time: bool,
+) -> Option<String> {
     if virtual_time {
         return None;
     }
@@ -137,7 +146,14 @@ fn pooled(i: usize, texts: &[&str], prompt_tokens: u64) -> RequestSpec {
     }
 }
 
-fn random(plan: &RunPlan, n: usize, len: u64, seed: u64, tok: &Tokenizer, lengths_only: bool) -> Result<Vec<RequestSpec>> {
+fn random(
+    plan: &RunPlan,
+    n: usize,
+    len: u64,
+    seed: u64,
+    tok: &Tokenizer,
+    lengths_only: bool,
+) -> Result<Vec<RequestSpec>> {
     let cfg = RandomConfig {
         num_prompts: n,
         input_len: len.max(1),
@@ -230,7 +246,10 @@ fn only_e2el_percentiles(w: &str) -> Option<String> {
     let Some(list) = w.strip_prefix(HEAD) else {
         return Some(w.to_owned());
     };
-    let kept: Vec<&str> = list.split(", ").filter(|e| e.starts_with("e2el ")).collect();
+    let kept: Vec<&str> = list
+        .split(", ")
+        .filter(|e| e.starts_with("e2el "))
+        .collect();
     (!kept.is_empty()).then(|| format!("{HEAD}{}", kept.join(", ")))
 }
 
@@ -249,8 +268,14 @@ mod tests {
     #[test]
     fn embeddings_batch_the_inputs() {
         let p = plan_of(&[
-            "--backend", "openai-embeddings", "--num-prompts", "10", "--random-batch-size", "4",
-            "--random-input-len", "32",
+            "--backend",
+            "openai-embeddings",
+            "--num-prompts",
+            "10",
+            "--random-batch-size",
+            "4",
+            "--random-input-len",
+            "32",
         ])
         .unwrap();
         let pool = p.pooling.unwrap();
@@ -268,8 +293,16 @@ mod tests {
     #[test]
     fn rerank_forms_query_and_documents_as_vllm() {
         let p = plan_of(&[
-            "--backend", "vllm-rerank", "--dataset-name", "random-rerank", "--num-prompts", "6",
-            "--random-batch-size", "3", "--random-input-len", "64",
+            "--backend",
+            "vllm-rerank",
+            "--dataset-name",
+            "random-rerank",
+            "--num-prompts",
+            "6",
+            "--random-batch-size",
+            "3",
+            "--random-input-len",
+            "64",
         ])
         .unwrap();
         let pool = p.pooling.unwrap();
@@ -287,16 +320,26 @@ mod tests {
 
     #[test]
     fn pooling_flags_out_of_place_are_refused() {
-        let e = plan_of(&["--random-batch-size", "4"]).unwrap_err().to_string();
+        let e = plan_of(&["--random-batch-size", "4"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("--random-batch-size"), "{e}");
-        let e = plan_of(&["--backend", "vllm-rerank"]).unwrap_err().to_string();
+        let e = plan_of(&["--backend", "vllm-rerank"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("random-rerank"), "{e}");
-        let e = plan_of(&["--dataset-name", "random-rerank"]).unwrap_err().to_string();
+        let e = plan_of(&["--dataset-name", "random-rerank"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("vllm-rerank"), "{e}");
         let e = RunPlan::from_args(
             &RunArgs::from_flags(&[
-                "--base-url", "http://127.0.0.1:1", "--backend", "openai-embeddings",
-                "--endpoint", "/v1/completions",
+                "--base-url",
+                "http://127.0.0.1:1",
+                "--backend",
+                "openai-embeddings",
+                "--endpoint",
+                "/v1/completions",
             ])
             .unwrap(),
         )
@@ -304,8 +347,13 @@ mod tests {
         .to_string();
         assert!(e.contains("embeddings endpoint"), "{e}");
         let e = RunPlan::from_args(
-            &RunArgs::from_flags(&["--base-url", "http://127.0.0.1:1", "--endpoint", "/v1/embeddings"])
-                .unwrap(),
+            &RunArgs::from_flags(&[
+                "--base-url",
+                "http://127.0.0.1:1",
+                "--endpoint",
+                "/v1/embeddings",
+            ])
+            .unwrap(),
         )
         .unwrap_err()
         .to_string();
@@ -315,7 +363,12 @@ mod tests {
     #[test]
     fn plan_round_trips_through_flags() {
         let p = plan_of(&[
-            "--backend", "vllm-rerank", "--dataset-name", "random-rerank", "--random-batch-size", "5",
+            "--backend",
+            "vllm-rerank",
+            "--dataset-name",
+            "random-rerank",
+            "--random-batch-size",
+            "5",
         ])
         .unwrap();
         let back = RunPlan::from_args(&p.to_args()).unwrap();

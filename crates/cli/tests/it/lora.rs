@@ -88,13 +88,20 @@ fn one_lora_slot_for_two_alternating_adapters_costs_throughput() {
     let two = alternating(2);
     for v in [&one, &two] {
         let by = v["by_lora"].as_array().expect("by_lora");
-        let names: Vec<&str> = by.iter().map(|a| a["adapter"].as_str().unwrap_or("")).collect();
+        let names: Vec<&str> = by
+            .iter()
+            .map(|a| a["adapter"].as_str().unwrap_or(""))
+            .collect();
         assert_eq!(names, ["a", "b"]);
         for a in by {
             assert_eq!(a["completed"], 100, "{a}");
         }
     }
-    let tput = |v: &Value| v["summary"]["output_throughput"].as_f64().expect("throughput");
+    let tput = |v: &Value| {
+        v["summary"]["output_throughput"]
+            .as_f64()
+            .expect("throughput")
+    };
     // With one slot a step holds one adapter's requests only: the second adapter's requests
     // wait until the first one's have left, so the batches are half as large (prefill of the
     // 200 prompts dominates this run; measured 17 % less output throughput).
@@ -142,7 +149,13 @@ fn an_adapter_the_simulator_does_not_serve_is_refused() {
     // Virtual time: refused before the run.
     let out = run_in(
         &dir,
-        &["--virtual-time", "--lora-modules", "nope", "--num-prompts", "4"],
+        &[
+            "--virtual-time",
+            "--lora-modules",
+            "nope",
+            "--num-prompts",
+            "4",
+        ],
     );
     assert!(!out.status.success());
     assert!(
@@ -153,11 +166,22 @@ fn an_adapter_the_simulator_does_not_serve_is_refused() {
     // Over HTTP the server answers 404, as vLLM does (the ready check reports it).
     let out = run_in(
         &dir,
-        &["--lora-modules", "nope", "--num-prompts", "4", "--random-output-len", "4"],
+        &[
+            "--lora-modules",
+            "nope",
+            "--num-prompts",
+            "4",
+            "--random-output-len",
+            "4",
+        ],
     );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("404") && err.contains("does not exist"), "{}", text(&out));
+    assert!(
+        err.contains("404") && err.contains("does not exist"),
+        "{}",
+        text(&out)
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -169,7 +193,9 @@ fn readme_lora_example_runs_as_written() {
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
     let line = readme
         .lines()
-        .find(|l| l.starts_with("servebench run --virtual-time --sim \"llama-3.1-8b --lora-modules"))
+        .find(|l| {
+            l.starts_with("servebench run --virtual-time --sim \"llama-3.1-8b --lora-modules")
+        })
         .expect("the README's LoRA example");
     // The one quoted argument is the --sim spec.
     let (head, rest) = line.split_once('"').expect("a quoted --sim");

@@ -42,7 +42,12 @@ fn tempdir(name: &str) -> PathBuf {
 fn run_in(dir: &Path, args: &[&str]) -> Output {
     bin()
         .current_dir(dir)
-        .args(["run", "--disable-tqdm", "--save-result", "--result-filename"])
+        .args([
+            "run",
+            "--disable-tqdm",
+            "--save-result",
+            "--result-filename",
+        ])
         .arg(dir.join("vllm.json"))
         .args(args)
         .output()
@@ -85,7 +90,10 @@ fn assert_pooling_report(out: &Output) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("End-to-end Latency"), "{stdout}");
     for absent in ["TTFT", "TPOT", "ITL", "generated tokens", "Output token"] {
-        assert!(!stdout.contains(absent), "{absent} in a pooling report:\n{stdout}");
+        assert!(
+            !stdout.contains(absent),
+            "{absent} in a pooling report:\n{stdout}"
+        );
     }
 }
 
@@ -253,7 +261,13 @@ fn embedding_server() -> Option<EmbeddingServer> {
         .port();
     let child = std::process::Command::new(bin)
         .args(["-m", &model, "--alias", "embedder", "--host", "127.0.0.1"])
-        .args(["--port", &port.to_string(), "--embeddings", "--pooling", "mean"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--embeddings",
+            "--pooling",
+            "mean",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

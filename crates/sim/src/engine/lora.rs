@@ -61,7 +61,9 @@ impl EngineCore {
         }
         let hidden = f64::from(self.config.deployment.model().hidden_size.max(1));
         let compute = if all_tokens > 0 {
-            base_secs * (lora_tokens as f64 / all_tokens as f64) * 2.0
+            base_secs
+                * (lora_tokens as f64 / all_tokens as f64)
+                * 2.0
                 * f64::from(cfg.max_lora_rank)
                 / hidden
         } else {

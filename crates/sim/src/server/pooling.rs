@@ -40,19 +40,28 @@ async fn embeddings(State(app): State<AppState>, headers: HeaderMap, body: Body)
     let received = Instant::now();
     embed(app, &headers, body, received)
         .await
-        .map_or_else(IntoResponse::into_response, |r| axum::Json(r).into_response())
+        .map_or_else(IntoResponse::into_response, |r| {
+            axum::Json(r).into_response()
+        })
 }
 
 async fn rerank(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let received = Instant::now();
     score(app, &headers, body, received)
         .await
-        .map_or_else(IntoResponse::into_response, |r| axum::Json(r).into_response())
+        .map_or_else(IntoResponse::into_response, |r| {
+            axum::Json(r).into_response()
+        })
 }
 
 async fn read(app: &AppState, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, ApiError> {
-    let b = body::read_limited(headers, body, app.inner.max_body_bytes, app.inner.body_stall)
-        .await?;
+    let b = body::read_limited(
+        headers,
+        body,
+        app.inner.max_body_bytes,
+        app.inner.body_stall,
+    )
+    .await?;
     Ok(b.to_vec())
 }
 
@@ -166,7 +175,9 @@ async fn prefill_all(
         return Err(ApiError::bad_request("The input is empty.", Some("input")));
     }
     // The engine core's one output step needs a slot of context.
-    let room = (app.inner.limits.max_model_len as usize).saturating_sub(1).max(1);
+    let room = (app.inner.limits.max_model_len as usize)
+        .saturating_sub(1)
+        .max(1);
     let engine = app.inner.engine.clone();
     let mut pending = Vec::with_capacity(prompts.len());
     for mut prompt in prompts {
