@@ -535,6 +535,7 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--chat-template-kwargs", "client-side chat templates"),
     ("--no-stream", "non-streaming requests"),
     ("--spec-bench-output-len", "the spec-bench dataset"),
+    ("--no-reranker", "rerank requests to an embedding model"),
 ];
 
 /// Refuse `vllm bench serve` flags we do not implement, with a clear reason.

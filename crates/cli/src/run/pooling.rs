@@ -72,10 +72,6 @@ pub fn plan(
     if matches!(dataset, DatasetChoice::TimedTrace { .. }) {
         bail!("--dataset-name timed_trace replays generation requests; use random, sharegpt, custom, sonnet or hf prompts for embeddings");
     }
-    if a.max_concurrency.is_none() && a.request_rate.is_infinite() && a.num_prompts > 100_000 {
-        // Not an error: a very large burst is a legitimate stress test.
-        eprintln!("note: all {} inputs are sent at once", a.num_prompts);
-    }
     Ok(Some(PoolingPlan {
         batch_size: a.random_batch_size,
         rerank,
