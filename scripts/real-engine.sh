@@ -350,6 +350,7 @@ cmd_env() {
     printf 'REAL_ENGINE_URL=%q\n' "$(cat "$URL_FILE")"
     printf 'REAL_ENGINE_MODEL=%q\n' "$MODEL_NAME"
     printf 'REAL_ENGINE_MODEL_PATH=%q\n' "$MODEL"
+    printf 'REAL_ENGINE_BIN=%q\n' "$BIN"
     printf 'REAL_ENGINE_TOKENIZER=%q\n' "$TOKENIZER"
     printf 'REAL_ENGINE_PID=%q\n' "$pid"
 }

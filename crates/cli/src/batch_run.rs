@@ -267,6 +267,7 @@ impl BatchTarget {
                     driver.submit(VirtualArrival {
                         intended_ns: t0,
                         request: NewRequest {
+                            lora: None,
                             id: *next_id,
                             prompt,
                             max_tokens: r

@@ -35,6 +35,8 @@ pub struct Prepared {
     pub max_tokens: Option<u64>,
     /// This request's own answer check (the dataset's `expected`), beside the run's.
     pub expected: Option<Expected>,
+    /// The LoRA adapter named as this request's `model`, kept in its record.
+    pub lora: Option<String>,
 }
 
 impl Prepared {
@@ -85,6 +87,10 @@ impl BackendClient {
         &self.target
     }
 
+    pub(crate) fn options(&self) -> &ClientOptions {
+        &self.options
+    }
+
     pub fn http(&self) -> &Client<StampingConnector, Full<Bytes>> {
         &self.http
     }
@@ -103,10 +109,15 @@ impl BackendClient {
             input_tokens,
             max_tokens,
             expected: None,
+            lora: None,
         }
     }
 
-    fn build_request(&self, id: u64, body: Bytes) -> Result<Request<Full<Bytes>>, http::Error> {
+    pub(crate) fn build_request(
+        &self,
+        id: u64,
+        body: Bytes,
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
         // The request id lets server logs be joined with the records (vLLM sends one too).
         let mut b = Request::builder()
             .method(Method::POST)
@@ -133,6 +144,18 @@ impl BackendClient {
         waited_for_slot: bool,
         stop: &StopSignal,
     ) -> RequestRecord {
+        if self.target.api.is_pooling() {
+            return crate::pooling::execute(
+                self,
+                clock,
+                p,
+                intended,
+                released,
+                waited_for_slot,
+                stop,
+            )
+            .await;
+        }
         let mut state;
         let mut outcome;
         let mut sent;
@@ -375,6 +398,7 @@ impl BackendClient {
             session_id: None,
             turn: None,
             stamp_clock: None,
+            lora: p.lora.clone(),
         }
     }
 }
@@ -431,7 +455,7 @@ impl Exchange {
 
 /// Did the request go out on a reused connection and get no byte of its answer (from the
 /// connection's own stamp, which the client error carries)?
-fn reused_and_unanswered(e: &hyper_util::client::legacy::Error) -> bool {
+pub(crate) fn reused_and_unanswered(e: &hyper_util::client::legacy::Error) -> bool {
     let Some(info) = e.connect_info() else {
         return false;
     };
@@ -443,7 +467,7 @@ fn reused_and_unanswered(e: &hyper_util::client::legacy::Error) -> bool {
 }
 
 /// Did the connection close or reset before the server answered (a stale pooled connection)?
-fn closed_before_response(e: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn closed_before_response(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(inner) = src {
         if let Some(h) = inner.downcast_ref::<hyper::Error>() {
@@ -478,7 +502,7 @@ pub fn http_client() -> Client<StampingConnector, Full<Bytes>> {
         .build(StampingConnector::new(connector))
 }
 
-fn http_failure(status: StatusCode, body: &str) -> Failure {
+pub(crate) fn http_failure(status: StatusCode, body: &str) -> Failure {
     // Prefer the server's own error message when the body is an OpenAI-style error object.
     let message = servebench_wire::openai::error_message(body)
         .unwrap_or_else(|| body.chars().take(300).collect());
@@ -489,7 +513,7 @@ fn http_failure(status: StatusCode, body: &str) -> Failure {
     }
 }
 
-async fn read_excerpt(body: &mut hyper::body::Incoming) -> String {
+pub(crate) async fn read_excerpt(body: &mut hyper::body::Incoming) -> String {
     const LIMIT: usize = 16 * 1024;
     let mut buf = Vec::new();
     let read = async {
@@ -508,7 +532,7 @@ async fn read_excerpt(body: &mut hyper::body::Incoming) -> String {
         .to_owned()
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {
@@ -522,9 +546,13 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Is this endpoint path a chat endpoint? Used to check `--backend` against `--endpoint`.
+/// The API an endpoint path speaks. Used to check `--backend` against `--endpoint`.
 pub fn api_for_endpoint(endpoint: &str) -> ApiKind {
-    if endpoint.contains("chat") {
+    if endpoint.contains("embeddings") {
+        ApiKind::Embeddings
+    } else if endpoint.ends_with("rerank") {
+        ApiKind::Rerank
+    } else if endpoint.contains("chat") {
         ApiKind::Chat
     } else {
         ApiKind::Completions

@@ -8,6 +8,7 @@ mod clock;
 mod collector;
 mod dispatcher;
 pub mod health;
+pub mod pooling;
 mod precise_wait;
 pub mod probe;
 pub mod realtime;

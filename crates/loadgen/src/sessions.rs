@@ -58,6 +58,7 @@ impl ConversationBackend for BackendClient {
             input_tokens,
             max_tokens,
             expected: None,
+            lora: None,
         }
     }
 }
@@ -354,6 +355,7 @@ mod tests {
                 turn: None,
                 output_split: None,
                 stamp_clock: None,
+                lora: None,
             }
         }
     }

@@ -49,7 +49,10 @@ impl StreamState {
         StreamState {
             parser: SseParser::new(),
             kind: match api {
-                ApiKind::Completions => EndpointKind::Completions,
+                // A pooling answer is not a stream; it is read by `pooling`, never parsed here.
+                ApiKind::Completions | ApiKind::Embeddings | ApiKind::Rerank => {
+                    EndpointKind::Completions
+                }
                 ApiKind::Chat => EndpointKind::Chat,
             },
             acc: StreamAccumulator::default(),

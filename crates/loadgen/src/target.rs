@@ -14,6 +14,17 @@ pub enum ApiKind {
     Completions,
     /// `/v1/chat/completions` (vLLM's `openai-chat` backend).
     Chat,
+    /// `/v1/embeddings` (vLLM's `openai-embeddings` backend): one JSON answer, no stream.
+    Embeddings,
+    /// `/v1/rerank` or `/rerank` (vLLM's `vllm-rerank` backend): one JSON answer, no stream.
+    Rerank,
+}
+
+impl ApiKind {
+    /// A pooling API answers once with vectors or scores: no tokens are generated.
+    pub fn is_pooling(self) -> bool {
+        matches!(self, ApiKind::Embeddings | ApiKind::Rerank)
+    }
 }
 
 /// A benchmark target: the server, the endpoint, the model and the fixed parts of each body.
@@ -116,6 +127,7 @@ impl Target {
                 self.with_extra_body(&r)
             }
             ApiKind::Chat => self.chat_body(vec![ChatMessage::new("user", prompt)], max_tokens),
+            ApiKind::Embeddings | ApiKind::Rerank => crate::pooling::body(self, prompt),
         }
     }
 
@@ -144,7 +156,7 @@ impl Target {
         self.with_extra_body(&r)
     }
 
-    fn with_extra_body<T>(&self, request: &T) -> Vec<u8>
+    pub(crate) fn with_extra_body<T>(&self, request: &T) -> Vec<u8>
     where
         T: serde::Serialize + serde::de::DeserializeOwned,
     {

@@ -17,6 +17,7 @@
 
 mod derived;
 mod io;
+pub mod lora;
 mod reasoning;
 mod record;
 pub mod repeat;
@@ -30,6 +31,7 @@ pub mod validity;
 pub mod vllm;
 
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
+pub use lora::{by_lora, LoraStats};
 pub use reasoning::ReasoningSummary;
 pub use record::{
     CountSource, Failure, FailureKind, OutputSplit, RequestRecord, StampClock, TokenEvent,

@@ -175,6 +175,10 @@ pub struct RequestRecord {
     /// written before the field existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp_clock: Option<StampClock>,
+    /// The LoRA adapter the request named as its `model` (`--lora-modules`); absent when it
+    /// named the base model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<String>,
 }
 
 /// A reasoning or tool-calling response's output, split (docs/metrics.md "Reasoning and

@@ -55,6 +55,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         session_id: None,
         turn: None,
         stamp_clock: None,
+        lora: None,
     }
 }
 
@@ -176,6 +177,7 @@ fn run_result() -> RunResult {
         prefix_hit: None,
         interrupted_reason: None,
         by_turn: Vec::new(),
+        by_lora: Vec::new(),
     }
 }
 

@@ -7,6 +7,7 @@ pub mod render;
 pub mod terminal;
 pub mod verdict;
 mod vllm;
+pub mod vllm_pooling;
 
 pub use model::{
     ExperimentKind, ExperimentReport, RowReport, RunData, SweepPointReport, SweepReport,

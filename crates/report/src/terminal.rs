@@ -5,19 +5,19 @@ use std::fmt::Write as _;
 use crate::pyjson::{OrderedObject, PyValue};
 use crate::vllm::{percentile_word, BLOCK_ORDER};
 
-fn num(o: &OrderedObject, k: &str) -> f64 {
+pub(crate) fn num(o: &OrderedObject, k: &str) -> f64 {
     o.get(k).and_then(PyValue::as_f64).unwrap_or(0.0)
 }
 
-fn line(out: &mut String, label: &str, value: impl std::fmt::Display) {
+pub(crate) fn line(out: &mut String, label: &str, value: impl std::fmt::Display) {
     let _ = writeln!(out, "{label:<40} {value:<10}");
 }
 
-fn line2(out: &mut String, label: &str, value: f64) {
+pub(crate) fn line2(out: &mut String, label: &str, value: f64) {
     let _ = writeln!(out, "{label:<40} {:<10}", format!("{value:.2}"));
 }
 
-fn header(out: &mut String, title: &str, fill: char) {
+pub(crate) fn header(out: &mut String, title: &str, fill: char) {
     let width = 50usize;
     let t = title.chars().count();
     let left = width.saturating_sub(t) / 2;
@@ -32,7 +32,7 @@ fn header(out: &mut String, title: &str, fill: char) {
 }
 
 /// Display names of the percentile metrics, as vLLM prints them.
-fn metric_titles(metric: &str) -> (&str, &str) {
+pub(crate) fn metric_titles(metric: &str) -> (&str, &str) {
     match metric {
         "ttft" => ("TTFT", "Time to First Token"),
         "tpot" => ("TPOT", "Time per Output Token (excl. 1st token)"),
@@ -457,6 +457,7 @@ mod tests {
                     session_id: None,
                     turn: None,
                     stamp_clock: None,
+                    lora: None,
                 }
             })
             .collect();

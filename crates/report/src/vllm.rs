@@ -89,7 +89,7 @@ pub fn percentile_word(p: f64) -> String {
 }
 
 /// numpy's `mean/median/std/percentile` of `xs or 0`, in ms.
-fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>) {
+pub(crate) fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>) {
     let zero = [0.0];
     let xs = if xs.is_empty() { &zero[..] } else { xs };
     let mut sorted = xs.to_vec();
@@ -113,6 +113,9 @@ fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>)
 /// Build vLLM's result object from the run's records (all of them, failed included, in
 /// request order).
 pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObject {
+    if crate::vllm_pooling::is_pooling_backend(&info.backend) {
+        return crate::vllm_pooling::pooling_result(info, records);
+    }
     // Everything below sees the requests as vLLM's client would have.
     let records = vllm_metrics::views(records);
     let records = &records[..];

@@ -273,6 +273,20 @@ pub struct SimArgs {
     /// `mbu_kv`, else --mbu).
     #[arg(long, value_name = "FRACTION")]
     pub mbu_kv: Option<f64>,
+    /// LoRA adapters served beside the base model (vLLM's flag; `NAME` or `NAME=PATH`, the
+    /// path unused): /v1/models lists them and a request may name one as its `model`.
+    #[arg(long, value_name = "NAME[=PATH]", num_args = 1.., help_heading = "LoRA")]
+    pub lora_modules: Vec<String>,
+    /// Distinct adapters in one batch, and adapters resident on the GPU (vLLM's flag).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "LoRA")]
+    pub max_loras: u32,
+    /// The rank every adapter is charged for (vLLM's flag): each of its tokens costs about
+    /// 2·rank/hidden_size more compute.
+    #[arg(long, value_name = "R", default_value_t = 16, help_heading = "LoRA")]
+    pub max_lora_rank: u32,
+    /// Time to load an adapter that is not resident into a GPU slot.
+    #[arg(long, value_name = "MS", default_value_t = 20.0, help_heading = "LoRA")]
+    pub lora_load_ms: f64,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.

@@ -234,6 +234,7 @@ pub fn run_point(point: &Point, catalog: &Catalog) -> Result<PointOutcome, SimEr
                 seed: None,
                 cache_salt: None,
                 arrival_ns: 0,
+                lora: None,
             },
         })
         .collect();

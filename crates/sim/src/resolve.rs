@@ -75,6 +75,8 @@ pub struct ResolvedSim {
     /// Chat responses open with this many reasoning tokens (`--reasoning-tokens`,
     /// `--reasoning-fraction`).
     pub reasoning: Option<crate::reasoning::ReasoningSplit>,
+    /// `--lora-modules`: adapter names; adapter `i` runs in the engine as `i + 1`.
+    pub lora_modules: Vec<String>,
 }
 
 fn check_fraction(name: &str, v: f64, allow_one: bool) -> Result<(), SimError> {
@@ -218,7 +220,9 @@ impl SimArgs {
             None => deployment,
         };
         let full_sequence_must_fit = profile.full_sequence_must_fit(self);
+        let lora_names = crate::lora_args::adapter_names(&self.lora_modules)?;
         let engine = EngineConfig {
+            lora: crate::lora_args::engine_config(self, &lora_names)?,
             deployment: deployment.clone(),
             max_num_seqs,
             max_num_batched_tokens,
@@ -356,6 +360,7 @@ impl SimArgs {
         }
 
         Ok(ResolvedSim {
+            lora_modules: lora_names,
             args: self.clone(),
             engine,
             kv,

@@ -399,6 +399,7 @@ mod tests {
         )
         .unwrap();
         EngineConfig {
+            lora: Default::default(),
             deployment,
             max_num_seqs: 64,
             max_num_batched_tokens: 2048,
@@ -425,6 +426,7 @@ mod tests {
         VirtualArrival {
             intended_ns: at_ms * 1_000_000,
             request: NewRequest {
+                lora: None,
                 id,
                 prompt: (0..100).map(|i| (id as u32 * 1000 + i) % 128_000).collect(),
                 max_tokens: output,

@@ -76,6 +76,7 @@ fn config(k: &Knobs) -> EngineConfig {
         k.budget.max(k.max_model_len)
     };
     EngineConfig {
+        lora: Default::default(),
         deployment: deployment(),
         max_num_seqs: k.max_num_seqs,
         max_num_batched_tokens: budget,
@@ -200,6 +201,7 @@ fn drive(k: &Knobs, actions: &[Action]) -> Result<Trace, TestCaseError> {
                     let id = added.len() as u64;
                     let len = (*len).min(k.max_model_len - 1);
                     core.add(NewRequest {
+                        lora: None,
                         id,
                         prompt: prompt(*prefix, len, id),
                         max_tokens: *max_tokens,

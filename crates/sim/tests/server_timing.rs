@@ -35,6 +35,7 @@ fn step_ns(sim: &ResolvedSim, new_tokens: u32, context: u32) -> u64 {
 
 fn request(prompt_len: u32, max_tokens: u32) -> NewRequest {
     NewRequest {
+        lora: None,
         id: 0,
         prompt: (0..prompt_len).map(|i| 1000 + i).collect(),
         max_tokens,

@@ -8,10 +8,12 @@
 //! - [`render`]: SSE chunks in vLLM's shapes, for the servers that stream them.
 //! - [`openai`]: serde types for `/v1/completions`, `/v1/chat/completions`, `/v1/models` and
 //!   error bodies.
+//! - [`pooling`]: serde types for `/v1/embeddings` and `/v1/rerank`.
 
 pub mod chunk;
 mod error;
 pub mod openai;
+pub mod pooling;
 pub mod protocol;
 pub mod render;
 pub mod sse;

@@ -14,6 +14,12 @@ pub enum Backend {
     /// `/v1/chat/completions`.
     #[value(name = "openai-chat")]
     OpenaiChat,
+    /// `/v1/embeddings`: batches of inputs, no generation.
+    #[value(name = "openai-embeddings")]
+    OpenaiEmbeddings,
+    /// `/v1/rerank` (or `/rerank`, as vLLM and TEI serve it): a query against documents.
+    #[value(name = "vllm-rerank")]
+    VllmRerank,
 }
 
 impl Backend {
@@ -22,6 +28,8 @@ impl Backend {
             Backend::Openai => "openai",
             Backend::Vllm => "vllm",
             Backend::OpenaiChat => "openai-chat",
+            Backend::OpenaiEmbeddings => "openai-embeddings",
+            Backend::VllmRerank => "vllm-rerank",
         }
     }
 }
@@ -40,6 +48,10 @@ pub enum DatasetName {
     TimedTrace,
     /// vLLM's BurstGPT dataset: GPT-4 rows' lengths, arrivals from --request-rate.
     Burstgpt,
+    /// vLLM's reranking dataset: one random query, random documents in batches of
+    /// --random-batch-size (needs --backend vllm-rerank).
+    #[value(name = "random-rerank")]
+    RandomRerank,
 }
 
 impl DatasetName {
@@ -54,6 +66,7 @@ impl DatasetName {
             DatasetName::Hf => "hf",
             DatasetName::TimedTrace => "timed_trace",
             DatasetName::Burstgpt => "burstgpt",
+            DatasetName::RandomRerank => "random-rerank",
         }
     }
 }
@@ -481,6 +494,30 @@ pub struct RunArgs {
         help_heading = "Multi-turn"
     )]
     pub think_time_ms: u64,
+
+    // ---- pooling (embeddings and rerank) ----
+    /// Inputs per request of an embeddings or rerank run (vLLM's flag): --num-prompts
+    /// inputs go out in requests of this many (rerank: documents per request, plus the query).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), help_heading = "Dataset")]
+    pub random_batch_size: u64,
+
+    // ---- LoRA adapters ----
+    /// LoRA adapters the server was started with (vLLM's flag): each request names one as its
+    /// `model`. NAME:WEIGHT gives an adapter that share of the requests (default weight 1).
+    #[arg(long, value_name = "NAME[:WEIGHT]", num_args = 1.., help_heading = "LoRA")]
+    pub lora_modules: Vec<String>,
+    /// How requests are spread over --lora-modules: random (vLLM's way, weighted, from
+    /// --seed) or round-robin (in proportion to the weights, interleaved) [default: random].
+    #[arg(long, value_enum, help_heading = "LoRA")]
+    pub lora_assignment: Option<LoraAssignment>,
+}
+
+/// `--lora-assignment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoraAssignment {
+    Random,
+    #[value(name = "round-robin")]
+    RoundRobin,
 }
 
 /// `vllm bench serve` flags that servebench does not support yet: refused with a message,
@@ -489,8 +526,6 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--profile", "torch profiling of the server"),
     ("--logprobs", "logprobs in requests"),
     ("--use-beam-search", "beam search"),
-    ("--lora-modules", "LoRA module selection"),
-    ("--lora-assignment", "LoRA module selection"),
     (
         "--tokenizer-mode",
         "tokenizer modes other than HuggingFace tokenizer.json",
@@ -505,8 +540,8 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--skip-tokenizer-init", "running without a tokenizer"),
     ("--chat-template-kwargs", "client-side chat templates"),
     ("--no-stream", "non-streaming requests"),
-    ("--random-batch-size", "batched random prompts"),
     ("--spec-bench-output-len", "the spec-bench dataset"),
+    ("--no-reranker", "rerank requests to an embedding model"),
 ];
 
 /// Refuse `vllm bench serve` flags we do not implement, with a clear reason.

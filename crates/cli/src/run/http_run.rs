@@ -68,6 +68,10 @@ impl Executor for HttpTarget {
                 })
                 .collect(),
         };
+        let prepared = match &plan.lora {
+            Some(l) => super::lora::apply(l, plan.seed, prepared)?,
+            None => prepared,
+        };
 
         // The records file is open before the first request (ready check and warm-up
         // included), and a write error on it later stops the run instead of going unnoticed.

@@ -4,11 +4,13 @@ pub mod args;
 pub mod dataset;
 pub mod executor;
 pub mod http_run;
+pub mod lora;
 pub mod options;
 pub mod output;
 pub mod output_check;
 pub mod overrides;
 pub mod plan;
+pub mod pooling;
 pub mod prefix_hit;
 pub mod scale_out;
 pub mod sessions_run;
@@ -266,6 +268,13 @@ pub async fn execute(
         };
     }
     let (requests, expected) = dataset::build_checked(plan, &tokenizer, target.is_virtual())?;
+    let (requests, expected) = match &plan.pooling {
+        Some(p) => (
+            pooling::batch(plan, p, requests, &tokenizer, target.is_virtual())?,
+            Vec::new(),
+        ),
+        None => (requests, expected),
+    };
     if requests.is_empty() {
         bail!("the dataset produced no requests");
     }

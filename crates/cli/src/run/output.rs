@@ -297,7 +297,7 @@ pub fn write_results(
             pcts.push(*p);
         }
     }
-    let summary: RunSummary = summarize(
+    let mut summary: RunSummary = summarize(
         records,
         &SummaryOptions {
             duration_ns: Some(duration_ns),
@@ -306,6 +306,10 @@ pub fn write_results(
             ..SummaryOptions::default()
         },
     );
+    let pooling = servebench_report::vllm_pooling::is_pooling_backend(args.backend.as_str());
+    if pooling {
+        super::pooling::clear_generation_metrics(&mut summary);
+    }
     let info = VllmRunInfo {
         date: f.names.date.clone(),
         backend: args.backend.as_str().to_owned(),
@@ -343,14 +347,20 @@ pub fn write_results(
     let validity = run_validity(f, records, &summary, &health);
     let prefix_hit = super::prefix_hit::check(args, records, telemetry);
     let by_turn = servebench_metrics::by_turn(records);
+    let by_lora = servebench_metrics::by_lora(records, duration_ns);
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
-        let block =
-            servebench_report::terminal::vllm_block(&vllm, &f.percentiles, !f.goodput.is_empty());
+        let block = if pooling {
+            let failed = records.iter().filter(|r| !r.is_success()).count();
+            servebench_report::vllm_pooling::pooling_block(&vllm, failed, &f.percentiles)
+        } else {
+            servebench_report::terminal::vllm_block(&vllm, &f.percentiles, !f.goodput.is_empty())
+        };
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
-        let turns = servebench_report::render::turn_block(&by_turn);
+        let turns = servebench_report::render::turn_block(&by_turn)
+            + &servebench_report::render::lora_block(&by_lora);
         let _ = write!(stdout, "{block}{extras}{turns}{verdict}");
         if let Some(p) = &prefix_hit {
             let _ = writeln!(stdout, "Prefix hit rate: {}", p.describe());
@@ -424,6 +434,7 @@ pub fn write_results(
         interrupted_reason: super::interruption().map(|i| i.reason),
         prefix_hit,
         by_turn,
+        by_lora,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)

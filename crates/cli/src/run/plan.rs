@@ -28,6 +28,10 @@ pub enum ApiFlavor {
     Vllm,
     /// `/v1/chat/completions`.
     OpenaiChat,
+    /// `/v1/embeddings`.
+    OpenaiEmbeddings,
+    /// `/v1/rerank` or `/rerank`.
+    VllmRerank,
 }
 
 impl ApiFlavor {
@@ -36,6 +40,8 @@ impl ApiFlavor {
             ApiFlavor::Openai => "openai",
             ApiFlavor::Vllm => "vllm",
             ApiFlavor::OpenaiChat => "openai-chat",
+            ApiFlavor::OpenaiEmbeddings => "openai-embeddings",
+            ApiFlavor::VllmRerank => "vllm-rerank",
         }
     }
 }
@@ -252,6 +258,10 @@ pub struct RunPlan {
     pub scale_out: ScaleOut,
     /// `--multi-turn`: the dataset's sessions, replayed as conversations.
     pub multi_turn: Option<MultiTurn>,
+    /// Embeddings or rerank: inputs batched per request, no generation.
+    pub pooling: Option<super::pooling::PoolingPlan>,
+    /// `--lora-modules`: the adapters requests name, and how they are spread.
+    pub lora: Option<super::lora::LoraPlan>,
 }
 
 /// How conversations are replayed (`--multi-turn`).
@@ -284,7 +294,10 @@ impl RunPlan {
     /// Validate `servebench run` flags into a plan. Every flag error surfaces here.
     pub fn from_args(a: &RunArgs) -> Result<RunPlan> {
         let ramp_up = ramp_up(a)?;
-        let percentile_metrics = options::percentile_metrics(a.percentile_metrics.as_deref())?;
+        let percentile_metrics = options::percentile_metrics(
+            (a.percentile_metrics.as_deref())
+                .or(super::pooling::default_percentile_metrics(a.backend)),
+        )?;
         let metric_percentiles = options::metric_percentiles(&a.metric_percentiles)?;
         let goodput = options::goodput(&a.goodput)?;
         let metadata = options::key_values("--metadata", &a.metadata)?;
@@ -307,6 +320,8 @@ impl RunPlan {
         let answer = AnswerPlan::from_args(a)?;
         let scale_out = ScaleOut::from_args(a, &target, &traffic)?;
         let multi_turn = multi_turn(a, &dataset, &endpoint, &traffic)?;
+        let pooling = super::pooling::plan(a, &endpoint, &dataset)?;
+        let lora = super::lora::plan(a)?;
         Ok(RunPlan {
             target,
             endpoint,
@@ -359,6 +374,8 @@ impl RunPlan {
             answer,
             scale_out,
             multi_turn,
+            pooling,
+            lora,
         })
     }
 
@@ -430,6 +447,8 @@ impl RunPlan {
                 ApiFlavor::Openai => args::Backend::Openai,
                 ApiFlavor::Vllm => args::Backend::Vllm,
                 ApiFlavor::OpenaiChat => args::Backend::OpenaiChat,
+                ApiFlavor::OpenaiEmbeddings => args::Backend::OpenaiEmbeddings,
+                ApiFlavor::VllmRerank => args::Backend::VllmRerank,
             },
             base_url,
             host: None,
@@ -448,7 +467,10 @@ impl RunPlan {
             sim,
             virtual_time,
             tokenizer: self.tokenizer.clone(),
-            dataset_name,
+            dataset_name: match &self.pooling {
+                Some(p) if p.random_rerank => DatasetName::RandomRerank,
+                _ => dataset_name,
+            },
             dataset_path,
             num_prompts: self.num_prompts,
             seed: self.seed,
@@ -548,6 +570,9 @@ impl RunPlan {
             prefix_pool: self.random.prefix_hit.map(|h| h.pool),
             multi_turn: self.multi_turn.is_some(),
             think_time_ms: self.multi_turn.map_or(0, |m| m.think_time_ms),
+            random_batch_size: self.pooling.as_ref().map_or(1, |p| p.batch_size),
+            lora_modules: self.lora.as_ref().map(|l| l.flags()).unwrap_or_default(),
+            lora_assignment: self.lora.as_ref().map(|l| l.assignment),
         }
     }
 }
@@ -671,7 +696,7 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
         }
     };
     Ok(match a.dataset_name {
-        DatasetName::Random => {
+        DatasetName::Random | DatasetName::RandomRerank => {
             if let Some(p) = &a.dataset_path {
                 bail!("cannot use the random dataset with --dataset-path {}: pick --dataset-name sharegpt, custom, sonnet or hf", p.display());
             }
@@ -916,14 +941,27 @@ fn endpoint(a: &RunArgs, target: &TargetChoice) -> Result<Endpoint> {
         args::Backend::Openai => ApiFlavor::Openai,
         args::Backend::Vllm => ApiFlavor::Vllm,
         args::Backend::OpenaiChat => ApiFlavor::OpenaiChat,
+        args::Backend::OpenaiEmbeddings => ApiFlavor::OpenaiEmbeddings,
+        args::Backend::VllmRerank => ApiFlavor::VllmRerank,
     };
     let path = a.endpoint.clone().unwrap_or_else(|| match flavor {
         ApiFlavor::OpenaiChat => "/v1/chat/completions".into(),
+        ApiFlavor::OpenaiEmbeddings => "/v1/embeddings".into(),
+        ApiFlavor::VllmRerank => "/v1/rerank".into(),
         _ => "/v1/completions".into(),
     });
     let api = servebench_loadgen::client::api_for_endpoint(&path);
     // The engine core in virtual time takes token ids, not an API: the endpoint is unused.
     let virtual_time = matches!(target, TargetChoice::VirtualTime { .. });
+    if let Some(e) = super::pooling::check_endpoint(flavor, api, &path, virtual_time) {
+        bail!(e);
+    }
+    // In virtual time a pooling run is still a pooling run, whatever the (unused) path says.
+    let api = match flavor {
+        ApiFlavor::OpenaiEmbeddings => ApiKind::Embeddings,
+        ApiFlavor::VllmRerank => ApiKind::Rerank,
+        _ => api,
+    };
     if !virtual_time && (flavor == ApiFlavor::OpenaiChat) != (api == ApiKind::Chat) {
         bail!(
             "--backend {} does not match --endpoint {path}: use openai-chat with /v1/chat/completions and openai/vllm with /v1/completions",

@@ -66,6 +66,7 @@ pub fn simulate_sessions(
         driver.submit(VirtualArrival {
             intended_ns,
             request: NewRequest {
+                lora: None,
                 id,
                 prompt,
                 // vLLM's completions default when the dataset leaves the length open.

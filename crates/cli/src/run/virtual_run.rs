@@ -224,6 +224,11 @@ pub fn simulate_checked(
     let max_concurrency = plan.traffic.max_concurrency;
     let num_warmups = plan.traffic.num_warmups;
     let cold = plan.random.prefix_mode == servebench_workload::PrefixMode::PerRequest;
+    let lora = plan.lora.as_ref().map(|l| {
+        let n = requests.iter().map(|r| r.id + 1).max().unwrap_or(0) as usize;
+        (l, l.assign(n, plan.seed))
+    });
+    let engine_lora = super::lora::engine_ids(sim, lora.as_ref(), requests)?;
     let ids = match blocks {
         Some(b) => trace_prompt_ids(sim, requests, b, plan.seed),
         None => prompt_ids(sim, requests, plan.seed),
@@ -232,9 +237,11 @@ pub fn simulate_checked(
         .iter()
         .zip(ids)
         .zip(schedule.iter().copied())
-        .map(|((r, prompt), intended_ns)| VirtualArrival {
+        .zip(engine_lora)
+        .map(|(((r, prompt), intended_ns), lora)| VirtualArrival {
             intended_ns,
             request: NewRequest {
+                lora,
                 id: r.id,
                 prompt,
                 // vLLM's completions default when the dataset leaves the length open.
@@ -267,6 +274,12 @@ pub fn simulate_checked(
         .enumerate()
         .map(|(i, (t, r))| {
             let mut rec = record(t, r, chat);
+            if plan.pooling.is_some() {
+                super::pooling::virtual_record(&mut rec);
+            }
+            if let Some((l, assigned)) = &lora {
+                rec.lora = l.name_of(assigned, rec.id).map(str::to_owned);
+            }
             if chat {
                 split_output(&mut rec, t, sim.reasoning);
             }
@@ -477,6 +490,7 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         session_id: None,
         turn: None,
         stamp_clock: None,
+        lora: None,
     }
 }
 

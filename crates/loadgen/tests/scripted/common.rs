@@ -18,6 +18,8 @@ pub fn target(base_url: &str, api: ApiKind) -> Target {
         endpoint: match api {
             ApiKind::Completions => "/v1/completions".into(),
             ApiKind::Chat => "/v1/chat/completions".into(),
+            ApiKind::Embeddings => "/v1/embeddings".into(),
+            ApiKind::Rerank => "/v1/rerank".into(),
         },
         api,
         model: "scripted-model".into(),

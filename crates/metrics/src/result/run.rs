@@ -58,6 +58,9 @@ pub struct RunResult {
     /// A multi-turn run's figures by turn index (absent for runs without sessions).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub by_turn: Vec<crate::turns::TurnStats>,
+    /// A run over LoRA adapters (`--lora-modules`): its figures by adapter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by_lora: Vec<crate::lora::LoraStats>,
 }
 
 impl RunResult {

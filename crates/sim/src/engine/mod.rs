@@ -6,11 +6,13 @@ mod block_pool;
 mod commit;
 pub mod hashing;
 mod invariants;
+mod lora;
 mod metrics;
 mod request;
 mod schedule;
 mod types;
 
+pub use lora::LoraConfig;
 pub use metrics::{EngineMetrics, Histogram};
 pub use request::planned_output_len;
 pub use types::{FinishReason, Finished, NewRequest, StepOutputs, TokenOutput};
@@ -53,6 +55,8 @@ pub struct EngineConfig {
     pub output_vocab: Vec<u32>,
     /// Vocabulary size (prompt token ids must be below it).
     pub vocab_size: u32,
+    /// LoRA adapters (`--max-loras`, `--max-lora-rank`, `--lora-load-ms`).
+    pub lora: LoraConfig,
 }
 
 impl EngineConfig {
@@ -211,6 +215,8 @@ pub struct EngineCore {
     work: Vec<SeqWork>,
     spare_items: Vec<PlannedItem>,
     hit_scratch: Vec<u32>,
+    /// GPU-resident LoRA adapters, least recently used first.
+    lora_resident: Vec<u32>,
 }
 
 impl EngineCore {
@@ -234,6 +240,7 @@ impl EngineCore {
             work: Vec::new(),
             spare_items: Vec::new(),
             hit_scratch: Vec::new(),
+            lora_resident: Vec::new(),
         })
     }
 

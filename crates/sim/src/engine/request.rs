@@ -39,6 +39,7 @@ pub(crate) struct Request {
     pub(crate) first_token_ns: Option<u64>,
     pub(crate) last_token_ns: Option<u64>,
     pub(crate) queue: Queue,
+    pub(crate) lora: Option<u32>,
     rng: ChaCha8Rng,
 }
 
@@ -106,6 +107,7 @@ impl Request {
             first_token_ns: None,
             last_token_ns: None,
             queue: Queue::Waiting,
+            lora: req.lora,
             rng,
         }
     }
@@ -192,6 +194,7 @@ mod tests {
 
     fn req(prompt: Vec<u32>, seed: Option<u64>) -> NewRequest {
         NewRequest {
+            lora: None,
             id: 1,
             prompt,
             max_tokens: 10_000,

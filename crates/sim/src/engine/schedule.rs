@@ -107,13 +107,20 @@ impl EngineCore {
 
         // Waiting next, only if nothing was preempted in this step.
         if !preempted {
-            self.admit(t0_ns, &mut budget, items);
+            let loras = self.step_loras(items);
+            self.admit(t0_ns, &mut budget, items, loras);
         }
         self.config.max_num_batched_tokens - budget
     }
 
     /// Admissions from the head of `waiting` while budget, seats and blocks last.
-    fn admit(&mut self, t0_ns: u64, budget: &mut u32, items: &mut Vec<PlannedItem>) {
+    fn admit(
+        &mut self,
+        t0_ns: u64,
+        budget: &mut u32,
+        items: &mut Vec<PlannedItem>,
+        mut loras: Vec<u32>,
+    ) {
         let cfg = &self.config;
         let bs = cfg.block_size;
         let thr = cfg.long_prefill_token_threshold;
@@ -122,6 +129,8 @@ impl EngineCore {
         let watermark_blocks = (cfg.kv_watermark * f64::from(self.pool.capacity())).ceil() as u64;
         let full_must_fit = cfg.full_sequence_must_fit;
         let max_num_seqs = cfg.max_num_seqs as usize;
+        // Requests whose adapter does not fit this step; back at the head afterwards.
+        let mut skipped = Vec::new();
 
         while *budget > 0 && self.running.len() < max_num_seqs {
             let Some(&slot) = self.waiting.front() else {
@@ -131,6 +140,14 @@ impl EngineCore {
                 self.waiting.pop_front();
                 continue;
             };
+            if !super::lora::fits(&cfg.lora, r.lora, &loras) {
+                skipped.push(slot);
+                self.waiting.pop_front();
+                continue;
+            }
+            if let Some(l) = r.lora.filter(|l| !loras.contains(l)) {
+                loras.push(l);
+            }
             let num_tokens = r.num_tokens();
 
             // Longest cached prefix, capped so the last token is recomputed for its logits.
@@ -219,6 +236,20 @@ impl EngineCore {
             });
             *budget -= n;
         }
+        for slot in skipped.into_iter().rev() {
+            self.waiting.push_front(slot);
+        }
+    }
+
+    /// The distinct adapters of the requests planned so far.
+    fn step_loras(&self, items: &[PlannedItem]) -> Vec<u32> {
+        let mut loras = Vec::new();
+        for it in items {
+            if let Some(l) = self.lora_of(it.slot).filter(|l| !loras.contains(l)) {
+                loras.push(l);
+            }
+        }
+        loras
     }
 
     /// Recompute-only preemption: free the blocks, forget the computed tokens, back to the
@@ -252,6 +283,7 @@ impl EngineCore {
             });
         }
         let mut secs = self.config.deployment.step_time(&self.work).total;
+        secs += self.lora_step_secs(items, secs);
         if self.config.jitter_sigma > 0.0 {
             let z: f64 = StandardNormal.sample(&mut self.jitter_rng);
             secs *= (self.config.jitter_sigma * z).exp();

@@ -14,6 +14,7 @@ fn deployment() -> Deployment {
 
 fn config(num_gpu_blocks: u32, block_size: u32, budget: u32, max_num_seqs: u32) -> EngineConfig {
     EngineConfig {
+        lora: Default::default(),
         deployment: deployment(),
         max_num_seqs,
         max_num_batched_tokens: budget,
@@ -38,6 +39,7 @@ fn config(num_gpu_blocks: u32, block_size: u32, budget: u32, max_num_seqs: u32) 
 
 fn request(id: u64, prompt: Vec<u32>, max_tokens: u32) -> NewRequest {
     NewRequest {
+        lora: None,
         id,
         prompt,
         max_tokens,

@@ -39,6 +39,8 @@ pub struct NewRequest {
     pub cache_salt: Option<String>,
     /// When the request reached the engine (engine clock, ns).
     pub arrival_ns: u64,
+    /// The LoRA adapter it runs with (1-based, as the server numbers its adapters).
+    pub lora: Option<u32>,
 }
 
 /// One token sampled for one request at the end of a step.

@@ -9,6 +9,7 @@
 mod body;
 mod connections;
 mod error;
+mod pooling;
 mod request;
 mod response;
 mod signal;
@@ -83,6 +84,10 @@ struct Shared {
     output_law: (u64, f64, f64),
     /// Unix seconds at start: the `created` of models and responses.
     created: u64,
+    /// The model's hidden size: the length of an embedding vector.
+    hidden_size: usize,
+    /// `--lora-modules`: adapter `i` runs in the engine as `i + 1`.
+    lora_modules: Vec<String>,
 }
 
 fn unix_now() -> u64 {
@@ -147,6 +152,8 @@ impl AppState {
                 created: unix_now(),
                 reasoning: sim.reasoning,
                 output_law: (e.seed, e.eos_len_median, e.eos_len_sigma),
+                hidden_size: e.deployment.model().hidden_size as usize,
+                lora_modules: sim.lora_modules.clone(),
             }),
         }
     }
@@ -197,8 +204,16 @@ impl AppState {
         match model {
             None => Ok(()),
             Some(m) if self.inner.accepted_names.iter().any(|n| n == m) => Ok(()),
+            Some(m) if self.lora_of(Some(m)).is_some() => Ok(()),
             Some(m) => Err(ApiError::unknown_model(m)),
         }
+    }
+
+    /// The engine's number of the LoRA adapter `model` names, if it names one.
+    fn lora_of(&self, model: Option<&str>) -> Option<u32> {
+        let m = model?;
+        let i = self.inner.lora_modules.iter().position(|n| n == m)?;
+        u32::try_from(i + 1).ok()
     }
 
     /// The `/metrics` page as of the last engine step.
@@ -227,6 +242,7 @@ pub fn router(state: AppState) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
         .route("/sim/config", get(sim_config))
+        .merge(pooling::routes())
         .with_state(state)
 }
 
@@ -273,6 +289,7 @@ async fn generate(
     }
     let prompt_tokens = u32::try_from(req.prompt.len()).unwrap_or(u32::MAX);
     let new = NewRequest {
+        lora: app.lora_of(body.model()),
         id: 0,
         prompt: req.prompt,
         max_tokens: req.max_tokens,
@@ -374,7 +391,7 @@ async fn models(State(app): State<AppState>) -> Response {
     let s = &app.inner;
     axum::Json(ModelList {
         object: "list".to_owned(),
-        data: vec![ModelCard {
+        data: [ModelCard {
             id: s.served_name.clone(),
             object: "model".to_owned(),
             created: s.created,
@@ -382,7 +399,19 @@ async fn models(State(app): State<AppState>) -> Response {
             root: Some(s.served_name.clone()),
             parent: None,
             max_model_len: Some(u64::from(s.limits.max_model_len)),
-        }],
+        }]
+        .into_iter()
+        // vLLM lists each adapter as a model whose parent is the base model.
+        .chain(s.lora_modules.iter().map(|name| ModelCard {
+            id: name.clone(),
+            object: "model".to_owned(),
+            created: s.created,
+            owned_by: "servebench-sim".to_owned(),
+            root: Some(name.clone()),
+            parent: Some(s.served_name.clone()),
+            max_model_len: Some(u64::from(s.limits.max_model_len)),
+        }))
+        .collect(),
     })
     .into_response()
 }

@@ -50,6 +50,7 @@ pub fn config(setup: &Setup) -> EngineConfig {
     // Every prompt here is at most 16k tokens; 32k fits the KV cache at every tested gmu.
     let max_model_len = 32_768;
     EngineConfig {
+        lora: Default::default(),
         deployment,
         max_num_seqs: setup.max_num_seqs,
         max_num_batched_tokens: setup.max_num_batched_tokens,
@@ -81,6 +82,7 @@ pub fn random_tokens(key: u64, n: u32) -> Vec<u32> {
 /// A fixed-length request (`ignore_eos`, exactly `output` tokens).
 pub fn request(id: u64, prompt: Vec<u32>, output: u32) -> NewRequest {
     NewRequest {
+        lora: None,
         id,
         prompt,
         max_tokens: output,
