@@ -14,8 +14,10 @@ mod plan_cmd;
 mod predict_cmd;
 mod report_cmd;
 mod run;
+mod server_proc;
 mod sim_cmd;
 mod sweep_cmd;
+mod sweep_serve;
 mod throughput_cmd;
 mod trace_cmd;
 

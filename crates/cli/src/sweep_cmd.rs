@@ -25,6 +25,7 @@ use crate::run::plan::RunPlan;
 
 /// Arguments of `servebench sweep`.
 #[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct SweepArgs {
     /// Sweep this row of the default matrix (or of --matrix FILE), e.g. D. Row flags below
     /// override its fields.
@@ -98,6 +99,16 @@ pub struct SweepArgs {
     /// `servebench run` flags added to every point, after `--`.
     #[arg(last = true, value_name = "RUN FLAGS")]
     pub run_flags: Vec<String>,
+    #[command(subcommand)]
+    pub serve: Option<SweepCommand>,
+}
+
+/// `servebench sweep serve`: the server's own parameters swept, one server per combination.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum SweepCommand {
+    /// Sweep server parameters × benchmark parameters (flags and files of `vllm bench sweep
+    /// serve`): a server started, checked ready, measured and stopped per combination.
+    Serve(Box<crate::sweep_serve::SweepServeArgs>),
 }
 
 /// What is swept.
@@ -320,6 +331,9 @@ struct Ctx<'a> {
 
 /// `servebench sweep`.
 pub async fn sweep(args: SweepArgs, command_line: Vec<String>) -> Result<ExitCode> {
+    if let Some(SweepCommand::Serve(serve)) = args.serve {
+        return crate::sweep_serve::sweep_serve(*serve, command_line).await;
+    }
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
