@@ -1,0 +1,311 @@
+//! `servebench sweep serve` against `servebench sim` as the server command: servers started
+//! and stopped in turn on one port, the decision, `--dry-run`, `--resume`, and servers that
+//! crash or never become ready. These run in real time (the simulator is a real server here),
+//! so the workloads are small and the bounds generous.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::TcpListener;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common::{bin, exclusive, ok, read_json, tempdir, text};
+
+const EXE: &str = env!("CARGO_BIN_EXE_servebench");
+
+fn write(dir: &Path, name: &str, body: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p.display().to_string()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn combinations(experiment: &Path) -> Vec<Value> {
+    read_json(&experiment.join("sweep_serve.json"))["combinations"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn p99_ttft(experiment: &Path, serve: &str) -> f64 {
+    let dir = experiment.join(format!(
+        "SERVE--{serve}-BENCH--num_prompts=64-random_input_len=256-random_output_len=32"
+    ));
+    read_json(&dir.join("run=0.json"))["p99_ttft_ms"]
+        .as_f64()
+        .unwrap()
+}
+
+/// Issue 14: max_num_seqs 4 vs 64 under a burst of 64 requests. Both servers listen on one
+/// named port, so the second start proves the first one's stop freed it; 4 running sequences
+/// queue the burst for seconds, 64 take it at once.
+#[test]
+fn two_server_configurations_run_in_turn_and_64_sequences_are_accepted() {
+    let _x = exclusive();
+    let dir = tempdir("sweep-serve", "two");
+    let serve = write(
+        &dir,
+        "serve.json",
+        r#"[{"max_num_seqs": 4}, {"max_num_seqs": 64}]"#,
+    );
+    let bench = write(
+        &dir,
+        "bench.json",
+        r#"[{"num_prompts": 64, "random_input_len": 256, "random_output_len": 32}]"#,
+    );
+    let port = free_port();
+    let serve_cmd = format!("{EXE} sim llama-3.1-8b --gpu h100 --port {port}");
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "sweep",
+            "serve",
+            "--serve-cmd",
+            &serve_cmd,
+            "--bench-cmd",
+            "vllm bench serve --model llama-3.1-8b",
+            "--serve-params",
+            &serve,
+            "--bench-params",
+            &bench,
+            "-e",
+            "exp",
+            "--num-runs",
+            "1",
+            "--server-ready-timeout",
+            "120",
+            "--slo",
+            "ttft:p99:1500",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let out = bin()
+        .current_dir(&dir)
+        .args(args(&["-o", "results"]))
+        .output()
+        .unwrap();
+    let stdout = ok(&out);
+    assert_eq!(stdout.matches("[BEGIN SERVER]").count(), 2, "{stdout}");
+    let exp = dir.join("results/exp");
+    let combs = combinations(&exp);
+    assert_eq!(combs.len(), 2);
+    let pids: Vec<u64> = combs
+        .iter()
+        .map(|c| c["server_pid"].as_u64().unwrap())
+        .collect();
+    assert_ne!(pids[0], pids[1], "two servers, one after the other");
+    for c in &combs {
+        assert_eq!(c["status"], "ok", "{c}");
+        assert_eq!(c["port"].as_u64(), Some(u64::from(port)), "{c}");
+    }
+    let slow = p99_ttft(&exp, "max_num_seqs=4");
+    let fast = p99_ttft(&exp, "max_num_seqs=64");
+    assert!(fast * 3.0 < slow, "p99 TTFT 64 seqs {fast} ms, 4 seqs {slow} ms");
+    let decision = std::fs::read_to_string(exp.join("decision.md")).unwrap();
+    assert!(
+        decision.contains("**Accepted: max_num_seqs=64"),
+        "{decision}"
+    );
+    assert!(
+        decision.contains("rejected: p99_ttft_ms"),
+        "4 sequences miss the contract: {decision}"
+    );
+    // vLLM's files: the result with its parameters, the combination's summary, the table.
+    let run0 = read_json(&exp.join(
+        "SERVE--max_num_seqs=64-BENCH--num_prompts=64-random_input_len=256-random_output_len=32/run=0.json",
+    ));
+    assert_eq!(run0["max_num_seqs"], 64);
+    assert_eq!(run0["run_number"], 0);
+    assert_eq!(run0["completed"], 64);
+    let csv = std::fs::read_to_string(exp.join("summary.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert!(std::fs::read_to_string(exp.join("SERVE-max_num_seqs=4-server.log"))
+        .unwrap()
+        .contains("Serving on"));
+
+    // Everything is done: --resume starts no server and keeps the results.
+    let again = bin()
+        .current_dir(&dir)
+        .args(args(&["-o", "results", "--resume"]))
+        .output()
+        .unwrap();
+    let stdout = ok(&again);
+    assert!(!stdout.contains("[BEGIN BENCHMARK]"), "{}", text(&again));
+    assert_eq!(
+        stdout.matches("not started").count(),
+        2,
+        "{}",
+        text(&again)
+    );
+    let resumed = combinations(&exp);
+    assert!(resumed.iter().all(|c| c["status"] == "resumed"), "{resumed:?}");
+    assert!(std::fs::read_to_string(exp.join("decision.md"))
+        .unwrap()
+        .contains("**Accepted: max_num_seqs=64"));
+    // Without --resume an existing experiment is not overwritten.
+    let refused = bin()
+        .current_dir(&dir)
+        .args(args(&["-o", "results"]))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--resume"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn dry_run_prints_every_command_and_runs_nothing() {
+    let dir = tempdir("sweep-serve", "dry");
+    let serve = write(
+        &dir,
+        "serve.json",
+        r#"{"small": {"max_num_seqs": 4, "enable_prefix_caching": false}, "big": {"max_num_seqs": 64}}"#,
+    );
+    let bench = write(
+        &dir,
+        "bench.json",
+        r#"[{"max_concurrency": 4}, {"max_concurrency": 64}]"#,
+    );
+    let out = bin()
+        .current_dir(&dir)
+        .args([
+            "sweep",
+            "serve",
+            "--serve-cmd",
+            "vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 256",
+            "--bench-cmd",
+            "vllm bench serve --model meta-llama/Llama-3.1-8B-Instruct --num-prompts 100",
+            "--serve-params",
+            &serve,
+            "--bench-params",
+            &bench,
+            "--link-vars",
+            "max_num_seqs=max_concurrency",
+            "--num-runs",
+            "2",
+            "--dry-run",
+            "-e",
+            "dry",
+        ])
+        .output()
+        .unwrap();
+    let stdout = ok(&out);
+    assert!(
+        stdout.contains(
+            "Server command: vllm serve meta-llama/Llama-3.1-8B-Instruct --max-num-seqs 4 --no-enable-prefix-caching"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("--max-num-seqs 64\n"), "{stdout}");
+    // Linked: 4 with 4 and 64 with 64 only, two runs each.
+    assert_eq!(stdout.matches("Benchmark command:").count(), 4, "{stdout}");
+    assert!(stdout.contains(" run --model meta-llama/Llama-3.1-8B-Instruct --num-prompts 100 --max-concurrency 4 --base-url http://127.0.0.1:{port}"), "{stdout}");
+    assert!(stdout.contains("SERVE--small-BENCH--max_concurrency=4/run=1.json"), "{stdout}");
+    assert!(stdout.contains("SERVE--big-BENCH--max_concurrency=64/run=0.json"), "{stdout}");
+    assert!(!dir.join("results").exists(), "a dry run writes nothing");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A server that never becomes ready and one that dies in the middle of a run: each is a
+/// failed combination with its log's tail, and with --continue-on-error the sweep finishes.
+#[test]
+fn a_crashing_and_a_hanging_server_fail_their_combinations_and_the_sweep_goes_on() {
+    let _x = exclusive();
+    let dir = tempdir("sweep-serve", "faults");
+    // `--mode` picks the failure: `hang` never listens; `crash` serves for 12 s, then dies.
+    let script = format!(
+        "case \"$2\" in \
+           hang) echo \"loading weights forever\"; exec sleep 120;; \
+           crash) {EXE} sim llama-3.1-8b --gpu h100 --port \"$4\" & pid=$!; sleep 12; \
+                  echo \"simulated engine crash\"; kill -9 $pid; exit 7;; \
+         esac"
+    );
+    let serve_cmd = format!("sh -c '{script}' sh --mode none --port {{port}}");
+    let serve = write(
+        &dir,
+        "serve.json",
+        r#"[{"mode": "hang"}, {"mode": "crash"}]"#,
+    );
+    // 10 req/s for 20 s: the crash lands mid-run even when start-up is slow.
+    let bench = write(
+        &dir,
+        "bench.json",
+        r#"[{"num_prompts": 200, "request_rate": 10, "random_input_len": 64, "random_output_len": 8}]"#,
+    );
+    let base = |extra: &[&str]| {
+        let mut c = bin();
+        c.current_dir(&dir).args([
+            "sweep",
+            "serve",
+            "--serve-cmd",
+            &serve_cmd,
+            "--bench-cmd",
+            "vllm bench serve --model llama-3.1-8b",
+            "--serve-params",
+            &serve,
+            "--bench-params",
+            &bench,
+            "--num-runs",
+            "1",
+            "--server-ready-timeout",
+            "10",
+            "--server-stop-timeout",
+            "2",
+        ]);
+        c.args(extra);
+        c
+    };
+    // Without --continue-on-error the sweep stops at the first failure.
+    let stopped = base(&["-e", "stop"]).output().unwrap();
+    assert_eq!(stopped.status.code(), Some(2), "{}", text(&stopped));
+    let s = String::from_utf8_lossy(&stopped.stdout);
+    assert_eq!(s.matches("[BEGIN SERVER]").count(), 1, "{s}");
+    let err = String::from_utf8_lossy(&stopped.stderr);
+    assert!(err.contains("not ready within 10 s"), "{err}");
+    assert!(err.contains("loading weights forever"), "the log's tail: {err}");
+
+    let out = base(&["-e", "go-on", "--continue-on-error"]).output().unwrap();
+    let stdout = ok(&out);
+    assert_eq!(stdout.matches("[BEGIN SERVER]").count(), 2, "{}", text(&out));
+    let exp = dir.join("results/go-on");
+    let combs = combinations(&exp);
+    assert_eq!(combs.len(), 2, "{combs:?}");
+    assert!(combs.iter().all(|c| c["status"] == "failed"), "{combs:?}");
+    let hang = &combs[0];
+    assert!(
+        hang["error"].as_str().unwrap().contains("not ready"),
+        "{hang}"
+    );
+    assert!(hang["log_tail"].as_str().unwrap().contains("loading weights forever"));
+    let crash = &combs[1];
+    let e = crash["error"].as_str().unwrap();
+    assert!(e.contains("exited during the run"), "{crash}");
+    assert!(
+        crash["log_tail"].as_str().unwrap().contains("simulated engine crash"),
+        "{crash}"
+    );
+    assert!(exp.join("SERVE-mode=hang-failure.json").exists());
+    let decision = std::fs::read_to_string(exp.join("decision.md")).unwrap();
+    assert!(decision.contains("No combination accepted"), "{decision}");
+    assert!(decision.contains("simulated engine crash"), "{decision}");
+    // The crashed run keeps what it measured under a name --resume does not take as done,
+    // the requests after the crash recorded as failures.
+    let crash_dir =
+        exp.join("SERVE--mode=crash-BENCH--num_prompts=200-request_rate=10-random_input_len=64-random_output_len=8");
+    assert!(!crash_dir.join("run=0.json").exists());
+    let partial = read_json(&crash_dir.join("run=0.partial.json"));
+    assert!(partial["failed"].as_u64().unwrap() > 0, "{partial}");
+    assert!(partial["completed"].as_u64().unwrap() > 0, "{partial}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
