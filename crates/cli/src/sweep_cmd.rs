@@ -99,6 +99,8 @@ pub struct SweepArgs {
     /// `servebench run` flags added to every point, after `--`.
     #[arg(last = true, value_name = "RUN FLAGS")]
     pub run_flags: Vec<String>,
+    #[command(flatten)]
+    pub server: crate::server_proc::managed::ServerCmdArgs,
     #[command(subcommand)]
     pub serve: Option<SweepCommand>,
 }
@@ -330,10 +332,13 @@ struct Ctx<'a> {
 }
 
 /// `servebench sweep`.
-pub async fn sweep(args: SweepArgs, command_line: Vec<String>) -> Result<ExitCode> {
+pub async fn sweep(mut args: SweepArgs, command_line: Vec<String>) -> Result<ExitCode> {
     if let Some(SweepCommand::Serve(serve)) = args.serve {
         return crate::sweep_serve::sweep_serve(*serve, command_line).await;
     }
+    let server =
+        crate::server_proc::managed::start(&args.server, &mut args.target, &args.results_dir)
+            .await?;
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
@@ -368,6 +373,7 @@ pub async fn sweep(args: SweepArgs, command_line: Vec<String>) -> Result<ExitCod
     let stop = crate::run::interrupt_on_ctrl_c();
     let result = run_sweep(&sweep, &args, &plan, &bench, &command_line, &stop).await;
     bench.shutdown().await;
+    crate::server_proc::managed::stop(server).await?;
     let (dir, exit) = result?;
     println!("experiment: {}", dir.display());
     // Interrupted (Ctrl-C, SIGTERM) or stopped by a failing records file: the same exit

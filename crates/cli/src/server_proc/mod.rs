@@ -4,6 +4,7 @@
 //! port confirmed free before the next server starts.
 
 pub mod logged;
+pub mod managed;
 pub mod port;
 
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -307,5 +307,85 @@ fn a_crashing_and_a_hanging_server_fail_their_combinations_and_the_sweep_goes_on
     let partial = read_json(&crash_dir.join("run=0.partial.json"));
     assert!(partial["failed"].as_u64().unwrap() > 0, "{partial}");
     assert!(partial["completed"].as_u64().unwrap() > 0, "{partial}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--server-cmd` on the frontier sweep: one server for the whole experiment, measured as a
+/// `--base-url` would be, and stopped (its port free) when the sweep ends.
+#[test]
+fn the_frontier_sweep_starts_and_stops_its_own_server() {
+    let _x = exclusive();
+    let dir = tempdir("sweep-serve", "server-cmd");
+    let port = free_port();
+    let out = bin()
+        .current_dir(&dir)
+        .args([
+            "sweep",
+            "--server-cmd",
+            &format!("{EXE} sim llama-3.1-8b --gpu h100 --port {port}"),
+            "--max-concurrency",
+            "1,4",
+            "--num-prompts",
+            "8",
+            "--input-len",
+            "64",
+            "--output-len",
+            "8",
+            "--num-warmups",
+            "0",
+            "--results-dir",
+            "res",
+        ])
+        .output()
+        .unwrap();
+    let stdout = ok(&out);
+    let exp = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("experiment: "))
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    let exp = read_json(&dir.join(exp).join("experiment.json"));
+    assert_eq!(exp["sweep"]["points"].as_array().unwrap().len(), 2, "{exp}");
+    let log = std::fs::read_dir(dir.join("res"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "log"))
+        .expect("the server log in the results directory");
+    assert!(std::fs::read_to_string(log).unwrap().contains("Serving on"));
+    assert!(
+        TcpListener::bind(("127.0.0.1", port)).is_ok(),
+        "the server's port is free after the sweep"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A frontier as the benchmark side: each server combination gets a whole concurrency sweep.
+#[test]
+fn a_frontier_can_be_the_bench_side_of_sweep_serve() {
+    let _x = exclusive();
+    let dir = tempdir("sweep-serve", "frontier-bench");
+    let out = bin()
+        .current_dir(&dir)
+        .args([
+            "sweep",
+            "serve",
+            "--serve-cmd",
+            &format!("{EXE} sim llama-3.1-8b --gpu h100 --max-num-seqs 8"),
+            "--bench-cmd",
+            "servebench sweep --max-concurrency 1,4 --num-prompts 8 --input-len 64 --output-len 8 --num-warmups 0",
+            "--num-runs",
+            "1",
+            "-e",
+            "f",
+        ])
+        .output()
+        .unwrap();
+    ok(&out);
+    let exp = dir.join("results/f");
+    let run0 = read_json(&exp.join("run=0.json"));
+    let frontier = dir.join(PathBuf::from(run0["results_dir"].as_str().unwrap()));
+    assert!(frontier.is_dir(), "{run0}");
+    let combs = combinations(&exp);
+    assert_eq!(combs[0]["status"], "ok", "{combs:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
