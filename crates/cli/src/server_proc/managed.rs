@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use clap::Args;
 
-use super::{split_words, Lifecycle, ServerProcess};
+use super::{resolve_self, split_words, Lifecycle, ServerProcess};
 use crate::matrix::bench::TargetArgs;
 
 /// The server an experiment starts and stops itself.
@@ -44,7 +44,7 @@ pub async fn start(
     if target.base_url.is_some() || target.sim.is_some() || target.virtual_time {
         bail!("--server-cmd starts the server the runs measure: drop --base-url, --sim and --virtual-time");
     }
-    let argv = split_words(cmd)?;
+    let argv = resolve_self(split_words(cmd)?);
     let log = args.server_log.clone().unwrap_or_else(|| {
         results_dir.join(format!(
             "server-{}.log",

@@ -227,6 +227,17 @@ impl Drop for ServerProcess {
     }
 }
 
+/// `argv` with a leading `servebench` (as the README writes server commands) run as this very
+/// binary, so the server is the same version as the client whether or not one is on PATH.
+pub fn resolve_self(mut argv: Vec<String>) -> Vec<String> {
+    if argv.first().is_some_and(|a| a == "servebench") {
+        if let Ok(exe) = std::env::current_exe() {
+            argv[0] = exe.display().to_string();
+        }
+    }
+    argv
+}
+
 /// A command as a shell would read it back (words with spaces or quotes quoted).
 pub fn shell_words(argv: &[String]) -> String {
     argv.iter()

@@ -80,6 +80,70 @@ fn label(c: &CombRecord) -> String {
     }
 }
 
+/// The per-run values of one result key.
+fn values(runs: &[Value], key: &str) -> Vec<f64> {
+    runs.iter()
+        .filter_map(|r| r.get(key).and_then(Value::as_f64))
+        .filter(|x| x.is_finite())
+        .collect()
+}
+
+/// Each combination against the baseline of its benchmark combination (the server
+/// combination named `baseline`, else the first one measured): the change on every axis,
+/// whether it clears the baseline's noise floor (twice its run-to-run standard deviation),
+/// and a Mann–Whitney p-value over the runs.
+fn effects(md: &mut String, measured: &[&CombRecord]) {
+    let mut header = false;
+    for c in measured {
+        let base = measured
+            .iter()
+            .filter(|b| b.bench_name == c.bench_name)
+            .find(|b| b.serve_name == super::vary::BASELINE)
+            .or_else(|| measured.iter().find(|b| b.bench_name == c.bench_name));
+        let Some(base) = base.filter(|b| !std::ptr::eq(**b, *c)) else {
+            continue;
+        };
+        if !header {
+            header = true;
+            let _ = writeln!(
+                md,
+                "\n## Effects against the baseline\n\nThe noise floor is twice the baseline's run-to-run standard deviation (--num-runs ≥ 2 measures it); p is the two-sided Mann–Whitney test over the runs' values.\n"
+            );
+            md.push_str("| change | against | axis | baseline | value | effect | noise floor | p | verdict |\n|---|---|---|---|---|---|---|---|---|\n");
+        }
+        for (k, name, higher_better) in AXES {
+            let (Some((b, bsd, bn)), Some((v, _, vn))) = (stat(&base.runs, k), stat(&c.runs, k))
+            else {
+                continue;
+            };
+            let change = if b != 0.0 { (v - b) / b * 100.0 } else { f64::NAN };
+            let floor = 2.0 * bsd;
+            let p = if bn >= 2 && vn >= 2 {
+                servebench_analysis::compare::mann_whitney_u(&values(&base.runs, k), &values(&c.runs, k))
+                    .map(|t| format!("{:.3}", t.p_value))
+                    .unwrap_or_else(|_| "–".to_owned())
+            } else {
+                "–".to_owned()
+            };
+            let verdict = if bn < 2 {
+                "no noise floor (1 baseline run)".to_owned()
+            } else if (v - b).abs() > floor {
+                let better = (v > b) == higher_better;
+                format!("beyond noise, {}", if better { "better" } else { "worse" })
+            } else {
+                "within noise".to_owned()
+            };
+            let floor_text = if bn < 2 { "–".to_owned() } else { format!("±{floor:.1}") };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {name} | {b:.1} | {v:.1} | {change:+.1} % | {floor_text} | {p} | {verdict} |",
+                label(c),
+                label(base)
+            );
+        }
+    }
+}
+
 /// The markdown.
 pub fn render(combs: &[CombRecord], slos: &[Slo]) -> String {
     let mut md = String::from("# Decision: sweep serve\n\n");
@@ -169,33 +233,7 @@ pub fn render(combs: &[CombRecord], slos: &[Slo]) -> String {
             cells.join(" | ")
         );
     }
-    if let Some(base) = measured.first() {
-        let _ = writeln!(
-            md,
-            "\n## Effects against {}\n\nA change is beyond noise when it exceeds twice the run-to-run standard deviation of both combinations (with one run each, no noise floor is known).\n",
-            label(base)
-        );
-        md.push_str("| combination | axis | change | beyond noise |\n|---|---|---|---|\n");
-        for c in measured.iter().skip(1) {
-            for (k, name, higher_better) in AXES {
-                let (Some((b, bsd, bn)), Some((v, vsd, vn))) = (stat(&base.runs, k), stat(&c.runs, k))
-                else {
-                    continue;
-                };
-                let change = if b != 0.0 { (v - b) / b * 100.0 } else { f64::NAN };
-                let noise = 2.0 * bsd.max(vsd);
-                let beyond = if bn < 2 && vn < 2 {
-                    "unknown (1 run)".to_owned()
-                } else if (v - b).abs() > noise {
-                    let better = (v > b) == higher_better;
-                    format!("yes ({})", if better { "better" } else { "worse" })
-                } else {
-                    "no".to_owned()
-                };
-                let _ = writeln!(md, "| {} | {name} | {change:+.1} % | {beyond} |", label(c));
-            }
-        }
-    }
+    effects(&mut md, &measured);
     let failures: Vec<&CombRecord> = combs.iter().filter(|c| c.status == "failed").collect();
     if !failures.is_empty() {
         md.push_str("\n## Failed combinations\n");

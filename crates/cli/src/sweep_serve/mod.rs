@@ -7,6 +7,7 @@ mod bench_cmd;
 mod decision;
 mod params;
 mod runner;
+mod vary;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -70,6 +71,14 @@ pub struct SweepServeArgs {
     /// (e.g. --slo ttft:p99:500 tpot:p99:50).
     #[arg(long, num_args = 1.., value_name = "METRIC:pNN:MS", help_heading = "servebench")]
     pub slo: Vec<String>,
+    /// One knob at a time: the baseline server parameters (a JSON object, or a parameter file
+    /// whose first entry is it) [default: the first entry of --serve-params].
+    #[arg(long, value_name = "FILE", help_heading = "servebench")]
+    pub baseline: Option<PathBuf>,
+    /// One knob at a time: measure the baseline with only this knob changed, once per value
+    /// (repeatable: --vary max_num_seqs=16,64,256 --vary enable_chunked_prefill=false).
+    #[arg(long, value_name = "KNOB=V1,V2,...", help_heading = "servebench")]
+    pub vary: Vec<String>,
     /// Seconds between SIGTERM and SIGKILL when a server is stopped.
     #[arg(long, default_value_t = 10.0, value_name = "SECS", help_heading = "servebench")]
     pub server_stop_timeout: f64,

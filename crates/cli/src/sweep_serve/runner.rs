@@ -14,7 +14,9 @@ use super::bench_cmd::{BenchCmd, BenchKind};
 use super::decision;
 use super::params::{linked, parse_link_vars, ParamItem, ParamSweep};
 use super::SweepServeArgs;
-use crate::server_proc::{logged, shell_words, split_words, Lifecycle, ServerProcess, TAIL_LINES};
+use crate::server_proc::{
+    logged, resolve_self, shell_words, split_words, Lifecycle, ServerProcess, TAIL_LINES,
+};
 
 /// Everything the flags resolve to.
 pub struct Plan {
@@ -32,7 +34,7 @@ pub struct Plan {
 
 impl Plan {
     pub fn from_args(args: &SweepServeArgs) -> Result<Plan> {
-        let serve_cmd = split_words(&args.serve_cmd).context("--serve-cmd")?;
+        let serve_cmd = resolve_self(split_words(&args.serve_cmd).context("--serve-cmd")?);
         if serve_cmd.is_empty() {
             bail!("--serve-cmd is empty");
         }
@@ -50,7 +52,18 @@ impl Plan {
                 None => Ok(ParamSweep::unchanged()),
             }
         };
-        let serve_params = read(&args.serve_params, "--serve-params")?;
+        let mut serve_params = read(&args.serve_params, "--serve-params")?;
+        if !args.vary.is_empty() {
+            let varies = args
+                .vary
+                .iter()
+                .map(|v| super::vary::parse_vary(v))
+                .collect::<Result<Vec<_>>>()?;
+            let base = super::vary::baseline(args.baseline.as_deref(), &serve_params)?;
+            serve_params = super::vary::design(&base, &varies);
+        } else if args.baseline.is_some() {
+            bail!("--baseline goes with --vary knob=v1,v2,...");
+        }
         let bench_params = read(&args.bench_params, "--bench-params")?;
         let links = parse_link_vars(&args.link_vars)?;
         let name = args
@@ -198,6 +211,12 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
     if !args.dry_run {
         std::fs::create_dir_all(&plan.experiment_dir)
             .with_context(|| format!("cannot create {}", plan.experiment_dir.display()))?;
+    }
+    if !args.vary.is_empty() {
+        println!("One knob at a time: every server combination is the baseline with one knob changed");
+        for s in &plan.serve_params.0 {
+            println!("  {}: {}", s.name(), s.as_text(", "));
+        }
     }
     let mut state = State::default();
     let mut stopped: Option<anyhow::Error> = None;
