@@ -490,3 +490,41 @@ fn the_decision_judges_a_knob_against_the_baseline_noise_floor() {
     assert!(decision.contains("**Accepted: baseline"), "{decision}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The README's `sweep serve` commands, as written: the example against the simulator runs
+/// for real (its parameter files are the ones in examples/sweep-serve/), the others dry.
+#[test]
+fn the_readme_sweep_serve_examples_run_as_written() {
+    let _x = exclusive();
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let commands: Vec<Vec<String>> = readme
+        .lines()
+        .filter(|l| l.starts_with("servebench sweep serve "))
+        .map(|l| servebench_sim::args::split_shell_words(l).unwrap())
+        .collect();
+    assert!(commands.len() >= 2, "{commands:?}");
+    let dir = tempdir("sweep-serve", "readme");
+    for c in &commands {
+        let out = bin()
+            .current_dir(root)
+            .args(&c[1..])
+            .arg("-o")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{c:?}\n{}", text(&out));
+        if !c.iter().any(|w| w == "--dry-run") {
+            let exp = dir.join("max-num-seqs");
+            let decision = std::fs::read_to_string(exp.join("decision.md")).unwrap();
+            assert!(
+                decision.contains("**Accepted: max_num_seqs=64 × burst-64**"),
+                "{decision}"
+            );
+            assert!(exp
+                .join("SERVE--max_num_seqs=4-BENCH--burst-64/run=0.json")
+                .is_file());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
