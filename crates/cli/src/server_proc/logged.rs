@@ -84,10 +84,14 @@ mod tests {
         let _ = std::fs::create_dir_all(&dir);
         let log = dir.join("x.log");
         let _ = std::fs::remove_file(&log);
-        let argv: Vec<String> = ["sh", "-c", "for i in 1 2 3 4 5; do echo line$i; done; echo oops >&2"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let argv: Vec<String> = [
+            "sh",
+            "-c",
+            "for i in 1 2 3 4 5; do echo line$i; done; echo oops >&2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let mut child = spawn(&argv, &log, false, true).expect("spawn");
         assert!(child.wait().expect("wait").success());
         let t = tail(&log, 2);

@@ -304,7 +304,13 @@ mod tests {
             echo: false,
         };
         let e = ServerProcess::start(
-            &argv(&["sh", "-c", "echo loading weights; exec sleep 30", "x", "{port}"]),
+            &argv(&[
+                "sh",
+                "-c",
+                "echo loading weights; exec sleep 30",
+                "x",
+                "{port}",
+            ]),
             &log,
             &how,
         )

@@ -70,8 +70,7 @@ impl BenchCmd {
             .skip(self.program_words)
             .map(|a| a.replace(PLACEHOLDER, &port_text))
             .collect();
-        let names_server =
-            flag_value(&rest, &["--base-url", "--host", "--port"]).is_some();
+        let names_server = flag_value(&rest, &["--base-url", "--host", "--port"]).is_some();
         let dir = out.parent().unwrap_or(Path::new("."));
         let file = out
             .file_name()
@@ -164,16 +163,32 @@ mod tests {
     #[test]
     fn a_named_port_is_kept_and_the_placeholder_filled() {
         let b = BenchCmd::new(argv("servebench run --port {port}"));
-        let a = b.argv(&b.words, "sb", "http://127.0.0.1:7", Some(7), Path::new("d/run=1.json"), 0);
+        let a = b.argv(
+            &b.words,
+            "sb",
+            "http://127.0.0.1:7",
+            Some(7),
+            Path::new("d/run=1.json"),
+            0,
+        );
         assert_eq!(&a[..4], &argv("sb run --port 7")[..]);
         assert!(!a.contains(&"--base-url".to_owned()));
     }
 
     #[test]
     fn a_frontier_gets_the_server_and_a_results_dir_before_its_run_flags() {
-        let b = BenchCmd::new(argv("servebench sweep --max-concurrency 1,4 -- --ignore-eos"));
+        let b = BenchCmd::new(argv(
+            "servebench sweep --max-concurrency 1,4 -- --ignore-eos",
+        ));
         assert_eq!(b.kind, BenchKind::Frontier);
-        let a = b.argv(&b.words, "sb", "http://h:1", Some(1), Path::new("d/run=0.json"), 0);
+        let a = b.argv(
+            &b.words,
+            "sb",
+            "http://h:1",
+            Some(1),
+            Path::new("d/run=0.json"),
+            0,
+        );
         assert_eq!(
             a,
             argv("sb sweep --max-concurrency 1,4 --base-url http://h:1 --results-dir d/run=0 -- --ignore-eos")

@@ -116,12 +116,19 @@ fn effects(md: &mut String, measured: &[&CombRecord]) {
             else {
                 continue;
             };
-            let change = if b != 0.0 { (v - b) / b * 100.0 } else { f64::NAN };
+            let change = if b != 0.0 {
+                (v - b) / b * 100.0
+            } else {
+                f64::NAN
+            };
             let floor = 2.0 * bsd;
             let p = if bn >= 2 && vn >= 2 {
-                servebench_analysis::compare::mann_whitney_u(&values(&base.runs, k), &values(&c.runs, k))
-                    .map(|t| format!("{:.3}", t.p_value))
-                    .unwrap_or_else(|_| "–".to_owned())
+                servebench_analysis::compare::mann_whitney_u(
+                    &values(&base.runs, k),
+                    &values(&c.runs, k),
+                )
+                .map(|t| format!("{:.3}", t.p_value))
+                .unwrap_or_else(|_| "–".to_owned())
             } else {
                 "–".to_owned()
             };
@@ -133,7 +140,11 @@ fn effects(md: &mut String, measured: &[&CombRecord]) {
             } else {
                 "within noise".to_owned()
             };
-            let floor_text = if bn < 2 { "–".to_owned() } else { format!("±{floor:.1}") };
+            let floor_text = if bn < 2 {
+                "–".to_owned()
+            } else {
+                format!("±{floor:.1}")
+            };
             let _ = writeln!(
                 md,
                 "| {} | {} | {name} | {b:.1} | {v:.1} | {change:+.1} % | {floor_text} | {p} | {verdict} |",
@@ -180,13 +191,7 @@ pub fn render(combs: &[CombRecord], slos: &[Slo]) -> String {
         }
     }
     md.push_str("| combination | runs | ");
-    md.push_str(
-        &AXES
-            .iter()
-            .map(|a| a.1)
-            .collect::<Vec<_>>()
-            .join(" | "),
-    );
+    md.push_str(&AXES.iter().map(|a| a.1).collect::<Vec<_>>().join(" | "));
     md.push_str(" | failed requests | verdict |\n|---|---|");
     md.push_str(&"---|".repeat(AXES.len() + 2));
     md.push('\n');
@@ -242,7 +247,12 @@ pub fn render(combs: &[CombRecord], slos: &[Slo]) -> String {
                 md,
                 "\n### {}\n\n{}\n",
                 label(c),
-                c.error.as_deref().unwrap_or("failed").lines().next().unwrap_or("")
+                c.error
+                    .as_deref()
+                    .unwrap_or("failed")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
             );
             if let Some(t) = c.log_tail.as_deref().filter(|t| !t.is_empty()) {
                 let _ = writeln!(md, "Server log (last lines):\n\n```\n{t}\n```");

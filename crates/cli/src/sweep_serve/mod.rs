@@ -80,7 +80,12 @@ pub struct SweepServeArgs {
     #[arg(long, value_name = "KNOB=V1,V2,...", help_heading = "servebench")]
     pub vary: Vec<String>,
     /// Seconds between SIGTERM and SIGKILL when a server is stopped.
-    #[arg(long, default_value_t = 10.0, value_name = "SECS", help_heading = "servebench")]
+    #[arg(
+        long,
+        default_value_t = 10.0,
+        value_name = "SECS",
+        help_heading = "servebench"
+    )]
     pub server_stop_timeout: f64,
 }
 

@@ -274,11 +274,17 @@ mod tests {
 
     #[test]
     fn both_file_forms_keep_their_order_and_names() {
-        let list = ParamSweep::parse(r#"[{"max_num_seqs": 4, "enable_chunked_prefill": true}, {"max_num_seqs": 64}]"#)
-            .expect("list");
+        let list = ParamSweep::parse(
+            r#"[{"max_num_seqs": 4, "enable_chunked_prefill": true}, {"max_num_seqs": 64}]"#,
+        )
+        .expect("list");
         assert_eq!(list.0.len(), 2);
-        assert_eq!(list.0[0].name(), "max_num_seqs=4-enable_chunked_prefill=True");
-        let named = ParamSweep::parse(r#"{"small": {"b": 1, "a": 2}, "big": {"b": 3}}"#).expect("dict");
+        assert_eq!(
+            list.0[0].name(),
+            "max_num_seqs=4-enable_chunked_prefill=True"
+        );
+        let named =
+            ParamSweep::parse(r#"{"small": {"b": 1, "a": 2}, "big": {"b": 3}}"#).expect("dict");
         assert_eq!(named.0[0].name(), "small");
         assert_eq!(named.0[0].as_text(", "), "b=1, a=2");
         assert_eq!(named.0[1].name(), "big");
@@ -316,9 +322,18 @@ mod tests {
     #[test]
     fn link_vars_pair_equal_values() {
         let links = parse_link_vars("max_num_seqs=max_concurrency").expect("ok");
-        let s = ParamSweep::parse(r#"[{"max_num_seqs": 4}]"#).expect("s").0.remove(0);
-        let b4 = ParamSweep::parse(r#"[{"max_concurrency": 4}]"#).expect("b").0.remove(0);
-        let b8 = ParamSweep::parse(r#"[{"max_concurrency": 8}]"#).expect("b").0.remove(0);
+        let s = ParamSweep::parse(r#"[{"max_num_seqs": 4}]"#)
+            .expect("s")
+            .0
+            .remove(0);
+        let b4 = ParamSweep::parse(r#"[{"max_concurrency": 4}]"#)
+            .expect("b")
+            .0
+            .remove(0);
+        let b8 = ParamSweep::parse(r#"[{"max_concurrency": 8}]"#)
+            .expect("b")
+            .0
+            .remove(0);
         assert!(linked(&s, &b4, &links));
         assert!(!linked(&s, &b8, &links));
         assert!(parse_link_vars("a").is_err());

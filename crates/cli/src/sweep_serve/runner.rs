@@ -213,7 +213,9 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
             .with_context(|| format!("cannot create {}", plan.experiment_dir.display()))?;
     }
     if !args.vary.is_empty() {
-        println!("One knob at a time: every server combination is the baseline with one knob changed");
+        println!(
+            "One knob at a time: every server combination is the baseline with one knob changed"
+        );
         for s in &plan.serve_params.0 {
             println!("  {}: {}", s.name(), s.as_text(", "));
         }
@@ -251,9 +253,10 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
                 let text = format!("{e:#}");
                 println!("[FAILED SERVER COMBINATION] {}: {text}", serve.name());
                 write_json(
-                    &plan
-                        .experiment_dir
-                        .join(sanitize(&format!("SERVE-{}-failure.json", display_name(serve)))),
+                    &plan.experiment_dir.join(sanitize(&format!(
+                        "SERVE-{}-failure.json",
+                        display_name(serve)
+                    ))),
                     &serde_json::json!({
                         "error": text,
                         "serve_overrides": serve.to_json(),

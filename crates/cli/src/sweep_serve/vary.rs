@@ -75,7 +75,9 @@ pub fn baseline(file: Option<&Path>, serve_params: &ParamSweep) -> Result<ParamI
 /// once, as the baseline).
 pub fn design(base: &ParamItem, varies: &[Vary]) -> ParamSweep {
     let mut named = base.clone();
-    named.0.insert(0, (NAME_KEY.to_owned(), Value::from(BASELINE)));
+    named
+        .0
+        .insert(0, (NAME_KEY.to_owned(), Value::from(BASELINE)));
     let mut out = vec![named];
     for v in varies {
         for val in &v.values {
@@ -88,8 +90,13 @@ pub fn design(base: &ParamItem, varies: &[Vary]) -> ParamSweep {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            item.0
-                .insert(0, (NAME_KEY.to_owned(), Value::from(format!("{}={shown}", v.knob))));
+            item.0.insert(
+                0,
+                (
+                    NAME_KEY.to_owned(),
+                    Value::from(format!("{}={shown}", v.knob)),
+                ),
+            );
             if !out.iter().any(|o| o.name() == item.name()) {
                 out.push(item);
             }
@@ -130,7 +137,10 @@ mod tests {
                 .count();
             assert_eq!(changed, 1, "{item:?}");
         }
-        assert_eq!(d.0[3].get("enable_chunked_prefill"), Some(&Value::Bool(false)));
+        assert_eq!(
+            d.0[3].get("enable_chunked_prefill"),
+            Some(&Value::Bool(false))
+        );
     }
 
     #[test]
@@ -138,6 +148,9 @@ mod tests {
         assert!(parse_vary("max_num_seqs").is_err());
         assert!(parse_vary("=1,2").is_err());
         assert!(parse_vary("x=").is_err());
-        assert_eq!(parse_vary("gpu=h100").expect("ok").values, [Value::from("h100")]);
+        assert_eq!(
+            parse_vary("gpu=h100").expect("ok").values,
+            [Value::from("h100")]
+        );
     }
 }

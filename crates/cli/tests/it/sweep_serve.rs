@@ -111,7 +111,10 @@ fn two_server_configurations_run_in_turn_and_64_sequences_are_accepted() {
     }
     let slow = p99_ttft(&exp, "max_num_seqs=4");
     let fast = p99_ttft(&exp, "max_num_seqs=64");
-    assert!(fast * 3.0 < slow, "p99 TTFT 64 seqs {fast} ms, 4 seqs {slow} ms");
+    assert!(
+        fast * 3.0 < slow,
+        "p99 TTFT 64 seqs {fast} ms, 4 seqs {slow} ms"
+    );
     let decision = std::fs::read_to_string(exp.join("decision.md")).unwrap();
     assert!(
         decision.contains("**Accepted: max_num_seqs=64"),
@@ -130,9 +133,11 @@ fn two_server_configurations_run_in_turn_and_64_sequences_are_accepted() {
     assert_eq!(run0["completed"], 64);
     let csv = std::fs::read_to_string(exp.join("summary.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
-    assert!(std::fs::read_to_string(exp.join("SERVE-max_num_seqs=4-server.log"))
-        .unwrap()
-        .contains("Serving on"));
+    assert!(
+        std::fs::read_to_string(exp.join("SERVE-max_num_seqs=4-server.log"))
+            .unwrap()
+            .contains("Serving on")
+    );
 
     // Everything is done: --resume starts no server and keeps the results.
     let again = bin()
@@ -142,14 +147,12 @@ fn two_server_configurations_run_in_turn_and_64_sequences_are_accepted() {
         .unwrap();
     let stdout = ok(&again);
     assert!(!stdout.contains("[BEGIN BENCHMARK]"), "{}", text(&again));
-    assert_eq!(
-        stdout.matches("not started").count(),
-        2,
-        "{}",
-        text(&again)
-    );
+    assert_eq!(stdout.matches("not started").count(), 2, "{}", text(&again));
     let resumed = combinations(&exp);
-    assert!(resumed.iter().all(|c| c["status"] == "resumed"), "{resumed:?}");
+    assert!(
+        resumed.iter().all(|c| c["status"] == "resumed"),
+        "{resumed:?}"
+    );
     assert!(std::fs::read_to_string(exp.join("decision.md"))
         .unwrap()
         .contains("**Accepted: max_num_seqs=64"));
@@ -211,8 +214,14 @@ fn dry_run_prints_every_command_and_runs_nothing() {
     // Linked: 4 with 4 and 64 with 64 only, two runs each.
     assert_eq!(stdout.matches("Benchmark command:").count(), 4, "{stdout}");
     assert!(stdout.contains(" run --model meta-llama/Llama-3.1-8B-Instruct --num-prompts 100 --max-concurrency 4 --base-url http://127.0.0.1:{port}"), "{stdout}");
-    assert!(stdout.contains("SERVE--small-BENCH--max_concurrency=4/run=1.json"), "{stdout}");
-    assert!(stdout.contains("SERVE--big-BENCH--max_concurrency=64/run=0.json"), "{stdout}");
+    assert!(
+        stdout.contains("SERVE--small-BENCH--max_concurrency=4/run=1.json"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("SERVE--big-BENCH--max_concurrency=64/run=0.json"),
+        "{stdout}"
+    );
     assert!(!dir.join("results").exists(), "a dry run writes nothing");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -273,11 +282,21 @@ fn a_crashing_and_a_hanging_server_fail_their_combinations_and_the_sweep_goes_on
     assert_eq!(s.matches("[BEGIN SERVER]").count(), 1, "{s}");
     let err = String::from_utf8_lossy(&stopped.stderr);
     assert!(err.contains("not ready within 10 s"), "{err}");
-    assert!(err.contains("loading weights forever"), "the log's tail: {err}");
+    assert!(
+        err.contains("loading weights forever"),
+        "the log's tail: {err}"
+    );
 
-    let out = base(&["-e", "go-on", "--continue-on-error"]).output().unwrap();
+    let out = base(&["-e", "go-on", "--continue-on-error"])
+        .output()
+        .unwrap();
     let stdout = ok(&out);
-    assert_eq!(stdout.matches("[BEGIN SERVER]").count(), 2, "{}", text(&out));
+    assert_eq!(
+        stdout.matches("[BEGIN SERVER]").count(),
+        2,
+        "{}",
+        text(&out)
+    );
     let exp = dir.join("results/go-on");
     let combs = combinations(&exp);
     assert_eq!(combs.len(), 2, "{combs:?}");
@@ -287,12 +306,18 @@ fn a_crashing_and_a_hanging_server_fail_their_combinations_and_the_sweep_goes_on
         hang["error"].as_str().unwrap().contains("not ready"),
         "{hang}"
     );
-    assert!(hang["log_tail"].as_str().unwrap().contains("loading weights forever"));
+    assert!(hang["log_tail"]
+        .as_str()
+        .unwrap()
+        .contains("loading weights forever"));
     let crash = &combs[1];
     let e = crash["error"].as_str().unwrap();
     assert!(e.contains("exited during the run"), "{crash}");
     assert!(
-        crash["log_tail"].as_str().unwrap().contains("simulated engine crash"),
+        crash["log_tail"]
+            .as_str()
+            .unwrap()
+            .contains("simulated engine crash"),
         "{crash}"
     );
     assert!(exp.join("SERVE-mode=hang-failure.json").exists());
@@ -438,11 +463,25 @@ fn vary_changes_one_knob_from_the_baseline() {
     );
     assert!(stdout.contains("SERVE--baseline/run=2.json"), "{stdout}");
     let bad = bin()
-        .args(["sweep", "serve", "--serve-cmd", "x", "--bench-cmd", "y", "--vary", "max_num_seqs", "--dry-run"])
+        .args([
+            "sweep",
+            "serve",
+            "--serve-cmd",
+            "x",
+            "--bench-cmd",
+            "y",
+            "--vary",
+            "max_num_seqs",
+            "--dry-run",
+        ])
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("knob=v1,v2"), "{}", text(&bad));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("knob=v1,v2"),
+        "{}",
+        text(&bad)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
