@@ -12,7 +12,7 @@ mod vary;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 
 /// Arguments of `servebench sweep serve` (vLLM's `bench sweep serve` flags, then ours).
@@ -98,5 +98,17 @@ pub async fn sweep_serve(args: SweepServeArgs, command_line: Vec<String>) -> Res
         bail!("--server-stop-timeout must be a non-negative number of seconds");
     }
     let plan = runner::Plan::from_args(&args)?;
-    runner::run(&plan, &args, &command_line).await
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot watch for SIGTERM")?;
+    // The server leads a process group of its own, so a terminal's Ctrl-C does not reach it:
+    // ending the sweep drops it, and dropping it kills its group.
+    let cause = tokio::select! {
+        r = runner::run(&plan, &args, &command_line) => return r,
+        _ = tokio::signal::ctrl_c() => "SIGINT (Ctrl-C)",
+        _ = term.recv() => "SIGTERM",
+    };
+    bail!(
+        "interrupted by {cause}: the server was stopped; `--resume` continues {}",
+        plan.experiment_dir.display()
+    )
 }

@@ -506,10 +506,10 @@ async fn run_one(
     }
     let dir = out.parent().unwrap_or(Path::new("."));
     let bench_log = dir.join("bench.log");
-    let mut child = logged::spawn(&argv, &bench_log, args.show_stdout, false)?;
+    let mut child = KillOnDrop(logged::spawn(&argv, &bench_log, args.show_stdout, false)?);
     let mut server_exit = None;
     let status = loop {
-        if let Some(s) = child.try_wait().context("waiting for the benchmark")? {
+        if let Some(s) = child.0.try_wait().context("waiting for the benchmark")? {
             break s;
         }
         if server_exit.is_none() {
@@ -559,6 +559,18 @@ async fn run_one(
     write_json(out, &v)?;
     println!("[END BENCHMARK]");
     Ok(v)
+}
+
+/// A benchmark process that does not outlive an interrupted sweep.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 /// Between runs: the user's `--after-bench-cmd`, else a prefix-cache reset.

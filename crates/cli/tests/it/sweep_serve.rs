@@ -567,3 +567,49 @@ fn the_readme_sweep_serve_examples_run_as_written() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--server-cmd` on `matrix`: the rows measure the server it started, which is stopped after.
+#[test]
+fn the_matrix_starts_and_stops_its_own_server() {
+    let _x = exclusive();
+    let dir = tempdir("sweep-serve", "matrix-server");
+    let matrix = write(
+        &dir,
+        "tiny.toml",
+        "title = \"tiny\"\n[defaults]\nnum_warmups = 0\n[[row]]\nid = \"T\"\nname = \"tiny\"\n\
+         input_len = 64\noutput_len = 8\nmax_concurrency = 4\nrequest_rate = 100\nnum_prompts = 8\n",
+    );
+    let out = bin()
+        .current_dir(&dir)
+        .args([
+            "matrix",
+            "--matrix",
+            &matrix,
+            "--server-cmd",
+            "servebench sim llama-3.1-8b --gpu h100 --max-num-seqs 8",
+            "--server-log",
+            "server.log",
+            "--results-dir",
+            "res",
+        ])
+        .output()
+        .unwrap();
+    let stdout = ok(&out);
+    let exp = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("experiment: "))
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    let env = read_json(&dir.join(exp).join("environment.json"));
+    assert!(
+        env.to_string().contains("http://127.0.0.1:"),
+        "the runs went to the started server: {env}"
+    );
+    let log = std::fs::read_to_string(dir.join("server.log")).unwrap();
+    assert!(log.contains("Serving on"), "{log}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Server stopped"),
+        "{}",
+        text(&out)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
