@@ -326,62 +326,7 @@ mod tests {
 /// Splits a command line as a POSIX shell would (quotes and backslashes; no expansion), as
 /// vLLM's `shlex.split` reads `--serve-cmd`.
 pub fn split_words(line: &str) -> Result<Vec<String>> {
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('\'') => break,
-                        Some(x) => cur.push(x),
-                        None => bail!("unclosed ' in {line:?}"),
-                    }
-                }
-            }
-            '"' => {
-                in_word = true;
-                loop {
-                    match chars.next() {
-                        Some('"') => break,
-                        Some('\\') => match chars.next() {
-                            Some(x @ ('"' | '\\' | '$' | '`')) => cur.push(x),
-                            Some(x) => {
-                                cur.push('\\');
-                                cur.push(x);
-                            }
-                            None => bail!("unclosed \" in {line:?}"),
-                        },
-                        Some(x) => cur.push(x),
-                        None => bail!("unclosed \" in {line:?}"),
-                    }
-                }
-            }
-            '\\' => {
-                in_word = true;
-                if let Some(x) = chars.next() {
-                    cur.push(x);
-                }
-            }
-            c if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            c => {
-                in_word = true;
-                cur.push(c);
-            }
-        }
-    }
-    if in_word {
-        words.push(cur);
-    }
-    Ok(words)
+    servebench_sim::args::split_shell_words(line).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 #[cfg(test)]

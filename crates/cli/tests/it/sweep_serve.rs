@@ -232,11 +232,17 @@ fn dry_run_prints_every_command_and_runs_nothing() {
 fn a_crashing_and_a_hanging_server_fail_their_combinations_and_the_sweep_goes_on() {
     let _x = exclusive();
     let dir = tempdir("sweep-serve", "faults");
-    // `--mode` picks the failure: `hang` never listens; `crash` serves for 12 s, then dies.
+    // `--mode` picks the failure: `hang` never listens; `crash` serves until the benchmark
+    // has recorded its first requests (its records file is written as they complete), then
+    // dies: mid-run however slowly the machine starts things.
     let script = format!(
         "case \"$2\" in \
            hang) echo \"loading weights forever\"; exec sleep 120;; \
-           crash) {EXE} sim llama-3.1-8b --gpu h100 --port \"$4\" & pid=$!; sleep 12; \
+           crash) {EXE} sim llama-3.1-8b --gpu h100 --port \"$4\" & pid=$!; \
+                  for i in $(seq 1 600); do \
+                    f=$(ls results/*/SERVE--mode=crash*/*.requests.jsonl 2>/dev/null | head -n 1); \
+                    [ -n \"$f\" ] && [ -s \"$f\" ] && break; sleep 0.2; \
+                  done; \
                   echo \"simulated engine crash\"; kill -9 $pid; exit 7;; \
          esac"
     );
@@ -246,13 +252,13 @@ fn a_crashing_and_a_hanging_server_fail_their_combinations_and_the_sweep_goes_on
         "serve.json",
         r#"[{"mode": "hang"}, {"mode": "crash"}]"#,
     );
-    // 10 req/s for 20 s: the crash lands mid-run even when start-up is slow.
+    // 10 req/s for 6 s: the requests after the crash fail one by one.
     let bench = write(
         &dir,
         "bench.json",
-        r#"[{"num_prompts": 200, "request_rate": 10, "random_input_len": 64, "random_output_len": 8}]"#,
+        r#"[{"num_prompts": 60, "request_rate": 10, "random_input_len": 64, "random_output_len": 8}]"#,
     );
-    let base = |extra: &[&str]| {
+    let base = |ready_timeout: &str, extra: &[&str]| {
         let mut c = bin();
         c.current_dir(&dir).args([
             "sweep",
@@ -268,7 +274,7 @@ fn a_crashing_and_a_hanging_server_fail_their_combinations_and_the_sweep_goes_on
             "--num-runs",
             "1",
             "--server-ready-timeout",
-            "10",
+            ready_timeout,
             "--server-stop-timeout",
             "2",
         ]);
@@ -276,18 +282,19 @@ fn a_crashing_and_a_hanging_server_fail_their_combinations_and_the_sweep_goes_on
         c
     };
     // Without --continue-on-error the sweep stops at the first failure.
-    let stopped = base(&["-e", "stop"]).output().unwrap();
+    let stopped = base("3", &["-e", "stop"]).output().unwrap();
     assert_eq!(stopped.status.code(), Some(2), "{}", text(&stopped));
     let s = String::from_utf8_lossy(&stopped.stdout);
     assert_eq!(s.matches("[BEGIN SERVER]").count(), 1, "{s}");
     let err = String::from_utf8_lossy(&stopped.stderr);
-    assert!(err.contains("not ready within 10 s"), "{err}");
+    assert!(err.contains("not ready within 3 s"), "{err}");
     assert!(
         err.contains("loading weights forever"),
         "the log's tail: {err}"
     );
 
-    let out = base(&["-e", "go-on", "--continue-on-error"])
+    // Long enough for the simulator to start on a loaded machine; the hang waits it out.
+    let out = base("20", &["-e", "go-on", "--continue-on-error"])
         .output()
         .unwrap();
     let stdout = ok(&out);
@@ -327,7 +334,7 @@ fn a_crashing_and_a_hanging_server_fail_their_combinations_and_the_sweep_goes_on
     // The crashed run keeps what it measured under a name --resume does not take as done,
     // the requests after the crash recorded as failures.
     let crash_dir =
-        exp.join("SERVE--mode=crash-BENCH--num_prompts=200-request_rate=10-random_input_len=64-random_output_len=8");
+        exp.join("SERVE--mode=crash-BENCH--num_prompts=60-request_rate=10-random_input_len=64-random_output_len=8");
     assert!(!crash_dir.join("run=0.json").exists());
     let partial = read_json(&crash_dir.join("run=0.partial.json"));
     assert!(partial["failed"].as_u64().unwrap() > 0, "{partial}");
