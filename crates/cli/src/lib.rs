@@ -14,9 +14,11 @@ mod plan_cmd;
 mod predict_cmd;
 mod report_cmd;
 mod run;
+mod server_proc;
 mod sim_cmd;
 mod sim_fidelity_cmd;
 mod sweep_cmd;
+mod sweep_serve;
 mod throughput_cmd;
 mod trace_cmd;
 

@@ -25,6 +25,7 @@ use crate::run::plan::RunPlan;
 
 /// Arguments of `servebench sweep`.
 #[derive(Debug, Clone, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct SweepArgs {
     /// Sweep this row of the default matrix (or of --matrix FILE), e.g. D. Row flags below
     /// override its fields.
@@ -98,6 +99,18 @@ pub struct SweepArgs {
     /// `servebench run` flags added to every point, after `--`.
     #[arg(last = true, value_name = "RUN FLAGS")]
     pub run_flags: Vec<String>,
+    #[command(flatten)]
+    pub server: crate::server_proc::managed::ServerCmdArgs,
+    #[command(subcommand)]
+    pub serve: Option<SweepCommand>,
+}
+
+/// `servebench sweep serve`: the server's own parameters swept, one server per combination.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum SweepCommand {
+    /// Sweep server parameters × benchmark parameters (flags and files of `vllm bench sweep
+    /// serve`): a server started, checked ready, measured and stopped per combination.
+    Serve(Box<crate::sweep_serve::SweepServeArgs>),
 }
 
 /// What is swept.
@@ -319,7 +332,13 @@ struct Ctx<'a> {
 }
 
 /// `servebench sweep`.
-pub async fn sweep(args: SweepArgs, command_line: Vec<String>) -> Result<ExitCode> {
+pub async fn sweep(mut args: SweepArgs, command_line: Vec<String>) -> Result<ExitCode> {
+    if let Some(SweepCommand::Serve(serve)) = args.serve {
+        return crate::sweep_serve::sweep_serve(*serve, command_line).await;
+    }
+    let server =
+        crate::server_proc::managed::start(&args.server, &mut args.target, &args.results_dir)
+            .await?;
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
@@ -354,6 +373,7 @@ pub async fn sweep(args: SweepArgs, command_line: Vec<String>) -> Result<ExitCod
     let stop = crate::run::interrupt_on_ctrl_c();
     let result = run_sweep(&sweep, &args, &plan, &bench, &command_line, &stop).await;
     bench.shutdown().await;
+    crate::server_proc::managed::stop(server).await?;
     let (dir, exit) = result?;
     println!("experiment: {}", dir.display());
     // Interrupted (Ctrl-C, SIGTERM) or stopped by a failing records file: the same exit

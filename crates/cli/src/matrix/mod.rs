@@ -69,6 +69,8 @@ pub struct MatrixArgs {
     /// `servebench run` flags added to every row, after `--` (e.g. -- --backend openai-chat).
     #[arg(last = true, value_name = "RUN FLAGS")]
     pub run_flags: Vec<String>,
+    #[command(flatten)]
+    pub server: crate::server_proc::managed::ServerCmdArgs,
 }
 
 /// The plan the flags and the file describe together (flags win), as saved in `plan.toml`.
@@ -169,12 +171,16 @@ pub fn target_args(plan: &MatrixPlan, api_key: Option<String>) -> TargetArgs {
 }
 
 /// `servebench matrix`.
-pub async fn matrix(args: MatrixArgs, command_line: Vec<String>) -> Result<ExitCode> {
+pub async fn matrix(mut args: MatrixArgs, command_line: Vec<String>) -> Result<ExitCode> {
+    let server =
+        crate::server_proc::managed::start(&args.server, &mut args.target, &args.results_dir)
+            .await?;
     let plan = effective_plan(&args)?;
     let bench = Bench::start(&target_args(&plan, args.target.api_key.clone())).await?;
     let stop = crate::run::interrupt_on_ctrl_c();
     let result = run_matrix(&plan, &bench, &args.results_dir, &command_line, &stop).await;
     bench.shutdown().await;
+    crate::server_proc::managed::stop(server).await?;
     let (dir, exit) = result?;
     println!("experiment: {}", dir.display());
     // Interrupted (Ctrl-C, SIGTERM) or stopped by a failing records file: the same exit

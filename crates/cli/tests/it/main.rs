@@ -33,6 +33,7 @@ mod shard_merge;
 mod sim_cli;
 mod sim_fidelity;
 mod sweep_cli;
+mod sweep_serve;
 mod throughput_cli;
 mod timed_trace;
 mod trace_cli;

@@ -1144,3 +1144,82 @@ fn throughput_16_prompts_writes_vllms_json() {
     let elapsed = v["elapsed_time"].as_f64().unwrap();
     assert!((tps - total as f64 / elapsed).abs() < 1e-6 * tps, "{v}");
 }
+
+/// `sweep serve` restarting a real llama-server per combination: `--parallel` 1 and 4 slots
+/// (two servers, two pids, each started, ready, measured and stopped), four concurrent
+/// requests, and the four-slot server generating faster. The binary and model are the ones
+/// the shared engine runs (`REAL_ENGINE_PID`'s executable, `REAL_ENGINE_MODEL_PATH`).
+#[test]
+fn sweep_serve_restarts_llama_server_per_slot_count() {
+    let Some(engine) = engine("sweep_serve_restarts_llama_server_per_slot_count") else {
+        return;
+    };
+    let server_bin = std::env::var("REAL_ENGINE_PID")
+        .ok()
+        .and_then(|pid| fs::read_link(format!("/proc/{}/exe", pid.trim())).ok());
+    let model_path = std::env::var("REAL_ENGINE_MODEL_PATH").ok();
+    let (Some(server_bin), Some(model_path)) = (server_bin, model_path) else {
+        eprintln!("sweep serve: skipped, REAL_ENGINE_PID/REAL_ENGINE_MODEL_PATH unset");
+        return;
+    };
+    let scratch = Scratch::new("sweep-serve");
+    let dir = &scratch.0;
+    fs::write(
+        dir.join("serve.json"),
+        r#"[{"parallel": 1}, {"parallel": 4}]"#,
+    )
+    .unwrap();
+    let mut bench = format!(
+        "vllm bench serve --model {} --num-prompts 16 --random-input-len 64 \
+         --random-output-len 32 --max-concurrency 4 --ignore-eos",
+        engine.model
+    );
+    if let Some(t) = &engine.tokenizer {
+        bench.push_str(&format!(" --tokenizer {}", t.display()));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_servebench"))
+        .current_dir(dir)
+        .env_remove("OPENAI_API_KEY")
+        .args([
+            "sweep",
+            "serve",
+            "--serve-cmd",
+            &format!(
+                "{} -m {model_path} --alias {} --host 127.0.0.1 --port {{port}} -c 4096 --parallel 1",
+                server_bin.display(),
+                engine.model
+            ),
+            "--bench-cmd",
+            &bench,
+            "--serve-params",
+            "serve.json",
+            "--num-runs",
+            "1",
+            "--server-ready-timeout",
+            "120",
+            "-e",
+            "slots",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exp = dir.join("results/slots");
+    let index: Value =
+        serde_json::from_str(&fs::read_to_string(exp.join("sweep_serve.json")).unwrap()).unwrap();
+    let combs = index["combinations"].as_array().unwrap();
+    assert_eq!(combs.len(), 2, "{index}");
+    assert_ne!(combs[0]["server_pid"], combs[1]["server_pid"], "{index}");
+    let tput = |slots: u32| {
+        let p = exp.join(format!("SERVE--parallel={slots}/run=0.json"));
+        let v: Value = serde_json::from_str(&fs::read_to_string(&p).unwrap()).unwrap();
+        assert_eq!(v["completed"], 16, "{v}");
+        v["output_throughput"].as_f64().unwrap()
+    };
+    let (one, four) = (tput(1), tput(4));
+    assert!(four > one, "output tok/s: 4 slots {four}, 1 slot {one}");
+}
