@@ -262,6 +262,10 @@ pub struct SimArgs {
     /// Like --reasoning-tokens, as a share (0 to 1) of each chat response's output tokens.
     #[arg(long, value_name = "F")]
     pub reasoning_fraction: Option<f64>,
+
+    /// Fleet flags: replicas, pools, router, routes, rate limit, prefill/decode split.
+    #[command(flatten)]
+    pub fleet: crate::fleet::FleetArgs,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.

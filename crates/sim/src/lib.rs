@@ -4,6 +4,7 @@
 pub mod args;
 pub mod engine;
 mod faults;
+pub mod fleet;
 mod prometheus;
 pub mod realtime;
 pub mod reasoning;

@@ -75,6 +75,8 @@ pub struct ResolvedSim {
     /// Chat responses open with this many reasoning tokens (`--reasoning-tokens`,
     /// `--reasoning-fraction`).
     pub reasoning: Option<crate::reasoning::ReasoningSplit>,
+    /// Several engines behind the endpoint (`--replicas`, `--pool`), `None` for one engine.
+    pub fleet: Option<std::sync::Arc<crate::fleet::ResolvedFleet>>,
 }
 
 fn check_fraction(name: &str, v: f64, allow_one: bool) -> Result<(), SimError> {
@@ -336,7 +338,7 @@ impl SimArgs {
             base.insert("reasoning".into(), r.to_json());
         }
 
-        Ok(ResolvedSim {
+        ResolvedSim {
             args: self.clone(),
             engine,
             kv,
@@ -352,7 +354,9 @@ impl SimArgs {
             derived,
             config_json,
             reasoning,
-        })
+            fleet: None,
+        }
+        .with_fleet()
     }
 
     fn check_ranges(&self) -> Result<(), SimError> {
