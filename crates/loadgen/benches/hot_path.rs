@@ -91,6 +91,7 @@ fn record(state: StreamState) -> RequestRecord {
         session_id: None,
         turn: None,
         stamp_clock: None,
+        served_by: None,
     }
 }
 

@@ -11,6 +11,7 @@ pub mod health;
 mod precise_wait;
 pub mod probe;
 mod rxstamp;
+mod served_by;
 pub mod sessions;
 mod stamped;
 mod stop;

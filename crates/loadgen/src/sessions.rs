@@ -354,6 +354,7 @@ mod tests {
                 turn: None,
                 output_split: None,
                 stamp_clock: None,
+                served_by: None,
             }
         }
     }

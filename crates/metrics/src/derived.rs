@@ -171,6 +171,7 @@ pub(crate) mod tests {
             session_id: None,
             turn: None,
             stamp_clock: None,
+            served_by: None,
         }
     }
 

@@ -31,6 +31,7 @@ pub mod vllm;
 
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use reasoning::ReasoningSummary;
+pub use record::ServedBy;
 pub use record::{
     CountSource, Failure, FailureKind, OutputSplit, RequestRecord, StampClock, TokenEvent,
 };

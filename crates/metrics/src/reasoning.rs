@@ -127,6 +127,7 @@ mod tests {
             session_id: None,
             turn: None,
             stamp_clock: None,
+            served_by: None,
         }
     }
 

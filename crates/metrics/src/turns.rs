@@ -112,6 +112,7 @@ mod tests {
             turn,
             output_split: None,
             stamp_clock: None,
+            served_by: None,
         }
     }
 

@@ -457,6 +457,7 @@ mod tests {
                     session_id: None,
                     turn: None,
                     stamp_clock: None,
+                    served_by: None,
                 }
             })
             .collect();

@@ -50,6 +50,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         session_id: None,
         turn: None,
         stamp_clock: None,
+        served_by: None,
     }
 }
 

@@ -46,6 +46,7 @@ fn record(id: u64, started_ms: u64, sent_ms: u64, role_ms: u64, token_ms: &[u64]
         session_id: None,
         turn: None,
         stamp_clock: None,
+        served_by: None,
     }
 }
 

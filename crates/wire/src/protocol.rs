@@ -97,3 +97,8 @@ mod tests {
         assert_eq!(record_id("servebench-x"), None);
     }
 }
+
+/// Response header of a simulated fleet: the pool that served the request.
+pub const POOL_HEADER: &str = "x-servebench-pool";
+/// Response header of a simulated fleet: the replica within the pool that served the request.
+pub const REPLICA_HEADER: &str = "x-servebench-replica";

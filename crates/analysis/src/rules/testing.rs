@@ -120,6 +120,7 @@ pub fn record(id: u64, arrival_ms: u64, ttft_ms: u64) -> RequestRecord {
         session_id: None,
         turn: None,
         stamp_clock: None,
+        served_by: None,
     }
 }
 

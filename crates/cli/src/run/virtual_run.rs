@@ -254,10 +254,19 @@ pub fn simulate_checked(
         arrivals,
         max_concurrency,
     };
-    let run = match (num_warmups, keep_output) {
-        (0, false) => run_virtual(sim.engine.clone(), workload)?,
-        (0, true) => run_virtual_keeping_output(sim.engine.clone(), workload)?,
-        _ => warmed_up(sim, workload, num_warmups, cold, keep_output)?,
+    let (run, served) = match &sim.fleet {
+        Some(fleet) => {
+            let f = super::virtual_fleet::run(fleet, workload, num_warmups, cold, keep_output)?;
+            (f.run, f.served)
+        }
+        None => (
+            match (num_warmups, keep_output) {
+                (0, false) => run_virtual(sim.engine.clone(), workload)?,
+                (0, true) => run_virtual_keeping_output(sim.engine.clone(), workload)?,
+                _ => warmed_up(sim, workload, num_warmups, cold, keep_output)?,
+            },
+            Vec::new(),
+        ),
     };
     let answers = keep_output.then(|| SimulatedAnswers::new(sim));
     let records: Vec<RequestRecord> = run
@@ -267,6 +276,9 @@ pub fn simulate_checked(
         .enumerate()
         .map(|(i, (t, r))| {
             let mut rec = record(t, r, chat);
+            if let Some(s) = served.get(i) {
+                super::virtual_fleet::annotate(&mut rec, s);
+            }
             if chat {
                 split_output(&mut rec, t, sim.reasoning);
             }
@@ -477,6 +489,7 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         session_id: None,
         turn: None,
         stamp_clock: None,
+        served_by: None,
     }
 }
 

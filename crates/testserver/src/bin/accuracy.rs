@@ -171,6 +171,7 @@ mod tests {
             session_id: None,
             turn: None,
             stamp_clock: None,
+            served_by: None,
         };
         let log_path = dir.join("server.jsonl");
         let rec_path = dir.join("run.requests.jsonl");
