@@ -17,6 +17,7 @@
 
 mod derived;
 mod io;
+pub mod per_pool;
 mod reasoning;
 mod record;
 pub mod repeat;

@@ -282,7 +282,9 @@ impl FleetDriver {
             };
             let range = self.pools[pool].decode.clone();
             let ei = self.pick(pool, range, &req.prompt, true);
-            self.served[trace].replica = self.engines[ei].label.clone();
+            // `p0+d1`: the prefill engine, then the decode engine.
+            let label = format!("{}+{}", self.served[trace].replica, self.engines[ei].label);
+            self.served[trace].replica = label;
             self.assign(ei, req, trace, Stage::Decode, None);
         }
     }
