@@ -3,8 +3,11 @@
 //! limit per pool, and prefill/decode disaggregation as a pool kind.
 
 pub mod args;
+pub(crate) mod metrics;
+pub mod realtime_fleet;
 pub mod router;
 pub mod rules;
+pub(crate) mod server_hooks;
 pub mod spec;
 pub mod virtual_fleet;
 
