@@ -66,7 +66,7 @@ enum Stage {
 }
 
 struct Live {
-    trace: usize,
+    engine: usize,
     stage: Stage,
     /// The original request, kept for the decode stage of a P/D request.
     request: Option<NewRequest>,
@@ -87,8 +87,9 @@ pub struct FleetDriver {
     in_flight: usize,
     traces: Vec<RequestTrace>,
     served: Vec<Served>,
-    /// `(engine, request id)` → what it is.
-    live: HashMap<(usize, u64), Live>,
+    /// By trace index, which is also the request's id inside the engines (unique per engine,
+    /// and a plain index instead of a hash lookup per token).
+    live: Vec<Option<Live>>,
     steps: u64,
     keep_output_ids: bool,
     outstanding_scratch: Vec<usize>,
@@ -139,7 +140,7 @@ impl FleetDriver {
             in_flight: 0,
             traces: Vec::new(),
             served: Vec::new(),
-            live: HashMap::new(),
+            live: Vec::new(),
             steps: 0,
             keep_output_ids: false,
             outstanding_scratch: Vec::new(),
@@ -173,6 +174,7 @@ impl FleetDriver {
             output_ids: Vec::new(),
         });
         self.served.push(Served::default());
+        self.live.push(None);
         self.traces.len() - 1
     }
 
@@ -223,24 +225,29 @@ impl FleetDriver {
             let out = self.engines[ei].core.commit_step(plan, t1);
             self.steps += 1;
             for tok in &out.tokens {
-                let Some(l) = self.live.get(&(ei, tok.id)) else {
+                let trace = tok.id as usize;
+                let Some(Some(l)) = self.live.get(trace) else {
                     continue;
                 };
-                if matches!(l.stage, Stage::Prefill) {
+                if l.engine != ei || matches!(l.stage, Stage::Prefill) {
                     continue;
                 }
-                let tr = &mut self.traces[l.trace];
+                let tr = &mut self.traces[trace];
                 tr.token_times_ns.push(t1);
                 if self.keep_output_ids {
                     tr.output_ids.push(tok.token);
                 }
             }
             for f in out.finished {
-                let Some(l) = self.live.remove(&(ei, f.id)) else {
+                let trace = f.id as usize;
+                if !matches!(self.live.get(trace), Some(Some(l)) if l.engine == ei) {
+                    continue;
+                }
+                let Some(l) = self.live[trace].take() else {
                     continue;
                 };
                 self.engines[ei].outstanding -= 1;
-                let tr = &mut self.traces[l.trace];
+                let tr = &mut self.traces[trace];
                 tr.preemptions += f.preemptions;
                 match l.stage {
                     Stage::Prefill if f.reason != FinishReason::Abort => {
@@ -252,7 +259,7 @@ impl FleetDriver {
                         let at = t1 + pd.transfer_ns(f.prompt_tokens);
                         if let Some(req) = l.request {
                             self.handoff_seq += 1;
-                            self.handing.insert(self.handoff_seq, (req, l.trace));
+                            self.handing.insert(self.handoff_seq, (req, trace));
                             self.handoffs.push(Reverse((at, self.handoff_seq, pool)));
                         }
                     }
@@ -302,14 +309,11 @@ impl FleetDriver {
         req.arrival_ns = self.now_ns;
         let e = &mut self.engines[ei];
         e.outstanding += 1;
-        self.live.insert(
-            (ei, req.id),
-            Live {
-                trace,
-                stage,
-                request: keep,
-            },
-        );
+        self.live[trace] = Some(Live {
+            engine: ei,
+            stage,
+            request: keep,
+        });
         e.queued.push((req, matches!(stage, Stage::Decode)));
     }
 
@@ -325,7 +329,8 @@ impl FleetDriver {
             };
             let now = self.now_ns;
             self.traces[trace].sent_ns = now;
-            let req = a.request;
+            let mut req = a.request;
+            req.id = trace as u64;
             let pool = self
                 .fleet
                 .route(req.prompt.len() as u64, u64::from(req.max_tokens));
@@ -370,8 +375,8 @@ impl FleetDriver {
                 if let Err(err) = e.core.try_add(req) {
                     tracing::warn!("virtual fleet: {err}");
                     e.outstanding -= 1;
-                    if let Some(l) = self.live.remove(&(ei, id)) {
-                        let tr = &mut self.traces[l.trace];
+                    if self.live[id as usize].take().is_some() {
+                        let tr = &mut self.traces[id as usize];
                         tr.finish_reason = Some(FinishReason::Abort);
                         tr.end_ns = Some(now);
                         self.in_flight -= 1;
@@ -387,8 +392,8 @@ impl FleetDriver {
                 ));
             };
             for (id, _, _) in plan.entries() {
-                if let Some(l) = self.live.get(&(ei, id)) {
-                    self.traces[l.trace].first_scheduled_ns.get_or_insert(now);
+                if let Some(tr) = self.traces.get_mut(id as usize) {
+                    tr.first_scheduled_ns.get_or_insert(now);
                 }
             }
             let t1 = now + plan.duration_ns;
