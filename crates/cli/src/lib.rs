@@ -6,6 +6,7 @@ mod compare_cmd;
 mod decide_cmd;
 mod diagnose_cmd;
 mod experiment;
+mod fleet_compare;
 mod k8s_cmd;
 mod latency_cmd;
 pub mod matrix;
@@ -93,6 +94,9 @@ pub fn main() -> ExitCode {
     if let Err(msg) = refused {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
+    }
+    if argv.get(1).map(String::as_str) == Some("plan") && fleet_compare::wants(&argv[2..]) {
+        return fleet_compare::main(&argv[2..]);
     }
     let cli = Cli::parse_from(&argv);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

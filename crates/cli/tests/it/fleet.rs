@@ -193,3 +193,46 @@ fn over_http_the_client_records_the_replica_that_answered() {
     replicas.dedup();
     assert_eq!(replicas, ["0", "1"]);
 }
+
+#[test]
+fn plan_compares_fleet_layouts_on_one_workload() {
+    let dir = tempdir("fleet", "plan");
+    let trace = example();
+    let out_dir = dir.join("out");
+    let o = servebench(&[
+        "plan",
+        "--fleet",
+        MIXED,
+        "--fleet",
+        SPLIT,
+        "--dataset-name",
+        "timed_trace",
+        "--dataset-path",
+        &trace,
+        "--trace-duration",
+        "20",
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+    ]);
+    let t = ok(&o);
+    assert!(t.contains("layout 1: llama-3.1-8b --gpu h100 --replicas 4 (4 GPUs)"), "{t}");
+    assert!(t.contains("(4 GPUs)"), "{t}");
+    let row = |layout: &str, pool: &str| {
+        t.lines()
+            .find(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.first() == Some(&layout) && w.get(1) == Some(&pool)
+            })
+            .unwrap_or_else(|| panic!("no row {layout} {pool} in\n{t}"))
+            .to_owned()
+    };
+    let p99 = |l: String| -> f64 { l.split_whitespace().nth(3).unwrap().parse().unwrap() };
+    let (mixed, chat) = (p99(row("1", "(all)")), p99(row("2", "chat")));
+    assert!(chat < mixed, "{t}");
+    assert!(out_dir.join("layout-2").is_dir());
+    std::fs::remove_dir_all(&out_dir).unwrap();
+
+    let one = servebench(&["plan", "--fleet", MIXED, "--num-prompts", "2"]);
+    assert!(!one.status.success());
+    assert!(text(&one).contains("at least two --fleet layouts"), "{}", text(&one));
+}
