@@ -236,3 +236,33 @@ fn plan_compares_fleet_layouts_on_one_workload() {
     assert!(!one.status.success());
     assert!(text(&one).contains("at least two --fleet layouts"), "{}", text(&one));
 }
+
+/// The README's and the example's fleet commands run as written (from the repository root,
+/// results in a scratch directory).
+#[test]
+fn the_documented_fleet_commands_run_as_written() {
+    let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+    let mut commands = Vec::new();
+    for doc in ["README.md", "examples/load-shaping/README.md"] {
+        let body = std::fs::read_to_string(root.join(doc)).unwrap();
+        for l in body.lines() {
+            let fleet_run = l.starts_with("servebench run --virtual-time --dataset-name timed_trace --dataset-path examples/load-shaping/");
+            if fleet_run || l.starts_with("servebench plan --fleet") {
+                commands.push(servebench_sim::args::split_shell_words(l).unwrap());
+            }
+        }
+    }
+    assert!(commands.len() >= 5, "{commands:?}");
+    let dir = tempdir("fleet", "docs");
+    for c in &commands {
+        let out = crate::common::bin()
+            .current_dir(root)
+            .args(&c[1..])
+            .args(["--disable-tqdm", "--output-dir"])
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{c:?}\n{}", text(&out));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
