@@ -47,7 +47,10 @@ fn split(args: &[String]) -> Result<(Vec<String>, Vec<String>)> {
         bail!("give at least two --fleet layouts to compare");
     }
     for flag in ["--sim", "--base-url", "--host", "--virtual-time"] {
-        if rest.iter().any(|a| a == flag || a.starts_with(&format!("{flag}="))) {
+        if rest
+            .iter()
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+        {
             bail!("{flag} cannot be combined with --fleet: each layout runs in virtual time on its own simulator");
         }
     }
@@ -83,7 +86,11 @@ pub async fn compare(args: &[String]) -> Result<ExitCode> {
     let mut rows: Vec<(usize, RunSummary)> = Vec::new();
     for (k, spec) in fleets.iter().enumerate() {
         let mut words = rest.clone();
-        words.extend(["--virtual-time".to_owned(), "--sim".to_owned(), spec.clone()]);
+        words.extend([
+            "--virtual-time".to_owned(),
+            "--sim".to_owned(),
+            spec.clone(),
+        ]);
         let mut run = Workload::try_parse_from(&words)
             .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?
             .run;
@@ -93,11 +100,7 @@ pub async fn compare(args: &[String]) -> Result<ExitCode> {
         let mut command_line = vec!["servebench".to_owned(), "run".to_owned()];
         command_line.extend(words);
         let out = crate::run::execute(&plan, &target, command_line, &stop, false).await?;
-        eprintln!(
-            "layout {}: results in {}",
-            k + 1,
-            out.native_path.display()
-        );
+        eprintln!("layout {}: results in {}", k + 1, out.native_path.display());
         rows.push((k, out.summary));
     }
     print!("{}", render(&fleets, &gpus, &rows));
@@ -148,6 +151,27 @@ fn render(fleets: &[String], gpus: &[u32], rows: &[(usize, RunSummary)]) -> Stri
     out
 }
 
+/// Entry point from `main`: its own runtime, errors printed as every command prints them.
+pub fn main(args: &[String]) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(compare(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {}", crate::error_text(&e));
+            ExitCode::from(2)
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -173,26 +197,5 @@ mod tests {
         assert!(split(&words(&["--fleet", "a", "--fleet", "b", "--sim", "c"])).is_err());
         assert!(wants(&words(&["--fleet", "a"])));
         assert!(!wants(&words(&["--daily-requests", "5"])));
-    }
-}
-
-/// Entry point from `main`: its own runtime, errors printed as every command prints them.
-pub fn main(args: &[String]) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(compare(args)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {}", crate::error_text(&e));
-            ExitCode::from(2)
-        }
     }
 }

@@ -30,12 +30,24 @@ async fn two_replicas_both_serve_and_metrics_are_labelled() {
     assert_eq!(stream.header("x-servebench-replica"), Some("0"));
 
     let page = wait_metrics(sim.addr, "five requests", |p| {
-        metric(p, "vllm:request_success_total", &[r#"replica="0""#, r#"finished_reason="length""#]) == Some(3.0)
-            && metric(p, "vllm:request_success_total", &[r#"replica="1""#, r#"finished_reason="length""#]) == Some(2.0)
+        metric(
+            p,
+            "vllm:request_success_total",
+            &[r#"replica="0""#, r#"finished_reason="length""#],
+        ) == Some(3.0)
+            && metric(
+                p,
+                "vllm:request_success_total",
+                &[r#"replica="1""#, r#"finished_reason="length""#],
+            ) == Some(2.0)
     })
     .await;
     assert_eq!(
-        metric(&page, "vllm:generation_tokens_total", &[r#"pool="default""#, r#"replica="1""#]),
+        metric(
+            &page,
+            "vllm:generation_tokens_total",
+            &[r#"pool="default""#, r#"replica="1""#]
+        ),
         Some(8.0)
     );
     // One HELP line per metric even with two engines.
@@ -57,7 +69,8 @@ async fn a_single_engine_page_has_no_fleet_labels() {
 #[tokio::test]
 async fn above_the_rate_limit_the_pool_answers_429() {
     // A bucket of 2 refilled at one request per 100 s: the third request at once is refused.
-    let sim = start("--replicas 1 --rate-limit 0.01 --rate-limit-burst 2 --time-scale 20 --port 0").await;
+    let sim =
+        start("--replicas 1 --rate-limit 0.01 --rate-limit-burst 2 --time-scale 20 --port 0").await;
     let codes: Vec<u16> = {
         let mut v = Vec::new();
         for _ in 0..3 {

@@ -90,7 +90,12 @@ fn least_outstanding_prefers_the_idle_replica() {
     assert!(long_on_0(&lo) < 40, "{}", long_on_0(&lo));
     // And no replica ever has more in flight than it would under round-robin's pile-up.
     let longest = |r: &FleetRun| {
-        r.run.traces.iter().map(|t| t.end_ns.unwrap()).max().unwrap()
+        r.run
+            .traces
+            .iter()
+            .map(|t| t.end_ns.unwrap())
+            .max()
+            .unwrap()
     };
     assert!(longest(&lo) <= longest(&rr));
 }
@@ -110,11 +115,18 @@ fn prefix_affinity_sends_equal_prefixes_to_one_replica_and_hits_its_cache() {
     let rr = run("--replicas 4", arrivals.clone());
     let mut home: BTreeMap<u32, std::collections::BTreeSet<String>> = BTreeMap::new();
     for (a, s) in arrivals.iter().zip(&pa.served) {
-        home.entry(a.request.prompt[0]).or_default().insert(s.replica.clone());
+        home.entry(a.request.prompt[0])
+            .or_default()
+            .insert(s.replica.clone());
     }
     assert!(home.values().all(|r| r.len() == 1), "{home:?}");
     let cached = |r: &FleetRun| r.run.traces.iter().map(|t| t.cached_tokens).sum::<u32>();
-    assert!(cached(&pa) > cached(&rr), "{} vs {}", cached(&pa), cached(&rr));
+    assert!(
+        cached(&pa) > cached(&rr),
+        "{} vs {}",
+        cached(&pa),
+        cached(&rr)
+    );
 }
 
 #[test]
@@ -128,7 +140,11 @@ fn rules_route_by_length() {
         arrivals.clone(),
     );
     for (a, s) in arrivals.iter().zip(&r.served) {
-        let want = if a.request.prompt.len() >= 4096 { "long" } else { "chat" };
+        let want = if a.request.prompt.len() >= 4096 {
+            "long"
+        } else {
+            "chat"
+        };
         assert_eq!(s.pool, want);
     }
 }

@@ -26,10 +26,11 @@ fn one_hour_at_50_rps_on_8_replicas_simulates_in_under_a_minute() {
     let rate = 50.0;
     let requests = (secs * rate) as u64;
     let arrivals = poisson(requests, rate, 1024, 256, 11);
-    let sim = SimArgs::parse_spec("llama-3.1-8b --gpu h100 --replicas 8 --router least-outstanding")
-        .unwrap()
-        .resolve()
-        .unwrap();
+    let sim =
+        SimArgs::parse_spec("llama-3.1-8b --gpu h100 --replicas 8 --router least-outstanding")
+            .unwrap()
+            .resolve()
+            .unwrap();
     let fleet = sim.fleet.unwrap();
     let started = Instant::now();
     let run = run_fleet_virtual(
@@ -42,7 +43,12 @@ fn one_hour_at_50_rps_on_8_replicas_simulates_in_under_a_minute() {
     )
     .unwrap();
     let elapsed = started.elapsed().as_secs_f64();
-    let tokens: u64 = run.run.traces.iter().map(|t| u64::from(t.completion_tokens)).sum();
+    let tokens: u64 = run
+        .run
+        .traces
+        .iter()
+        .map(|t| u64::from(t.completion_tokens))
+        .sum();
     eprintln!(
         "{} requests, {tokens} output tokens, {} steps, {:.0} s of engine time on 8 replicas \
          simulated in {elapsed:.2} s",

@@ -58,8 +58,8 @@ fn run(dir: &Path, sim: &str, extra: &[&str]) -> (Vec<Value>, Value) {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let result = serde_json::from_str(&std::fs::read_to_string(find(".servebench.json")).unwrap())
-        .unwrap();
+    let result =
+        serde_json::from_str(&std::fs::read_to_string(find(".servebench.json")).unwrap()).unwrap();
     std::fs::remove_dir_all(&out).unwrap();
     (records, result)
 }
@@ -87,7 +87,10 @@ fn the_split_fleet_lowers_the_chats_p99_ttft_at_equal_gpu_count() {
     let (m, s) = (chat_p99_ttft_ms(&mixed), chat_p99_ttft_ms(&split));
     // Mixed, a chat that lands behind a 12–20k-token prefill waits for it (hundreds of ms);
     // split, chats never meet one. The example's README shows the figures.
-    assert!(s * 3.0 < m, "chats' p99 TTFT: split {s:.1} ms vs mixed {m:.1} ms");
+    assert!(
+        s * 3.0 < m,
+        "chats' p99 TTFT: split {s:.1} ms vs mixed {m:.1} ms"
+    );
     // Every record names its pool and replica; long documents all went to `long`.
     for r in &split {
         let pool = r["served_by"]["pool"].as_str().unwrap();
@@ -215,7 +218,10 @@ fn plan_compares_fleet_layouts_on_one_workload() {
         out_dir.to_str().unwrap(),
     ]);
     let t = ok(&o);
-    assert!(t.contains("layout 1: llama-3.1-8b --gpu h100 --replicas 4 (4 GPUs)"), "{t}");
+    assert!(
+        t.contains("layout 1: llama-3.1-8b --gpu h100 --replicas 4 (4 GPUs)"),
+        "{t}"
+    );
     assert!(t.contains("(4 GPUs)"), "{t}");
     let row = |layout: &str, pool: &str| {
         t.lines()
@@ -234,7 +240,11 @@ fn plan_compares_fleet_layouts_on_one_workload() {
 
     let one = servebench(&["plan", "--fleet", MIXED, "--num-prompts", "2"]);
     assert!(!one.status.success());
-    assert!(text(&one).contains("at least two --fleet layouts"), "{}", text(&one));
+    assert!(
+        text(&one).contains("at least two --fleet layouts"),
+        "{}",
+        text(&one)
+    );
 }
 
 /// The README's and the example's fleet commands run as written (from the repository root,
@@ -246,7 +256,7 @@ fn the_documented_fleet_commands_run_as_written() {
     for doc in ["README.md", "examples/load-shaping/README.md"] {
         let body = std::fs::read_to_string(root.join(doc)).unwrap();
         for l in body.lines() {
-            let fleet_run = l.starts_with("servebench run --virtual-time --dataset-name timed_trace --dataset-path examples/load-shaping/");
+            let fleet_run = l.starts_with("servebench run --sim ") && l.contains("load-shaping");
             if fleet_run || l.starts_with("servebench plan --fleet") {
                 commands.push(servebench_sim::args::split_shell_words(l).unwrap());
             }

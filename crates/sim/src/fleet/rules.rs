@@ -255,7 +255,10 @@ mod tests {
         let e = check(&never, 0, &names, 8192, &[8192, 8192]).unwrap_err();
         assert!(e.to_string().contains("can never match"), "{e}");
         let shadowed = rules(
-            &["prompt_tokens >= 1000 -> long", "prompt_tokens >= 2000 -> chat"],
+            &[
+                "prompt_tokens >= 1000 -> long",
+                "prompt_tokens >= 2000 -> chat",
+            ],
             &n,
         );
         let e = check(&shadowed, 0, &names, 8192, &[8192, 8192]).unwrap_err();

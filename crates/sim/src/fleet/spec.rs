@@ -169,11 +169,11 @@ fn pool_of(
                     "prefill/decode disaggregation hands the KV cache over as cached blocks: drop --no-enable-prefix-caching".into(),
                 ));
             }
-            let gbps = f
-                .kv_link_gbps
-                .unwrap_or(engine.deployment.gpu().link_gbps);
+            let gbps = f.kv_link_gbps.unwrap_or(engine.deployment.gpu().link_gbps);
             if !(gbps.is_finite() && gbps > 0.0) {
-                return Err(named(format!("--kv-link-gbps must be positive, got {gbps}")));
+                return Err(named(format!(
+                    "--kv-link-gbps must be positive, got {gbps}"
+                )));
             }
             if !(f.kv_link_latency_us.is_finite() && f.kv_link_latency_us >= 0.0) {
                 return Err(named(format!(
@@ -224,9 +224,9 @@ pub fn resolve(args: &SimArgs, top: &EngineConfig) -> Result<Option<ResolvedFlee
             ));
         }
         for p in &f.pools {
-            let (name, spec) = p.split_once('=').ok_or_else(|| {
-                SimError::Config(format!("--pool '{p}': expected NAME=SPEC"))
-            })?;
+            let (name, spec) = p
+                .split_once('=')
+                .ok_or_else(|| SimError::Config(format!("--pool '{p}': expected NAME=SPEC")))?;
             let name = name.trim().to_owned();
             let named = |msg: String| SimError::Config(format!("pool '{name}': {msg}"));
             if name.is_empty()
@@ -241,13 +241,18 @@ pub fn resolve(args: &SimArgs, top: &EngineConfig) -> Result<Option<ResolvedFlee
             if pools.iter().any(|q: &PoolSpec| q.name == name) {
                 return Err(named("the name is used twice".into()));
             }
-            let words = model_flag_to_positional(split_shell_words(spec).map_err(|e| named(e.to_string()))?);
+            let words = model_flag_to_positional(
+                split_shell_words(spec).map_err(|e| named(e.to_string()))?,
+            );
             let line = words.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ");
             let pool_args = SimArgs::parse_spec(&line).map_err(|e| named(e.to_string()))?;
             if !pool_args.fleet.pools.is_empty() || !pool_args.fleet.routes.is_empty() {
                 return Err(named("a pool cannot hold pools or routes".into()));
             }
-            let engine = pool_args.resolve().map_err(|e| named(e.to_string()))?.engine;
+            let engine = pool_args
+                .resolve()
+                .map_err(|e| named(e.to_string()))?
+                .engine;
             pools.push(pool_of(name, &pool_args, engine, f.router)?);
         }
     }
@@ -297,7 +302,9 @@ mod tests {
 
     #[test]
     fn replicas_make_one_default_pool() {
-        let f = fleet("--replicas 4 --router least-outstanding").unwrap().unwrap();
+        let f = fleet("--replicas 4 --router least-outstanding")
+            .unwrap()
+            .unwrap();
         assert_eq!(f.pools.len(), 1);
         assert_eq!(f.pools[0].replicas, 4);
         assert_eq!(f.pools[0].router, RouterPolicy::LeastOutstanding);
@@ -320,9 +327,13 @@ mod tests {
 
     #[test]
     fn a_pool_that_does_not_parse_names_the_pool() {
-        let e = fleet("--pool 'chat=--gpu nosuchgpu'").unwrap_err().to_string();
+        let e = fleet("--pool 'chat=--gpu nosuchgpu'")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("pool 'chat'"), "{e}");
-        let e = fleet("--pool 'long=--no-such-flag 3'").unwrap_err().to_string();
+        let e = fleet("--pool 'long=--no-such-flag 3'")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("pool 'long'"), "{e}");
         let e = fleet("--pool chat").unwrap_err().to_string();
         assert!(e.contains("NAME=SPEC"), "{e}");
@@ -334,9 +345,11 @@ mod tests {
 
     #[test]
     fn a_pd_pool_sizes_its_link() {
-        let f = fleet("--prefill-replicas 1 --decode-replicas 2 --kv-link-gbps 10 --kv-link-latency-us 100")
-            .unwrap()
-            .unwrap();
+        let f = fleet(
+            "--prefill-replicas 1 --decode-replicas 2 --kv-link-gbps 10 --kv-link-latency-us 100",
+        )
+        .unwrap()
+        .unwrap();
         let pd = f.pools[0].pd.as_ref().unwrap();
         assert_eq!(f.gpus(), 3);
         // llama-3.1-8b, bf16 KV: 128 KiB per token.

@@ -98,7 +98,9 @@ pub struct FleetDriver {
 impl FleetDriver {
     pub fn new(fleet: &ResolvedFleet, max_concurrency: Option<usize>) -> Result<Self, SimError> {
         if max_concurrency == Some(0) {
-            return Err(SimError::Config("max_concurrency must be at least 1".into()));
+            return Err(SimError::Config(
+                "max_concurrency must be at least 1".into(),
+            ));
         }
         let mut engines = Vec::new();
         let mut pools = Vec::new();
@@ -190,11 +192,17 @@ impl FleetDriver {
         loop {
             let slot = self.max_concurrency.is_none_or(|c| self.in_flight < c);
             let t_arr = if slot {
-                self.pending.front().map(|(a, _)| a.intended_ns.max(self.now_ns))
+                self.pending
+                    .front()
+                    .map(|(a, _)| a.intended_ns.max(self.now_ns))
             } else {
                 None
             };
-            let t_step = self.engines.iter().filter_map(|e| e.step.as_ref().map(|s| s.1)).min();
+            let t_step = self
+                .engines
+                .iter()
+                .filter_map(|e| e.step.as_ref().map(|s| s.1))
+                .min();
             let t_hand = self.handoffs.peek().map(|Reverse((t, _, _))| *t);
             let Some(t) = [t_arr, t_step, t_hand].into_iter().flatten().min() else {
                 if self.pending.is_empty() {
@@ -296,16 +304,33 @@ impl FleetDriver {
         }
     }
 
-    fn pick(&mut self, pool: usize, range: std::ops::Range<usize>, prompt: &[u32], decode: bool) -> usize {
+    fn pick(
+        &mut self,
+        pool: usize,
+        range: std::ops::Range<usize>,
+        prompt: &[u32],
+        decode: bool,
+    ) -> usize {
         self.outstanding_scratch.clear();
         self.outstanding_scratch
             .extend(self.engines[range.clone()].iter().map(|e| e.outstanding));
         let p = &mut self.pools[pool];
-        let picker = if decode { &mut p.decode_picker } else { &mut p.picker };
+        let picker = if decode {
+            &mut p.decode_picker
+        } else {
+            &mut p.picker
+        };
         range.start + picker.pick(&self.outstanding_scratch, prompt)
     }
 
-    fn assign(&mut self, ei: usize, mut req: NewRequest, trace: usize, stage: Stage, keep: Option<NewRequest>) {
+    fn assign(
+        &mut self,
+        ei: usize,
+        mut req: NewRequest,
+        trace: usize,
+        stage: Stage,
+        keep: Option<NewRequest>,
+    ) {
         req.arrival_ns = self.now_ns;
         let e = &mut self.engines[ei];
         e.outstanding += 1;
@@ -369,7 +394,8 @@ impl FleetDriver {
             }
             for (req, with_kv) in std::mem::take(&mut e.queued) {
                 if with_kv {
-                    e.core.import_prompt_kv(&req.prompt, req.cache_salt.as_deref());
+                    e.core
+                        .import_prompt_kv(&req.prompt, req.cache_salt.as_deref());
                 }
                 let id = req.id;
                 if let Err(err) = e.core.try_add(req) {
@@ -404,9 +430,12 @@ impl FleetDriver {
 
     /// Drops every engine's prefix cache; false if any engine has blocks in use.
     pub fn reset_prefix_cache(&mut self) -> bool {
-        self.engines
-            .iter_mut()
-            .fold(true, |ok, e| e.core.reset_prefix_cache() && ok)
+        // Every engine is reset, even after one refuses.
+        let mut all = true;
+        for e in &mut self.engines {
+            all &= e.core.reset_prefix_cache();
+        }
+        all
     }
 
     pub fn now_ns(&self) -> u64 {
