@@ -30,3 +30,46 @@ impl ResolvedSim {
         Ok(self)
     }
 }
+
+impl ResolvedSim {
+    /// Start-up lines describing the fleet (none for a single engine).
+    pub fn fleet_banner_lines(&self) -> Vec<String> {
+        let Some(f) = &self.fleet else {
+            return Vec::new();
+        };
+        let mut lines = vec![format!(
+            "fleet: {} pool(s), {} GPUs, default pool '{}'",
+            f.pools.len(),
+            f.gpus(),
+            f.pools.get(f.default_pool).map_or("", |p| p.name.as_str())
+        )];
+        for p in &f.pools {
+            let engines = match &p.pd {
+                Some(pd) => format!(
+                    "{} prefill + {} decode, KV link {:.0} GB/s + {:.0} µs",
+                    pd.prefill_replicas,
+                    pd.decode_replicas,
+                    pd.link_bytes_per_s / 1e9,
+                    pd.link_latency_ns as f64 / 1e3
+                ),
+                None => format!("{} replica(s)", p.replicas),
+            };
+            let limit = p
+                .rate_limit
+                .map(|(r, b)| format!(", limit {r} req/s (burst {b})"))
+                .unwrap_or_default();
+            lines.push(format!(
+                "  pool '{}': {} on {} × {}, {engines}, router {}{limit}",
+                p.name,
+                p.engine.deployment.model().id,
+                p.gpus_per_replica,
+                p.engine.deployment.gpu().id,
+                p.router.as_str()
+            ));
+        }
+        for r in &f.rules {
+            lines.push(format!("  route: {}", r.text));
+        }
+        lines
+    }
+}
