@@ -175,6 +175,9 @@ impl BatchTarget {
             TargetChoice::VirtualTime { spec } | TargetChoice::Simulator { spec } => {
                 let (spec, sim) = target::resolve_sim(spec.as_deref())?;
                 eprintln!("Target: simulator in virtual time ({spec})");
+                if sim.fleet.is_some() {
+                    bail!("latency and throughput runs in virtual time use one engine: drop the fleet flags (--replicas, --pool, --route, --rate-limit, --prefill-replicas) from --sim");
+                }
                 let mut driver = VirtualDriver::new(sim.engine.clone(), None)
                     .context("starting the simulator's engine core")?;
                 if !plan.answer.checks.is_empty() {

@@ -6,6 +6,7 @@ mod compare_cmd;
 mod decide_cmd;
 mod diagnose_cmd;
 mod experiment;
+mod fleet_compare;
 mod k8s_cmd;
 mod latency_cmd;
 pub mod matrix;
@@ -109,6 +110,9 @@ pub fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         };
+    }
+    if argv.get(1).map(String::as_str) == Some("plan") && fleet_compare::wants(&argv[2..]) {
+        return fleet_compare::main(&argv[2..]);
     }
     let cli = Cli::parse_from(&argv);
     if let Command::Run(args) = &cli.command {

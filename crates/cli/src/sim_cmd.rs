@@ -13,7 +13,11 @@ pub async fn serve(args: SimArgs) -> Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {host}:{port}"))?;
     let addr = listener.local_addr().context("reading the bound address")?;
-    for line in resolved.banner_lines() {
+    for line in resolved
+        .banner_lines()
+        .into_iter()
+        .chain(resolved.fleet_banner_lines())
+    {
         eprintln!("{line}");
     }
     eprintln!("Serving on http://{addr} (Ctrl-C to stop)");

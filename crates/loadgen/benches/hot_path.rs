@@ -92,6 +92,7 @@ fn record(state: StreamState) -> RequestRecord {
         turn: None,
         stamp_clock: None,
         lora: None,
+        served_by: None,
     }
 }
 

@@ -213,6 +213,7 @@ impl BackendClient {
         );
         record.resent = attempt - 1;
         record.stamp_clock = outcome.stamp_clock();
+        record.served_by = outcome.served_by.take();
         // vLLM's `st`: taken before the pool hands out a connection, so a wait for one (or for
         // the CPU) counts in vLLM's TTFT and E2EL; servebench's own `sent` excludes it.
         record.started = Some(started);
@@ -280,6 +281,7 @@ impl BackendClient {
             outcome.written = Some(clock.ns_at(t));
         }
         let status = resp.status();
+        outcome.served_by = crate::served_by::from_headers(resp.headers());
         let mut body = resp.into_body();
         if !status.is_success() {
             let excerpt = read_excerpt(&mut body).await;
@@ -399,6 +401,7 @@ impl BackendClient {
             turn: None,
             stamp_clock: None,
             lora: p.lora.clone(),
+            served_by: None,
         }
     }
 }
@@ -416,6 +419,8 @@ struct Exchange {
     /// The latest frame's stamp: stamps never go back (a kernel stamp after a user-time one
     /// could be earlier).
     last: u64,
+    /// A simulated fleet's `x-servebench-pool` / `x-servebench-replica` headers.
+    served_by: Option<servebench_metrics::ServedBy>,
 }
 
 impl Exchange {

@@ -230,6 +230,7 @@ mod tests {
             turn: None,
             stamp_clock: None,
             lora: None,
+            served_by: None,
         }
     }
 

@@ -451,6 +451,7 @@ mod tests {
                 turn: None,
                 stamp_clock: None,
                 lora: None,
+                served_by: None,
             }
         }
     }

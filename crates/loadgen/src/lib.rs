@@ -13,6 +13,7 @@ mod precise_wait;
 pub mod probe;
 pub mod realtime;
 mod rxstamp;
+mod served_by;
 pub mod sessions;
 mod stamped;
 mod stop;

@@ -356,6 +356,7 @@ mod tests {
                 output_split: None,
                 stamp_clock: None,
                 lora: None,
+                served_by: None,
             }
         }
     }

@@ -172,6 +172,7 @@ pub(crate) mod tests {
             turn: None,
             stamp_clock: None,
             lora: None,
+            served_by: None,
         }
     }
 

@@ -18,6 +18,7 @@
 mod derived;
 mod io;
 pub mod lora;
+pub mod per_pool;
 mod reasoning;
 mod record;
 pub mod repeat;
@@ -33,6 +34,7 @@ pub mod vllm;
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use lora::{by_lora, LoraStats};
 pub use reasoning::ReasoningSummary;
+pub use record::ServedBy;
 pub use record::{
     CountSource, Failure, FailureKind, OutputSplit, RequestRecord, StampClock, TokenEvent,
 };

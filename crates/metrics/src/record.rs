@@ -179,6 +179,21 @@ pub struct RequestRecord {
     /// named the base model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<String>,
+    /// Which pool and replica of a simulated fleet served the request (the simulator's
+    /// `x-servebench-pool` / `x-servebench-replica` response headers, or set directly in
+    /// virtual time); absent against a single server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<ServedBy>,
+}
+
+/// Where in a fleet a request was served.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServedBy {
+    /// The pool's name.
+    pub pool: String,
+    /// The replica's label within the pool (`0`, `1`, … or `p0`/`d1` in a prefill/decode pool).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub replica: String,
 }
 
 /// A reasoning or tool-calling response's output, split (docs/metrics.md "Reasoning and

@@ -383,6 +383,9 @@ pub struct RunSummary {
     /// absent when no record says (virtual-time runs, older files).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub stamp_clocks: BTreeMap<String, u64>,
+    /// Latency per pool of a simulated fleet; absent against a single server.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_pool: BTreeMap<String, crate::per_pool::PoolSummary>,
 }
 
 impl RunSummary {
@@ -553,6 +556,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         warnings: Vec::new(),
         reasoning: crate::ReasoningSummary::from_completed(&ok, p),
         stamp_clocks: stamp_clocks(records),
+        per_pool: crate::per_pool::per_pool(records, p),
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary

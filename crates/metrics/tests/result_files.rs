@@ -56,6 +56,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         turn: None,
         stamp_clock: None,
         lora: None,
+        served_by: None,
     }
 }
 

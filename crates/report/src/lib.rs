@@ -2,6 +2,7 @@
 //! Nothing here measures or decides; it formats what it is given.
 
 mod model;
+pub mod pools;
 pub mod pyjson;
 pub mod render;
 pub mod terminal;

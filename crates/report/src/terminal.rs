@@ -458,6 +458,7 @@ mod tests {
                     turn: None,
                     stamp_clock: None,
                     lora: None,
+                    served_by: None,
                 }
             })
             .collect();

@@ -47,6 +47,7 @@ fn record(id: u64, started_ms: u64, sent_ms: u64, role_ms: u64, token_ms: &[u64]
         turn: None,
         stamp_clock: None,
         lora: None,
+        served_by: None,
     }
 }
 

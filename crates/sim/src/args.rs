@@ -287,6 +287,9 @@ pub struct SimArgs {
     /// Time to load an adapter that is not resident into a GPU slot.
     #[arg(long, value_name = "MS", default_value_t = 20.0, help_heading = "LoRA")]
     pub lora_load_ms: f64,
+    /// Fleet flags: replicas, pools, router, routes, rate limit, prefill/decode split.
+    #[command(flatten)]
+    pub fleet: crate::fleet::FleetArgs,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.

@@ -6,6 +6,7 @@ pub mod engine;
 pub mod engine_profile;
 mod faults;
 pub mod fidelity;
+pub mod fleet;
 mod lora_args;
 mod prometheus;
 pub mod realtime;

@@ -176,13 +176,24 @@ impl Encoder {
 
 /// Renders the whole `/metrics` page.
 pub fn encode(view: &MetricsView<'_>) -> String {
+    encode_labelled(view, "0", &[])
+}
+
+/// [`encode`] for one engine of a fleet: its `engine` label and extra labels on every series.
+pub fn encode_labelled(
+    view: &MetricsView<'_>,
+    engine: &str,
+    extra: &[(&'static str, String)],
+) -> String {
     let m = view.engine;
+    let mut base = vec![
+        ("engine", engine.to_string()),
+        ("model_name", view.model_name.to_string()),
+    ];
+    base.extend_from_slice(extra);
     let mut e = Encoder {
         out: String::with_capacity(32 * 1024),
-        base: vec![
-            ("engine", "0".to_string()),
-            ("model_name", view.model_name.to_string()),
-        ],
+        base,
     };
 
     e.gauge(

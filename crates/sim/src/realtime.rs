@@ -81,6 +81,11 @@ enum Command {
     Reset {
         reply: oneshot::Sender<bool>,
     },
+    /// A prompt's KV cache arrives from a prefill engine (fleet P/D pools).
+    ImportKv {
+        prompt: Vec<u32>,
+        cache_salt: Option<String>,
+    },
 }
 
 /// The engine task has stopped (server shutting down).
@@ -103,6 +108,7 @@ impl std::fmt::Debug for Command {
             Command::Add { request, .. } => write!(f, "Add({})", request.id),
             Command::Abort { id } => write!(f, "Abort({id})"),
             Command::Reset { .. } => f.write_str("Reset"),
+            Command::ImportKv { .. } => f.write_str("ImportKv"),
         }
     }
 }
@@ -172,6 +178,24 @@ impl EngineHandle {
     /// Stops the engine task: every open request's sink closes.
     pub fn stop(&self) {
         self.stop.send_replace(true);
+    }
+
+    /// Hands the engine a prompt's KV cache (as cached blocks), before the request that
+    /// uses it is submitted.
+    pub async fn import_kv(
+        &self,
+        prompt: Vec<u32>,
+        cache_salt: Option<String>,
+    ) -> Result<(), EngineStopped> {
+        self.commands
+            .send(Command::ImportKv { prompt, cache_salt })
+            .await
+            .map_err(|_| EngineStopped)
+    }
+
+    /// Draws request ids from `other`'s counter, so ids are unique across a fleet.
+    pub fn share_ids_with(&mut self, other: &EngineHandle) {
+        self.next_id = other.next_id.clone();
     }
 }
 
@@ -371,6 +395,9 @@ impl Driver {
             }
             Command::Reset { reply } => {
                 let _ = reply.send(self.core.reset_prefix_cache());
+            }
+            Command::ImportKv { prompt, cache_salt } => {
+                self.core.import_prompt_kv(&prompt, cache_salt.as_deref());
             }
         }
     }

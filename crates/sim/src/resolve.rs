@@ -77,6 +77,8 @@ pub struct ResolvedSim {
     pub reasoning: Option<crate::reasoning::ReasoningSplit>,
     /// `--lora-modules`: adapter names; adapter `i` runs in the engine as `i + 1`.
     pub lora_modules: Vec<String>,
+    /// Several engines behind the endpoint (`--replicas`, `--pool`), `None` for one engine.
+    pub fleet: Option<std::sync::Arc<crate::fleet::ResolvedFleet>>,
 }
 
 fn check_fraction(name: &str, v: f64, allow_one: bool) -> Result<(), SimError> {
@@ -359,7 +361,7 @@ impl SimArgs {
             base.insert("reasoning".into(), r.to_json());
         }
 
-        Ok(ResolvedSim {
+        ResolvedSim {
             lora_modules: lora_names,
             args: self.clone(),
             engine,
@@ -376,7 +378,9 @@ impl SimArgs {
             derived,
             config_json,
             reasoning,
-        })
+            fleet: None,
+        }
+        .with_fleet()
     }
 
     fn check_ranges(&self) -> Result<(), SimError> {

@@ -8,6 +8,11 @@ pub const DEFAULT_COMPLETION_MAX_TOKENS: u64 = 16;
 /// The header that carries a request's id; vLLM echoes it and logs it.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
+/// Response header of a simulated fleet: the pool that served the request.
+pub const POOL_HEADER: &str = "x-servebench-pool";
+/// Response header of a simulated fleet: the replica within the pool that served the request.
+pub const REPLICA_HEADER: &str = "x-servebench-replica";
+
 /// Prefix of the ids the servebench client sends: `servebench-<record id>`, so server logs
 /// can be joined with the records.
 pub const REQUEST_ID_PREFIX: &str = "servebench-";

@@ -121,6 +121,7 @@ pub fn record(id: u64, arrival_ms: u64, ttft_ms: u64) -> RequestRecord {
         turn: None,
         stamp_clock: None,
         lora: None,
+        served_by: None,
     }
 }
 

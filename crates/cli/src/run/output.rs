@@ -361,7 +361,8 @@ pub fn write_results(
         let verdict = servebench_report::verdict::verdict_block(&validity);
         let turns = servebench_report::render::turn_block(&by_turn)
             + &servebench_report::render::lora_block(&by_lora);
-        let _ = write!(stdout, "{block}{extras}{turns}{verdict}");
+        let pools = servebench_report::pools::pool_block(&summary.per_pool);
+        let _ = write!(stdout, "{block}{extras}{turns}{pools}{verdict}");
         if let Some(p) = &prefix_hit {
             let _ = writeln!(stdout, "Prefix hit rate: {}", p.describe());
             if let Some(w) = &p.warning {

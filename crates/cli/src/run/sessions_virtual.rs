@@ -34,6 +34,9 @@ pub fn simulate_sessions(
     sessions: &[ScriptedSession],
     arrivals: &[u64],
 ) -> Result<(Vec<RequestRecord>, u64, ServerTelemetry)> {
+    if sim.fleet.is_some() {
+        anyhow::bail!("multi-turn sessions in virtual time run on one engine: drop the fleet flags (--replicas, --pool, --route, --rate-limit, --prefill-replicas) from --sim, or run against `servebench sim` with them over HTTP");
+    }
     let mut driver = VirtualDriver::new(sim.engine.clone(), None)?;
     driver.keep_output_ids();
     let cap = plan.traffic.max_concurrency.unwrap_or(usize::MAX).max(1);

@@ -261,10 +261,19 @@ pub fn simulate_checked(
         arrivals,
         max_concurrency,
     };
-    let run = match (num_warmups, keep_output) {
-        (0, false) => run_virtual(sim.engine.clone(), workload)?,
-        (0, true) => run_virtual_keeping_output(sim.engine.clone(), workload)?,
-        _ => warmed_up(sim, workload, num_warmups, cold, keep_output)?,
+    let (run, served) = match &sim.fleet {
+        Some(fleet) => {
+            let f = super::virtual_fleet::run(fleet, workload, num_warmups, cold, keep_output)?;
+            (f.run, f.served)
+        }
+        None => (
+            match (num_warmups, keep_output) {
+                (0, false) => run_virtual(sim.engine.clone(), workload)?,
+                (0, true) => run_virtual_keeping_output(sim.engine.clone(), workload)?,
+                _ => warmed_up(sim, workload, num_warmups, cold, keep_output)?,
+            },
+            Vec::new(),
+        ),
     };
     let answers = keep_output.then(|| SimulatedAnswers::new(sim));
     let records: Vec<RequestRecord> = run
@@ -279,6 +288,9 @@ pub fn simulate_checked(
             }
             if let Some((l, assigned)) = &lora {
                 rec.lora = l.name_of(assigned, rec.id).map(str::to_owned);
+            }
+            if let Some(s) = served.get(i) {
+                super::virtual_fleet::annotate(&mut rec, s);
             }
             if chat {
                 split_output(&mut rec, t, sim.reasoning);
@@ -491,6 +503,7 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         turn: None,
         stamp_clock: None,
         lora: None,
+        served_by: None,
     }
 }
 

@@ -6,6 +6,7 @@ mod block_pool;
 mod commit;
 pub mod hashing;
 mod invariants;
+mod kv_import;
 mod lora;
 mod metrics;
 mod request;

@@ -36,10 +36,10 @@ pub use error::ApiError;
 pub use request::Endpoint;
 pub use signal::stop_requested;
 
-use crate::engine::{self, EngineCore, NewRequest};
+use crate::engine::{self, NewRequest};
 use crate::faults::{FaultInjector, FaultKind};
 use crate::prometheus::{self, CacheConfigInfo, MetricsView};
-use crate::realtime::{self, EngineHandle};
+use crate::realtime::EngineHandle;
 use crate::reasoning::ReasoningSplit;
 use crate::resolve::ResolvedSim;
 use crate::SimError;
@@ -88,6 +88,8 @@ struct Shared {
     hidden_size: usize,
     /// `--lora-modules`: adapter `i` runs in the engine as `i + 1`.
     lora_modules: Vec<String>,
+    /// The engines of a simulated fleet (`--replicas`, `--pool`); `None` for one engine.
+    fleet: Option<Arc<crate::fleet::realtime_fleet::FleetEngines>>,
 }
 
 fn unix_now() -> u64 {
@@ -154,8 +156,20 @@ impl AppState {
                 output_law: (e.seed, e.eos_len_median, e.eos_len_sigma),
                 hidden_size: e.deployment.model().hidden_size as usize,
                 lora_modules: sim.lora_modules.clone(),
+                fleet: None,
             }),
         }
+    }
+
+    /// This state in front of a fleet's engines (from [`crate::fleet::realtime_fleet::spawn`]).
+    pub fn with_fleet(
+        mut self,
+        fleet: Option<Arc<crate::fleet::realtime_fleet::FleetEngines>>,
+    ) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.fleet = fleet;
+        }
+        self
     }
 
     /// The engine this state talks to.
@@ -218,6 +232,9 @@ impl AppState {
 
     /// The `/metrics` page as of the last engine step.
     pub fn render_metrics(&self) -> String {
+        if let Some(fleet) = &self.inner.fleet {
+            return crate::fleet::server_hooks::render_metrics(self, fleet);
+        }
         let snap = self.inner.engine.metrics();
         prometheus::encode(&MetricsView {
             model_name: &self.inner.served_name,
@@ -227,6 +244,22 @@ impl AppState {
             faults: self.inner.faults.counts(),
             compat: self.inner.metrics_compat,
         })
+    }
+
+    /// The `/metrics` view of one engine's snapshot (a fleet renders one per engine).
+    pub(crate) fn metrics_view<'a>(
+        &'a self,
+        engine: &'a crate::engine::EngineMetrics,
+        driver: &'a prometheus::DriverMetrics,
+    ) -> MetricsView<'a> {
+        MetricsView {
+            model_name: &self.inner.served_name,
+            engine,
+            driver,
+            cache: &self.inner.cache_info,
+            faults: self.inner.faults.counts(),
+            compat: self.inner.metrics_compat,
+        }
     }
 }
 
@@ -300,11 +333,17 @@ async fn generate(
         arrival_ns: 0,
     };
     let reasoning = app.reasoning_tokens(endpoint, &new);
-    let engine = app.inner.engine.clone();
-    let submitted = engine
-        .submit(new, received)
-        .await
-        .map_err(|_| ApiError::engine_stopped())?;
+    let (engine, submitted, served) = match &app.inner.fleet {
+        Some(fleet) => crate::fleet::server_hooks::submit(fleet, new, received).await?,
+        None => {
+            let engine = app.inner.engine.clone();
+            let submitted = engine
+                .submit(new, received)
+                .await
+                .map_err(|_| ApiError::engine_stopped())?;
+            (engine, submitted, None)
+        }
+    };
     let mut guard = AbortOnDrop::new(engine, submitted.id);
     let created = unix_now();
     let details = app.inner.prompt_tokens_details;
@@ -347,6 +386,7 @@ async fn generate(
             HeaderValue::from_static("text/event-stream; charset=utf-8"),
         );
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        crate::fleet::server_hooks::mark_served(&mut resp, served.as_ref());
         return Ok(resp);
     }
 
@@ -384,7 +424,9 @@ async fn generate(
         reasoning,
     };
     let body = response::full_body(meta, text, thinking, &finished);
-    Ok(axum::Json(body).into_response())
+    let mut resp = axum::Json(body).into_response();
+    crate::fleet::server_hooks::mark_served(&mut resp, served.as_ref());
+    Ok(resp)
 }
 
 async fn models(State(app): State<AppState>) -> Response {
@@ -475,7 +517,11 @@ async fn tokenize(State(app): State<AppState>, headers: HeaderMap, body: Body) -
 }
 
 async fn reset_prefix_cache(State(app): State<AppState>) -> Response {
-    match app.inner.engine.reset_prefix_cache().await {
+    let reset = match &app.inner.fleet {
+        Some(fleet) => fleet.reset_prefix_cache().await,
+        None => app.inner.engine.reset_prefix_cache().await,
+    };
+    match reset {
         Ok(true) => StatusCode::OK.into_response(),
         Ok(false) => ApiError::with_status(
             StatusCode::CONFLICT,
@@ -503,15 +549,20 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), SimError> {
     let limits = ConnectionLimits::from_args(&sim.args)?;
-    let core = EngineCore::new(sim.engine.clone())?;
-    let (engine, _thread) = realtime::spawn_thread(core, sim.timing.clone())?;
-    let state = AppState::new(&sim, engine.clone());
-    let stopper = engine.clone();
+    let (engine, fleet) = crate::fleet::realtime_fleet::spawn(&sim)?;
+    let state = AppState::new(&sim, engine.clone()).with_fleet(fleet.clone());
+    let stopper = (engine.clone(), fleet.clone());
     connections::serve_connections(listener, router(state), limits, shutdown, move || {
-        stopper.stop()
+        stopper.0.stop();
+        if let Some(f) = &stopper.1 {
+            f.stop();
+        }
     })
     .await;
     engine.stop();
+    if let Some(f) = &fleet {
+        f.stop();
+    }
     Ok(())
 }
 

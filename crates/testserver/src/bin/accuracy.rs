@@ -172,6 +172,7 @@ mod tests {
             turn: None,
             stamp_clock: None,
             lora: None,
+            served_by: None,
         };
         let log_path = dir.join("server.jsonl");
         let rec_path = dir.join("run.requests.jsonl");
