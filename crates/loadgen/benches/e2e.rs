@@ -162,6 +162,7 @@ fn client(url: &str) -> Arc<BackendClient> {
         api_key: None,
         extra_body: serde_json::Map::new(),
         ignore_eos: true,
+        transport: Default::default(),
     };
     Arc::new(BackendClient::new(target, ClientOptions::default()).unwrap())
 }

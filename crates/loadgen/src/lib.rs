@@ -6,6 +6,7 @@ mod backend;
 pub mod client;
 mod clock;
 mod collector;
+pub mod connector;
 mod dispatcher;
 pub mod health;
 mod precise_wait;
@@ -17,6 +18,8 @@ mod stop;
 pub mod stream;
 pub mod target;
 pub mod telemetry;
+mod tls_errors;
+pub mod transport;
 
 pub use backend::Backend;
 pub use client::{BackendClient, ClientOptions, Prepared};
@@ -26,6 +29,7 @@ pub use dispatcher::{run_load, run_load_feed, warm_up, LoadOutcome, LoadSpec};
 pub use sessions::{run_sessions, ConversationBackend, ScriptedSession, ScriptedTurn, SessionSpec};
 pub use stop::{stop_pair, StopHandle, StopSignal};
 pub use target::{ApiKind, Target};
+pub use transport::{Http2Mode, Transport};
 
 use std::path::Path;
 

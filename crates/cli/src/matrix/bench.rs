@@ -237,6 +237,7 @@ fn probe_target(base_url: &str, api_key: Option<String>) -> Target {
         api_key,
         extra_body: serde_json::Map::new(),
         ignore_eos: false,
+        transport: Default::default(),
     }
 }
 

@@ -266,6 +266,7 @@ pub async fn connect(
         api_key: plan.api_key.clone(),
         extra_body: plan.extra_body.clone(),
         ignore_eos: plan.ignore_eos(),
+        transport: plan.transport.clone(),
     };
     // As vLLM: without --model, requests name the first model's `id` and the result's
     // `model_id` is its `root` (the path or hub id behind the served name).

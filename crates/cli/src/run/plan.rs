@@ -252,6 +252,8 @@ pub struct RunPlan {
     pub scale_out: ScaleOut,
     /// `--multi-turn`: the dataset's sessions, replayed as conversations.
     pub multi_turn: Option<MultiTurn>,
+    /// TLS and HTTP version of the connections.
+    pub transport: servebench_loadgen::Transport,
 }
 
 /// How conversations are replayed (`--multi-turn`).
@@ -307,6 +309,7 @@ impl RunPlan {
         let answer = AnswerPlan::from_args(a)?;
         let scale_out = ScaleOut::from_args(a, &target, &traffic)?;
         let multi_turn = multi_turn(a, &dataset, &endpoint, &traffic)?;
+        let transport = super::transport_plan::transport(a, &target)?;
         Ok(RunPlan {
             target,
             endpoint,
@@ -359,6 +362,7 @@ impl RunPlan {
             answer,
             scale_out,
             multi_turn,
+            transport,
         })
     }
 
@@ -425,7 +429,7 @@ impl RunPlan {
         dataset_flags.set(&self.dataset);
         let t = &self.traffic;
         let r = &self.report;
-        RunArgs {
+        let mut args = RunArgs {
             backend: match self.endpoint.flavor {
                 ApiFlavor::Openai => args::Backend::Openai,
                 ApiFlavor::Vllm => args::Backend::Vllm,
@@ -547,7 +551,14 @@ impl RunPlan {
             prefix_pool: self.random.prefix_hit.map(|h| h.pool),
             multi_turn: self.multi_turn.is_some(),
             think_time_ms: self.multi_turn.map_or(0, |m| m.think_time_ms),
-        }
+            ca_cert: None,
+            insecure: false,
+            client_cert: None,
+            client_key: None,
+            http2: Default::default(),
+        };
+        super::transport_plan::set_flags(&mut args, &self.transport);
+        args
     }
 }
 
