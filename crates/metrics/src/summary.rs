@@ -383,6 +383,10 @@ pub struct RunSummary {
     /// absent when no record says (virtual-time runs, older files).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub stamp_clocks: BTreeMap<String, u64>,
+    /// New connections, their TCP connect and TLS handshake times and protocol; absent from
+    /// plain HTTP/1.1 runs and older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<crate::ConnectionSummary>,
 }
 
 impl RunSummary {
@@ -553,6 +557,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         warnings: Vec::new(),
         reasoning: crate::ReasoningSummary::from_completed(&ok, p),
         stamp_clocks: stamp_clocks(records),
+        connections: None,
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary

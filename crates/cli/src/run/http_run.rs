@@ -192,6 +192,7 @@ impl Executor for HttpTarget {
         // Records written during the run were not kept in memory (it stays flat however long
         // the run); the summary is computed once, over all of them, read back from the file.
         let records = outcome.take_records()?;
+        finish.connections = super::transport_plan::connection_summary(&client);
         output::write_results(
             &finish,
             &records,

@@ -4,7 +4,8 @@
 use std::sync::Once;
 
 use anyhow::{bail, Result};
-use servebench_loadgen::{Http2Mode, Transport};
+use servebench_loadgen::{BackendClient, Http2Mode, Transport};
+use servebench_metrics::{ConnectionSummary, ConnectionTiming};
 
 use super::args::{Http2Arg, RunArgs};
 use super::plan::TargetChoice;
@@ -46,6 +47,28 @@ pub fn set_flags(a: &mut RunArgs, t: &Transport) {
     a.insecure = t.insecure;
     a.client_cert = t.client_cert.clone();
     a.client_key = t.client_key.clone();
+}
+
+/// The run's new connections, for the result; `None` for plain HTTP/1.1, whose results stay
+/// as they always were.
+pub fn connection_summary(client: &BackendClient) -> Option<ConnectionSummary> {
+    let conns = client.connections().snapshot();
+    let shown = conns
+        .iter()
+        .any(|c| c.tls_handshake.is_some() || c.protocol != "http/1.1");
+    if !shown {
+        return None;
+    }
+    let timings: Vec<ConnectionTiming> = conns
+        .iter()
+        .map(|c| ConnectionTiming {
+            tcp_connect_ms: c.tcp_connect.as_secs_f64() * 1e3,
+            tls_handshake_ms: c.tls_handshake.map(|d| d.as_secs_f64() * 1e3),
+            protocol: c.protocol.to_owned(),
+            tls_version: c.tls_version.map(str::to_owned),
+        })
+        .collect();
+    ConnectionSummary::from_timings(&timings)
 }
 
 /// Once per process however many runs a matrix or sweep makes.
