@@ -262,6 +262,19 @@ pub struct SimArgs {
     /// Like --reasoning-tokens, as a share (0 to 1) of each chat response's output tokens.
     #[arg(long, value_name = "F")]
     pub reasoning_fraction: Option<f64>,
+
+    /// Serve https with this PEM certificate chain (needs --tls-key); HTTP/2 and HTTP/1.1
+    /// are offered by ALPN.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// On plain http, also serve HTTP/2 with prior knowledge (h2c) beside HTTP/1.1.
+    #[arg(long)]
+    pub h2c: bool,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.

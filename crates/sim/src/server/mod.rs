@@ -11,6 +11,7 @@ mod connections;
 mod error;
 mod request;
 mod response;
+mod secure;
 mod signal;
 
 use std::borrow::Cow;
@@ -474,11 +475,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), SimError> {
     let limits = ConnectionLimits::from_args(&sim.args)?;
+    let secure = secure::Secure::from_args(&sim.args, &limits)?;
     let core = EngineCore::new(sim.engine.clone())?;
     let (engine, _thread) = realtime::spawn_thread(core, sim.timing.clone())?;
     let state = AppState::new(&sim, engine.clone());
     let stopper = engine.clone();
-    connections::serve_connections(listener, router(state), limits, shutdown, move || {
+    connections::serve_connections(listener, router(state), limits, secure, shutdown, move || {
         stopper.stop()
     })
     .await;
@@ -520,6 +522,11 @@ impl Drop for ShutdownHandle {
 pub async fn spawn_in_process(sim: ResolvedSim) -> Result<(SocketAddr, ShutdownHandle), SimError> {
     // Refuse bad limits here rather than from inside the spawned task.
     ConnectionLimits::from_args(&sim.args)?;
+    if sim.args.tls_cert.is_some() || sim.args.tls_key.is_some() {
+        return Err(SimError::Config(
+            "--tls-cert/--tls-key are for `servebench sim`; the in-process simulator serves plain http".to_owned(),
+        ));
+    }
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let (trigger, rx) = oneshot::channel::<()>();
