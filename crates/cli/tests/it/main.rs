@@ -32,5 +32,6 @@ mod sweep_cli;
 mod throughput_cli;
 mod timed_trace;
 mod trace_cli;
+mod tls;
 mod trust;
 mod vllm_parity;
