@@ -44,7 +44,9 @@ async fn one_attempt(cert: &str, key: &str) -> Option<(f64, f64)> {
     let sim = SimArgs::parse_spec(&spec).unwrap().resolve().unwrap();
     let deployment = sim.engine.deployment.clone();
     let tokenizer = sim.tokenizer.clone();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(servebench_sim::serve(listener, sim, async move {
@@ -83,9 +85,15 @@ async fn one_attempt(cert: &str, key: &str) -> Option<(f64, f64)> {
         scrape_every: None,
         start_at: None,
     };
-    let out = run_load(Arc::clone(&client), prepared, spec, None, StopSignal::never())
-        .await
-        .unwrap();
+    let out = run_load(
+        Arc::clone(&client),
+        prepared,
+        spec,
+        None,
+        StopSignal::never(),
+    )
+    .await
+    .unwrap();
     drop(stop);
     server.await.unwrap().unwrap();
     assert_eq!(client.connections().snapshot()[0].protocol, "h2");

@@ -300,16 +300,17 @@ async fn accuracy(flags: &Flags) {
     let log_path =
         std::env::temp_dir().join(format!("servebench-accuracy-{}.jsonl", std::process::id()));
     let log_arg = log_path.display().to_string();
-    let server = spawn_server(&[
-        "--first-token-ms",
-        &first_ms.to_string(),
-        "--itl-ms",
-        &itl_ms.to_string(),
-        "--tokens",
-        &tokens.to_string(),
-        "--log",
-        &log_arg,
-    ],
+    let server = spawn_server(
+        &[
+            "--first-token-ms",
+            &first_ms.to_string(),
+            "--itl-ms",
+            &itl_ms.to_string(),
+            "--tokens",
+            &tokens.to_string(),
+            "--log",
+            &log_arg,
+        ],
         flags.contains_key("tls"),
     );
     let client = client(&server.url);

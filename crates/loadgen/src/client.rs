@@ -13,13 +13,13 @@ use servebench_tokenizer::Tokenizer;
 use servebench_wire::protocol::{request_id, REQUEST_ID_HEADER};
 
 use crate::clock::RunClock;
-use crate::rxstamp;
 use crate::connector::{ConnectionLog, TransportConnector};
+use crate::rxstamp;
 use crate::stamped::WriteStamp;
-use crate::transport::Http2Mode;
 use crate::stop::StopSignal;
 use crate::stream::StreamState;
 use crate::target::{ApiKind, Target};
+use crate::transport::Http2Mode;
 use crate::LoadgenError;
 
 /// Sends of one request in all: the first, plus at most one resend when the first went out on

@@ -96,11 +96,7 @@ impl TransportConnector {
     /// The TLS configuration, built once; an error names the flag or file at fault.
     pub fn tls_config(&self) -> Result<Arc<ClientConfig>, String> {
         self.tls
-            .get_or_init(|| {
-                self.transport
-                    .client_config()
-                    .map_err(|e| e.to_string())
-            })
+            .get_or_init(|| self.transport.client_config().map_err(|e| e.to_string()))
             .clone()
     }
 
@@ -155,13 +151,16 @@ impl TransportConnector {
                 multiplexed: h2c,
             });
         };
-        let name = ServerName::try_from(host.clone())
-            .map_err(|e| -> BoxError { format!("{authority}: not a valid TLS server name: {e}").into() })?;
+        let name = ServerName::try_from(host.clone()).map_err(|e| -> BoxError {
+            format!("{authority}: not a valid TLS server name: {e}").into()
+        })?;
         let hs_start = Instant::now();
         let io = TlsConnector::from(tls)
             .connect(name, TokioIo::new(StampedStream::new(tcp, true)))
             .await
-            .map_err(|e| -> BoxError { crate::tls_errors::handshake_failure(&authority, &e).into() })?;
+            .map_err(|e| -> BoxError {
+                crate::tls_errors::handshake_failure(&authority, &e).into()
+            })?;
         let tls_handshake = hs_start.elapsed();
         let session = io.get_ref().1;
         let h2 = session.alpn_protocol() == Some(b"h2");

@@ -37,16 +37,13 @@ pub async fn get_text(
     let req = target.admin_request(Method::GET, path, Bytes::new())?;
     let client = http_client_for(&target.transport);
     let fut = async {
-        let resp = client
-            .request(req)
-            .await
-            .map_err(|e| {
-                LoadgenError::Server(format!(
-                    "{}{path}: {}",
-                    target.display_url(),
-                    error_chain(&e)
-                ))
-            })?;
+        let resp = client.request(req).await.map_err(|e| {
+            LoadgenError::Server(format!(
+                "{}{path}: {}",
+                target.display_url(),
+                error_chain(&e)
+            ))
+        })?;
         let status = resp.status();
         let bytes = resp
             .into_body()

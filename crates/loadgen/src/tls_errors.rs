@@ -5,7 +5,8 @@ use std::io;
 
 use rustls::{AlertDescription, CertificateError, Error as TlsError};
 
-const TRUST_HINT: &str = "pass --ca-cert FILE with the issuing CA, or --insecure to skip verification";
+const TRUST_HINT: &str =
+    "pass --ca-cert FILE with the issuing CA, or --insecure to skip verification";
 
 /// A failed TLS handshake with `host`, as one line.
 pub(crate) fn handshake_failure(host: &str, e: &io::Error) -> String {
@@ -123,9 +124,14 @@ mod tests {
     fn certificate_failures_name_host_expectation_and_flag() {
         let unknown = handshake_failure(
             "h:443",
-            &wrapped(TlsError::InvalidCertificate(CertificateError::UnknownIssuer)),
+            &wrapped(TlsError::InvalidCertificate(
+                CertificateError::UnknownIssuer,
+            )),
         );
-        assert!(unknown.starts_with("h:443: certificate not trusted"), "{unknown}");
+        assert!(
+            unknown.starts_with("h:443: certificate not trusted"),
+            "{unknown}"
+        );
         assert!(unknown.contains("--ca-cert") && unknown.contains("--insecure"));
         let name = handshake_failure(
             "h:443",
@@ -152,7 +158,9 @@ mod tests {
         assert!(plain.contains("plain HTTP"), "{plain}");
         let mtls = handshake_failure(
             "h:443",
-            &wrapped(TlsError::AlertReceived(AlertDescription::CertificateRequired)),
+            &wrapped(TlsError::AlertReceived(
+                AlertDescription::CertificateRequired,
+            )),
         );
         assert!(mtls.contains("--client-cert"), "{mtls}");
         let eof = handshake_failure("h:443", &io::Error::from(io::ErrorKind::UnexpectedEof));

@@ -39,14 +39,6 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// Whether any TLS-only flag was given.
-    pub fn has_tls_settings(&self) -> bool {
-        self.ca_cert.is_some()
-            || self.insecure
-            || self.client_cert.is_some()
-            || self.client_key.is_some()
-    }
-
     /// The ALPN protocols offered in the TLS handshake.
     pub(crate) fn alpn(&self) -> Vec<Vec<u8>> {
         match self.http2 {
@@ -168,7 +160,12 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -177,7 +174,12 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
@@ -222,7 +224,10 @@ mod tests {
             ..Transport::default()
         };
         let err = t.client_config().unwrap_err().to_string();
-        assert!(err.contains("--ca-cert") && err.contains("empty.pem"), "{err}");
+        assert!(
+            err.contains("--ca-cert") && err.contains("empty.pem"),
+            "{err}"
+        );
         let missing = Transport {
             ca_cert: Some(dir.join("missing.pem")),
             ..Transport::default()

@@ -114,7 +114,10 @@ mod tests {
         assert_eq!(s.protocol, "h2+http/1.1");
         assert_eq!(s.tls_version.as_deref(), Some("TLSv1.3"));
         let line = s.line();
-        assert!(line.starts_with("Connections: 3 new (h2+http/1.1, TLSv1.3)"), "{line}");
+        assert!(
+            line.starts_with("Connections: 3 new (h2+http/1.1, TLSv1.3)"),
+            "{line}"
+        );
         assert!(line.contains("TLS handshake p50 4.00 ms"), "{line}");
         let plain = ConnectionSummary::from_timings(&[conn(1.0, None, "h2c")]).unwrap();
         let json = serde_json::to_value(&plain).unwrap();

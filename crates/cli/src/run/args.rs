@@ -492,7 +492,12 @@ pub struct RunArgs {
     pub client_key: Option<PathBuf>,
     /// HTTP/2: auto = when the server offers it through ALPN (https), off = HTTP/1.1 only,
     /// on = HTTP/2 only (ALPN over https, prior knowledge over http).
-    #[arg(long, value_enum, default_value = "auto", help_heading = "TLS and HTTP/2")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        help_heading = "TLS and HTTP/2"
+    )]
     pub http2: Http2Arg,
 }
 

@@ -24,7 +24,8 @@ pub fn transport(a: &RunArgs, target: &TargetChoice) -> Result<Transport> {
         client_cert: a.client_cert.clone(),
         client_key: a.client_key.clone(),
     };
-    let https = matches!(target, TargetChoice::Server { base_url } if base_url.starts_with("https://"));
+    let https =
+        matches!(target, TargetChoice::Server { base_url } if base_url.starts_with("https://"));
     if https {
         t.client_config()?;
         if t.insecure {

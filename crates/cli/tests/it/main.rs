@@ -31,7 +31,7 @@ mod sim_cli;
 mod sweep_cli;
 mod throughput_cli;
 mod timed_trace;
-mod trace_cli;
 mod tls;
+mod trace_cli;
 mod trust;
 mod vllm_parity;

@@ -53,25 +53,26 @@ fn mint(dir: &Path) -> Certs {
         std::fs::write(&p, text).expect("write PEM");
         p
     };
-    let leaf = |name: &str, sans: &[&str], expired: bool, issuer: Option<(&Certificate, &KeyPair)>| {
-        let key = KeyPair::generate().expect("leaf key");
-        let mut params =
-            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
-                .expect("leaf params");
-        if expired {
-            params.not_before = date_time_ymd(2000, 1, 1);
-            params.not_after = date_time_ymd(2001, 1, 1);
-        }
-        let cert = match issuer {
-            Some((ca, ca_key)) => params.signed_by(&key, ca, ca_key),
-            None => params.self_signed(&key),
-        }
-        .expect("leaf certificate");
-        (
-            write(&format!("{name}.pem"), cert.pem()),
-            write(&format!("{name}.key"), key.serialize_pem()),
-        )
-    };
+    let leaf =
+        |name: &str, sans: &[&str], expired: bool, issuer: Option<(&Certificate, &KeyPair)>| {
+            let key = KeyPair::generate().expect("leaf key");
+            let mut params =
+                CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                    .expect("leaf params");
+            if expired {
+                params.not_before = date_time_ymd(2000, 1, 1);
+                params.not_after = date_time_ymd(2001, 1, 1);
+            }
+            let cert = match issuer {
+                Some((ca, ca_key)) => params.signed_by(&key, ca, ca_key),
+                None => params.self_signed(&key),
+            }
+            .expect("leaf certificate");
+            (
+                write(&format!("{name}.pem"), cert.pem()),
+                write(&format!("{name}.key"), key.serialize_pem()),
+            )
+        };
     let local = ["127.0.0.1", "localhost"];
     Certs {
         ca: write("ca.pem", ca.pem()),
@@ -84,10 +85,18 @@ fn mint(dir: &Path) -> Certs {
 
 /// A simulator serving `spec` (with `--tls-cert`/`--tls-key` when `tls` is given) on
 /// 127.0.0.1:0 in `rt`; it stops when the sender is dropped.
-fn start_sim(rt: &Runtime, spec: &str, tls: Option<&(PathBuf, PathBuf)>) -> (SocketAddr, oneshot::Sender<()>) {
+fn start_sim(
+    rt: &Runtime,
+    spec: &str,
+    tls: Option<&(PathBuf, PathBuf)>,
+) -> (SocketAddr, oneshot::Sender<()>) {
     let mut spec = spec.to_owned();
     if let Some((cert, key)) = tls {
-        spec.push_str(&format!(" --tls-cert {} --tls-key {}", cert.display(), key.display()));
+        spec.push_str(&format!(
+            " --tls-cert {} --tls-key {}",
+            cert.display(),
+            key.display()
+        ));
     }
     let resolved = SimArgs::parse_spec(&spec)
         .expect("sim spec")
@@ -170,7 +179,10 @@ fn python3() -> bool {
 fn https_through_an_openssl_proxy_counts_the_same_tokens_as_http() {
     if !python3() {
         let required = std::env::var("SERVEBENCH_REQUIRE_PYTHON_TLS").is_ok_and(|v| v == "1");
-        assert!(!required, "SERVEBENCH_REQUIRE_PYTHON_TLS=1 but python3 is not on PATH");
+        assert!(
+            !required,
+            "SERVEBENCH_REQUIRE_PYTHON_TLS=1 but python3 is not on PATH"
+        );
         eprintln!("https_through_an_openssl_proxy: skipped, python3 is not on PATH");
         return;
     }
@@ -219,9 +231,17 @@ fn https_through_an_openssl_proxy_counts_the_same_tokens_as_http() {
     let count = c["count"].as_u64().expect("count");
     // One per stream of --max-concurrency 4, and the initial test request's, which may not be
     // back in the pool when the burst starts (as over plain HTTP).
-    assert!((1..=5).contains(&count), "at most one connection per stream: {c}");
+    assert!(
+        (1..=5).contains(&count),
+        "at most one connection per stream: {c}"
+    );
     assert_eq!(c["protocol"], "http/1.1", "{c}");
-    assert!(c["tls_version"].as_str().is_some_and(|v| v.starts_with("TLSv1.")), "{c}");
+    assert!(
+        c["tls_version"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("TLSv1.")),
+        "{c}"
+    );
     let p50 = c["tls_handshake_p50_ms"].as_f64().expect("handshake p50");
     let p99 = c["tls_handshake_p99_ms"].as_f64().expect("handshake p99");
     assert!(p50 > 0.0 && p99 >= p50, "{c}");
@@ -232,8 +252,15 @@ fn https_through_an_openssl_proxy_counts_the_same_tokens_as_http() {
 /// first); asserts it fails with one line holding every `expected` fragment.
 fn fails_with(url: &str, extra: &[&str], expected: &[&str]) {
     let mut cmd = bin();
-    cmd.args(["run", "--base-url", url, "--num-prompts", "1", "--disable-tqdm"])
-        .args(extra);
+    cmd.args([
+        "run",
+        "--base-url",
+        url,
+        "--num-prompts",
+        "1",
+        "--disable-tqdm",
+    ])
+    .args(extra);
     let o = cmd.output().expect("spawn servebench");
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(!o.status.success(), "{}", text(&o));
@@ -242,7 +269,10 @@ fn fails_with(url: &str, extra: &[&str], expected: &[&str]) {
         .lines()
         .find(|l| expected.iter().all(|e| l.contains(e)))
         .unwrap_or_else(|| panic!("no line with all of {expected:?} in:\n{err}"));
-    assert!(line.contains("127.0.0.1"), "the line names the host: {line}");
+    assert!(
+        line.contains("127.0.0.1"),
+        "the line names the host: {line}"
+    );
 }
 
 #[test]
@@ -256,16 +286,37 @@ fn certificate_and_protocol_failures_are_one_clear_line() {
     fails_with(
         &format!("https://{untrusted}"),
         &[],
-        &["certificate not trusted", "unknown issuer", "--ca-cert", "--insecure"],
+        &[
+            "certificate not trusted",
+            "unknown issuer",
+            "--ca-cert",
+            "--insecure",
+        ],
     );
     // --insecure takes the same server.
     let o = servebench(&[
-        "run", "--base-url", &format!("https://{untrusted}"), "--model", MODEL, "--num-prompts",
-        "2", "--random-input-len", "16", "--random-output-len", "4", "--insecure",
-        "--disable-tqdm", "--output-dir", &dir.join("insecure").to_string_lossy(),
+        "run",
+        "--base-url",
+        &format!("https://{untrusted}"),
+        "--model",
+        MODEL,
+        "--num-prompts",
+        "2",
+        "--random-input-len",
+        "16",
+        "--random-output-len",
+        "4",
+        "--insecure",
+        "--disable-tqdm",
+        "--output-dir",
+        &dir.join("insecure").to_string_lossy(),
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("not verified"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not verified"),
+        "{}",
+        text(&o)
+    );
 
     let (expired, _b) = start_sim(&rt, &spec, Some(&certs.expired));
     fails_with(
@@ -277,7 +328,11 @@ fn certificate_and_protocol_failures_are_one_clear_line() {
     fails_with(
         &format!("https://{wrong}"),
         &["--ca-cert", &ca],
-        &["wrong host name", "expected a certificate for 127.0.0.1", "wrong.example"],
+        &[
+            "wrong host name",
+            "expected a certificate for 127.0.0.1",
+            "wrong.example",
+        ],
     );
     let (plain, _d) = start_sim(&rt, &spec, None);
     fails_with(
@@ -334,7 +389,13 @@ fn h2_streams_share_one_connection() {
         start_at: None,
     };
     let out = rt
-        .block_on(run_load(Arc::clone(&client), prepared, spec64, None, StopSignal::never()))
+        .block_on(run_load(
+            Arc::clone(&client),
+            prepared,
+            spec64,
+            None,
+            StopSignal::never(),
+        ))
         .expect("run");
     assert_eq!(out.records.len(), 64);
     for r in &out.records {
@@ -358,17 +419,27 @@ fn http2_run_writes_the_connections_block_and_report_line() {
     let rt = runtime();
     let (addr, _stop) = start_sim(&rt, &format!("{MODEL} --gpu h100"), Some(&certs.good));
     let out = dir.join("out");
-    let mut args = vec![
-        "run",
-        "--base-url",
-    ];
+    let mut args = vec!["run", "--base-url"];
     let url = format!("https://127.0.0.1:{}", addr.port());
     let ca = certs.ca.to_string_lossy().into_owned();
     let out_s = out.to_string_lossy().into_owned();
     args.extend([
-        url.as_str(), "--model", MODEL, "--num-prompts", "16", "--random-input-len", "32",
-        "--random-output-len", "8", "--http2", "on", "--ca-cert", &ca, "--disable-tqdm",
-        "--output-dir", &out_s,
+        url.as_str(),
+        "--model",
+        MODEL,
+        "--num-prompts",
+        "16",
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        "8",
+        "--http2",
+        "on",
+        "--ca-cert",
+        &ca,
+        "--disable-tqdm",
+        "--output-dir",
+        &out_s,
     ]);
     let o = servebench(&args);
     assert!(o.status.success(), "{}", text(&o));
@@ -377,15 +448,41 @@ fn http2_run_writes_the_connections_block_and_report_line() {
         .lines()
         .find(|l| l.starts_with("Connections: "))
         .unwrap_or_else(|| panic!("no Connections line:\n{}", text(&o)));
-    assert!(line.contains("(h2, TLSv1.3)") && line.contains("TLS handshake p50"), "{line}");
+    assert!(
+        line.contains("(h2, TLSv1.3)") && line.contains("TLS handshake p50"),
+        "{line}"
+    );
     let result = std::fs::read_dir(&out)
         .expect("out")
         .filter_map(Result::ok)
         .map(|e| e.path())
         .find(|p| p.to_string_lossy().ends_with(".servebench.json"))
         .expect("result");
-    let c = &read_json(&result)["summary"]["connections"];
+    let summary = &read_json(&result)["summary"];
+    let c = &summary["connections"];
     assert_eq!(c["count"], 1, "{c}");
     assert_eq!(c["protocol"], "h2", "{c}");
+    // Streams share the connection: their bytes are stamped when read.
+    assert_eq!(
+        summary["stamp_clocks"],
+        serde_json::json!({"user": 16}),
+        "{summary}"
+    );
+
+    // Over TLS with HTTP/1.1 the kernel's receive stamps apply as over plain HTTP: the records
+    // are stamped by the same clocks in both.
+    let (plain, _plain_stop) = start_sim(&rt, &format!("{MODEL} --gpu h100"), None);
+    let h1 = run(&url, &dir.join("h1"), &["--http2", "off", "--ca-cert", &ca]);
+    let http = run(&format!("http://{plain}"), &dir.join("http"), &[]);
+    let clocks = |v: &Value| {
+        let mut keys: Vec<String> = v["summary"]["stamp_clocks"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        keys.sort();
+        keys
+    };
+    assert_eq!(clocks(&h1), clocks(&http), "https {h1}\nhttp {http}");
+    assert_eq!(h1["summary"]["connections"]["protocol"], "http/1.1");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -419,9 +419,7 @@ pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
     if let Some(c) = &s.connections {
         out.push((
             "connections".into(),
-            c.line()
-                .trim_start_matches("Connections: ")
-                .to_owned(),
+            c.line().trim_start_matches("Connections: ").to_owned(),
         ));
     }
     out.push((

@@ -480,9 +480,14 @@ pub async fn serve(
     let (engine, _thread) = realtime::spawn_thread(core, sim.timing.clone())?;
     let state = AppState::new(&sim, engine.clone());
     let stopper = engine.clone();
-    connections::serve_connections(listener, router(state), limits, secure, shutdown, move || {
-        stopper.stop()
-    })
+    connections::serve_connections(
+        listener,
+        router(state),
+        limits,
+        secure,
+        shutdown,
+        move || stopper.stop(),
+    )
     .await;
     engine.stop();
     Ok(())

@@ -74,7 +74,9 @@ impl Secure {
                 let accepted =
                     tokio::time::timeout(self.handshake_timeout, acceptor.accept(tcp)).await;
                 match accepted {
-                    Ok(Ok(stream)) => serve_auto(&self.builder, TokioIo::new(stream), router, closing).await,
+                    Ok(Ok(stream)) => {
+                        serve_auto(&self.builder, TokioIo::new(stream), router, closing).await
+                    }
                     Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
                     Err(_) => tracing::debug!("TLS handshake timed out"),
                 }
@@ -111,10 +113,7 @@ async fn serve_auto<I>(
 }
 
 /// The TLS acceptor of a PEM certificate chain and key, offering h2 and http/1.1 by ALPN.
-fn acceptor(
-    cert: &std::path::Path,
-    key: &std::path::Path,
-) -> Result<TlsAcceptor, SimError> {
+fn acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsAcceptor, SimError> {
     let chain = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
         .map_err(|e| SimError::Config(format!("--tls-cert {}: {e}", cert.display())))?;
