@@ -139,3 +139,24 @@ fn acceptor(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsAcceptor
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_stays_as_it_was_and_half_a_tls_pair_is_refused() {
+        let mut args = SimArgs::default();
+        let limits = ConnectionLimits::from_args(&args).unwrap();
+        assert!(Secure::from_args(&args, &limits).unwrap().is_none());
+        args.h2c = true;
+        assert!(Secure::from_args(&args, &limits).unwrap().is_some());
+        args.tls_cert = Some("cert.pem".into());
+        let err = Secure::from_args(&args, &limits).err().unwrap().to_string();
+        assert!(err.contains("--tls-key"), "{err}");
+        args.tls_key = Some("missing-key.pem".into());
+        let err = Secure::from_args(&args, &limits).err().unwrap().to_string();
+        assert!(err.contains("--tls-cert cert.pem"), "{err}");
+    }
+}
