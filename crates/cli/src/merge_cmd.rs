@@ -168,6 +168,8 @@ pub fn merge(args: MergeArgs, command_line: Vec<String>) -> Result<ExitCode> {
         print: true,
         shard: Some(info),
         merged: Some((health, anchor)),
+        // Each shard's client opened its own connections; a merge has none of its own.
+        connections: None,
     };
     let duration_ns = records
         .iter()

@@ -20,7 +20,12 @@ pub async fn serve(args: SimArgs) -> Result<ExitCode> {
     {
         eprintln!("{line}");
     }
-    eprintln!("Serving on http://{addr} (Ctrl-C to stop)");
+    let scheme = if resolved.args.tls_cert.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    eprintln!("Serving on {scheme}://{addr} (Ctrl-C to stop)");
     servebench_sim::server::serve(listener, resolved, servebench_sim::server::stop_requested())
         .await?;
     eprintln!("Simulator stopped.");

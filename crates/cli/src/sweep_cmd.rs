@@ -369,7 +369,9 @@ pub async fn sweep(mut args: SweepArgs, command_line: Vec<String>) -> Result<Exi
         common,
     };
 
-    let bench = Bench::start(&target_args(&plan, args.target.api_key.clone())).await?;
+    let mut target = target_args(&plan, args.target.api_key.clone());
+    target.tls = args.target.tls.clone();
+    let bench = Bench::start(&target).await?;
     let stop = crate::run::interrupt_on_ctrl_c();
     let result = run_sweep(&sweep, &args, &plan, &bench, &command_line, &stop).await;
     bench.shutdown().await;

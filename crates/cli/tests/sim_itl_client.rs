@@ -36,6 +36,7 @@ async fn one_attempt() -> (f64, f64) {
         api_key: None,
         extra_body: serde_json::Map::new(),
         ignore_eos: true,
+        transport: Default::default(),
     };
     let client = Arc::new(BackendClient::new(target, ClientOptions::default()).unwrap());
     // A prompt of exactly PROMPT_TOKENS tokens under the simulator's tokenizer.

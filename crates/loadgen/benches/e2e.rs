@@ -20,6 +20,11 @@
 //! cargo bench -p servebench-loadgen --bench e2e -- accuracy --streams 1024
 //! ```
 //! With no mode, runs `ingest` and `accuracy` at 64 and 1,024 streams.
+//!
+//! `--tls` (with `ingest` or `accuracy`) puts TLS between the client and the server: the
+//! server process terminates it (rustls, a self-signed certificate the client does not verify)
+//! in front of the scripted server, so the client's CPU per token over https can be set against
+//! plain HTTP's. Accuracy over TLS includes the server-side hop through the terminator.
 
 #![allow(clippy::unwrap_used)]
 
@@ -31,6 +36,7 @@ use std::time::Duration;
 
 use servebench_loadgen::{
     run_load, warm_up, ApiKind, BackendClient, ClientOptions, LoadSpec, StopSignal, Target,
+    Transport,
 };
 use servebench_testserver::{
     compare_to_log, read_log_jsonl, write_log_jsonl, ErrorStats, Script, ScriptedServer,
@@ -87,6 +93,10 @@ fn parse_flags(args: &[String]) -> Flags {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if let Some(name) = a.strip_prefix("--") {
+            if name == "tls" {
+                flags.insert(name.to_owned(), String::new());
+                continue;
+            }
             let value = it.next().cloned().unwrap_or_default();
             flags.insert(name.to_owned(), value);
         }
@@ -112,7 +122,11 @@ async fn serve(flags: &Flags) {
         .tokens_from_request(num(flags, "tokens", 16))
         .log_events(flags.contains_key("log"));
     let server = ScriptedServer::start(script).await.unwrap();
-    println!("{}", server.base_url());
+    if flags.contains_key("tls") {
+        println!("{}", tls_front(server.base_url()).await);
+    } else {
+        println!("{}", server.base_url());
+    }
     // The parent closes our stdin to stop us (portable, and lets us write the log first).
     let _ = tokio::task::spawn_blocking(|| std::io::stdin().read_to_end(&mut Vec::new())).await;
     let log = server.shutdown().await;
@@ -132,16 +146,58 @@ async fn serve(flags: &Flags) {
     }
 }
 
+/// A TLS terminator in front of `upstream` (`http://host:port`): its `https://` URL.
+async fn tls_front(upstream: String) -> String {
+    let upstream = upstream.trim_start_matches("http://").to_owned();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, upstream) = (acceptor.clone(), upstream.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let Ok(mut up) = tokio::net::TcpStream::connect(upstream.as_str()).await else {
+                    return;
+                };
+                let _ = up.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+            });
+        }
+    });
+    format!("https://{addr}")
+}
+
 struct ServerChild {
     child: Child,
     url: String,
 }
 
-fn spawn_server(args: &[&str]) -> ServerChild {
+fn spawn_server(args: &[&str], tls: bool) -> ServerChild {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .arg("serve")
         .args(args)
+        .args(tls.then_some("--tls"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -174,6 +230,10 @@ fn client(url: &str) -> Arc<BackendClient> {
         api_key: None,
         extra_body: serde_json::Map::new(),
         ignore_eos: true,
+        transport: Transport {
+            insecure: url.starts_with("https://"),
+            ..Transport::default()
+        },
     };
     Arc::new(BackendClient::new(target, ClientOptions::default()).unwrap())
 }
@@ -187,7 +247,8 @@ async fn ingest(flags: &Flags) {
     let streams = num(flags, "streams", 64);
     let tokens = num(flags, "tokens", 1000);
     let requests = num(flags, "requests", streams * 24);
-    let server = spawn_server(&["--tokens", &tokens.to_string()]);
+    let tls = flags.contains_key("tls");
+    let server = spawn_server(&["--tokens", &tokens.to_string()], tls);
     let client = client(&server.url);
     // Open the connections first, as a warm-up would.
     let warm = client.prepare(u64::MAX, "warm up", 2, Some(1));
@@ -221,7 +282,10 @@ async fn ingest(flags: &Flags) {
     let events: usize = out.records.iter().map(|r| r.events.len()).sum();
     let secs = out.duration_ns as f64 / 1e9;
     let cpu = out.cpu.total();
-    println!("ingest: {streams} streams, {requests} requests x {tokens} tokens, {failed} failed");
+    let over = if tls { " over TLS" } else { "" };
+    println!(
+        "ingest{over}: {streams} streams, {requests} requests x {tokens} tokens, {failed} failed"
+    );
     println!("  output tokens      {total_tokens} ({events} token events)");
     println!("  duration           {secs:.3} s");
     println!(
@@ -248,16 +312,19 @@ async fn accuracy(flags: &Flags) {
     let log_path =
         std::env::temp_dir().join(format!("servebench-accuracy-{}.jsonl", std::process::id()));
     let log_arg = log_path.display().to_string();
-    let server = spawn_server(&[
-        "--first-token-ms",
-        &first_ms.to_string(),
-        "--itl-ms",
-        &itl_ms.to_string(),
-        "--tokens",
-        &tokens.to_string(),
-        "--log",
-        &log_arg,
-    ]);
+    let server = spawn_server(
+        &[
+            "--first-token-ms",
+            &first_ms.to_string(),
+            "--itl-ms",
+            &itl_ms.to_string(),
+            "--tokens",
+            &tokens.to_string(),
+            "--log",
+            &log_arg,
+        ],
+        flags.contains_key("tls"),
+    );
     let client = client(&server.url);
     let rss_before = rss_kib("VmRSS");
     let warm = client.prepare(u64::MAX, "warm up", 2, Some(1));
@@ -389,7 +456,7 @@ async fn dispatch(flags: &Flags) {
     let rate = num(flags, "rate", 1000);
     let seconds = num(flags, "seconds", 10);
     let requests = rate * seconds;
-    let server = spawn_server(&["--tokens", "1"]);
+    let server = spawn_server(&["--tokens", "1"], false);
     let client = client(&server.url);
     let warm = client.prepare(u64::MAX, "warm up", 2, Some(1));
     warm_up(

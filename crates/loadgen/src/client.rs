@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use servebench_answer::{AnswerChecks, Expected};
 use servebench_metrics::{CountSource, Failure, FailureKind, RequestRecord, StampClock};
@@ -13,11 +13,13 @@ use servebench_tokenizer::Tokenizer;
 use servebench_wire::protocol::{request_id, REQUEST_ID_HEADER};
 
 use crate::clock::RunClock;
+use crate::connector::{ConnectionLog, TransportConnector};
 use crate::rxstamp;
-use crate::stamped::{StampingConnector, WriteStamp};
+use crate::stamped::WriteStamp;
 use crate::stop::StopSignal;
 use crate::stream::StreamState;
 use crate::target::{ApiKind, Target};
+use crate::transport::Http2Mode;
 use crate::LoadgenError;
 
 /// Sends of one request in all: the first, plus at most one resend when the first went out on
@@ -60,10 +62,16 @@ pub struct ClientOptions {
     pub checks: AnswerChecks,
 }
 
-/// A pooled HTTP/1.1 client bound to one target. Cheap to share behind an `Arc`.
+/// The pooled client type every request goes through.
+pub type HttpClient = Client<TransportConnector, Full<Bytes>>;
+
+/// A pooled HTTP/1.1 or HTTP/2 client bound to one target. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct BackendClient {
-    http: Client<StampingConnector, Full<Bytes>>,
+    /// Built on first use: under `--http2 auto` over TLS the server's ALPN choice decides
+    /// whether the pool speaks HTTP/2.
+    http: tokio::sync::OnceCell<HttpClient>,
+    connector: TransportConnector,
     target: Target,
     uri: Uri,
     auth: Option<HeaderValue>,
@@ -74,8 +82,13 @@ impl BackendClient {
     pub fn new(target: Target, options: ClientOptions) -> Result<Self, LoadgenError> {
         let uri = target.endpoint_uri()?;
         let auth = target.auth_header()?;
+        let connector = TransportConnector::new(target.transport.clone());
+        if uri.scheme_str() == Some("https") {
+            connector.tls_config().map_err(LoadgenError::Config)?;
+        }
         Ok(BackendClient {
-            http: http_client(),
+            http: tokio::sync::OnceCell::new(),
+            connector,
             target,
             uri,
             auth,
@@ -91,8 +104,37 @@ impl BackendClient {
         &self.options
     }
 
-    pub fn http(&self) -> &Client<StampingConnector, Full<Bytes>> {
-        &self.http
+    /// The pooled client, settled on its HTTP version.
+    pub async fn http(&self) -> &HttpClient {
+        self.http
+            .get_or_init(|| async {
+                let h2 = match self.target.transport.http2 {
+                    Http2Mode::Off => false,
+                    Http2Mode::On => true,
+                    Http2Mode::Auto if self.uri.scheme_str() == Some("https") => {
+                        // Learn the server's choice on one connection, kept for the pool:
+                        // a pool that only found out per connection would open one for each
+                        // request of the first burst.
+                        match self.connector.open(self.uri.clone()).await {
+                            Ok(conn) => {
+                                let h2 = conn.is_h2();
+                                self.connector.park(conn);
+                                h2
+                            }
+                            // The first request meets the same failure and records it.
+                            Err(_) => false,
+                        }
+                    }
+                    Http2Mode::Auto => false,
+                };
+                build_client(self.connector.clone(), h2)
+            })
+            .await
+    }
+
+    /// The connections this client opened, with their connect and handshake times.
+    pub fn connections(&self) -> &ConnectionLog {
+        self.connector.log()
     }
 
     /// Build the `Prepared` form of a prompt.
@@ -262,7 +304,7 @@ impl BackendClient {
         state: &mut StreamState,
         outcome: &mut Exchange,
     ) -> Result<(), Failure> {
-        let resp = self.http.request(req).await.map_err(|e| {
+        let resp = self.http().await.request(req).await.map_err(|e| {
             outcome.stale_connection =
                 !e.is_connect() && closed_before_response(&e) && reused_and_unanswered(&e);
             let kind = if e.is_connect() {
@@ -491,20 +533,32 @@ pub(crate) fn closed_before_response(e: &(dyn std::error::Error + 'static)) -> b
     false
 }
 
-/// The shared HTTP/1.1 client: pooled keep-alive connections, Nagle off, no idle cap so a
-/// run of thousands of concurrent streams reuses its connections.
-pub fn http_client() -> Client<StampingConnector, Full<Bytes>> {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_keepalive(Some(Duration::from_secs(60)));
-    connector.set_connect_timeout(Some(Duration::from_secs(30)));
+/// A plain HTTP/1.1 client (the default transport).
+pub fn http_client() -> HttpClient {
+    build_client(TransportConnector::new(Default::default()), false)
+}
+
+/// A client for a target's transport: HTTP/2 only with `--http2 on`, else HTTP/1.1 (and
+/// HTTP/2 on a TLS connection whose ALPN chose it).
+pub fn http_client_for(transport: &crate::Transport) -> HttpClient {
+    build_client(
+        TransportConnector::new(transport.clone()),
+        transport.http2 == Http2Mode::On,
+    )
+}
+
+/// The shared pooled client: keep-alive connections, Nagle off, no idle cap so a run of
+/// thousands of concurrent streams reuses its connections; on HTTP/2 one connection carries
+/// them all as streams.
+fn build_client(connector: TransportConnector, http2_only: bool) -> HttpClient {
     Client::builder(TokioExecutor::new())
         // hyper would resend a request that failed on a reused connection as often as it
         // likes, unseen; the client decides itself, once at most, and records it.
         .retry_canceled_requests(false)
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(usize::MAX)
-        .build(StampingConnector::new(connector))
+        .http2_only(http2_only)
+        .build(connector)
 }
 
 pub(crate) fn http_failure(status: StatusCode, body: &str) -> Failure {

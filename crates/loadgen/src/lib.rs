@@ -6,6 +6,7 @@ mod backend;
 pub mod client;
 mod clock;
 mod collector;
+pub mod connector;
 mod dispatcher;
 pub mod health;
 pub mod pooling;
@@ -20,6 +21,8 @@ mod stop;
 pub mod stream;
 pub mod target;
 pub mod telemetry;
+mod tls_errors;
+pub mod transport;
 
 pub use backend::Backend;
 pub use client::{BackendClient, ClientOptions, Prepared};
@@ -29,6 +32,7 @@ pub use dispatcher::{run_load, run_load_feed, warm_up, LoadOutcome, LoadSpec};
 pub use sessions::{run_sessions, ConversationBackend, ScriptedSession, ScriptedTurn, SessionSpec};
 pub use stop::{stop_pair, StopHandle, StopSignal};
 pub use target::{ApiKind, Target};
+pub use transport::{Http2Mode, Transport};
 
 use std::path::Path;
 

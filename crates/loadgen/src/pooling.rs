@@ -208,7 +208,7 @@ async fn exchange(
     req: Request<Full<Bytes>>,
     ex: &mut Exchange,
 ) -> Result<(), Failure> {
-    let resp = client.http().request(req).await.map_err(|e| {
+    let resp = client.http().await.request(req).await.map_err(|e| {
         ex.stale_connection =
             !e.is_connect() && closed_before_response(&e) && reused_and_unanswered(&e);
         Failure {
@@ -271,6 +271,7 @@ mod tests {
             api_key: None,
             extra_body: serde_json::Map::new(),
             ignore_eos: true,
+            transport: Default::default(),
         }
     }
 

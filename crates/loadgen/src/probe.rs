@@ -8,7 +8,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use servebench_wire::openai::ModelList;
 
-use crate::client::http_client;
+use crate::client::{error_chain, http_client_for};
 use crate::target::Target;
 use crate::LoadgenError;
 
@@ -35,12 +35,15 @@ pub async fn get_text(
     timeout: Duration,
 ) -> Result<String, LoadgenError> {
     let req = target.admin_request(Method::GET, path, Bytes::new())?;
-    let client = http_client();
+    let client = http_client_for(&target.transport);
     let fut = async {
-        let resp = client
-            .request(req)
-            .await
-            .map_err(|e| LoadgenError::Server(format!("{}{path}: {e}", target.display_url())))?;
+        let resp = client.request(req).await.map_err(|e| {
+            LoadgenError::Server(format!(
+                "{}{path}: {}",
+                target.display_url(),
+                error_chain(&e)
+            ))
+        })?;
         let status = resp.status();
         let bytes = resp
             .into_body()
@@ -113,10 +116,16 @@ pub async fn post_status(
     timeout: Duration,
 ) -> Result<u16, LoadgenError> {
     let req = target.admin_request(Method::POST, path, Bytes::from_static(b"{}"))?;
-    let client = http_client();
+    let client = http_client_for(&target.transport);
     let resp = tokio::time::timeout(timeout, client.request(req))
         .await
         .map_err(|_| LoadgenError::Server(format!("{}{path}: no answer", target.display_url())))?
-        .map_err(|e| LoadgenError::Server(format!("{}{path}: {e}", target.display_url())))?;
+        .map_err(|e| {
+            LoadgenError::Server(format!(
+                "{}{path}: {}",
+                target.display_url(),
+                error_chain(&e)
+            ))
+        })?;
     Ok(resp.status().as_u16())
 }

@@ -7,16 +7,19 @@
 //! The same connections read through `recvmsg` where the kernel stamps received bytes
 //! (`crate::rxstamp`), so each response body frame can be stamped with when its bytes arrived
 //! rather than when the client's task got to them.
+//!
+//! Under TLS the same stream carries the ciphertext: it keeps only the kernel stamp of its
+//! newest read, and the TLS layer above (`crate::connector`) does the request/response
+//! stamping on the plaintext, giving each decrypted read the stamp of the newest TCP read
+//! that went into it (a TLS record is decrypted only once its last byte arrived).
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use http::Uri;
 use hyper::rt::{Read, ReadBufCursor, Write};
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
@@ -34,6 +37,8 @@ struct StampState {
     read_at_write: u64,
     /// Recent reads with their kernel receive times.
     rx: RxLog,
+    /// Under TLS: the kernel stamp of the newest TCP read (`None` when it had none).
+    latest_rx: Option<u64>,
 }
 
 /// Shared with every response of the connection (through the response extensions).
@@ -48,6 +53,7 @@ impl WriteStamp {
             read_bytes: 0,
             read_at_write: 0,
             rx: RxLog::default(),
+            latest_rx: None,
         })))
     }
 
@@ -78,7 +84,7 @@ impl WriteStamp {
         self.0.lock().ok().and_then(|mut s| s.rx.locate(frame))
     }
 
-    fn on_write(&self) {
+    pub(crate) fn on_write(&self) {
         if let Ok(mut s) = self.0.lock() {
             if s.armed {
                 s.armed = false;
@@ -86,6 +92,22 @@ impl WriteStamp {
                 s.read_at_write = s.read_bytes;
             }
         }
+    }
+
+    /// Under TLS: a TCP read of ciphertext, with its kernel stamp.
+    fn on_cipher_read(&self, n: usize, rx_wall_ns: Option<u64>) {
+        if n == 0 {
+            return;
+        }
+        if let Ok(mut s) = self.0.lock() {
+            s.latest_rx = rx_wall_ns;
+        }
+    }
+
+    /// Under TLS: `data` was decrypted; it arrived with the newest TCP read so far.
+    pub(crate) fn on_plain_read(&self, data: &[u8]) {
+        let rx = self.0.lock().ok().and_then(|s| s.latest_rx);
+        self.on_read(data, rx);
     }
 
     /// `data` was read; the kernel received its newest byte at `rx_wall_ns` (Unix ns).
@@ -114,6 +136,55 @@ pub struct StampedStream {
     scratch: Box<[u8]>,
     /// Control-message space for the kernel's receive stamp; empty where reads are unstamped.
     cmsg: Vec<u8>,
+    /// The stream carries TLS: requests and responses are stamped by the layer above.
+    under_tls: bool,
+    /// Plain HTTP: the first bytes of the answer were checked for a TLS record.
+    checked_first: bool,
+}
+
+impl StampedStream {
+    /// A connected TCP stream, with kernel receive stamps where the platform has them.
+    pub(crate) fn new(inner: TokioIo<TcpStream>, under_tls: bool) -> Self {
+        let cmsg = kernel_stamps(inner.inner());
+        StampedStream {
+            inner,
+            stamp: WriteStamp::new(),
+            scratch: vec![0; READ_CHUNK].into_boxed_slice(),
+            cmsg,
+            under_tls,
+            checked_first: under_tls,
+        }
+    }
+
+    pub(crate) fn stamp(&self) -> &WriteStamp {
+        &self.stamp
+    }
+
+    /// Reads go on unstamped (a multiplexed connection's frames cannot be told apart by
+    /// request, so the kernel's stamps would go unused).
+    pub(crate) fn stop_kernel_stamps(&mut self) {
+        self.cmsg = Vec::new();
+    }
+
+    /// The socket's own connection info (the pool's view of the peer).
+    pub(crate) fn tcp_connected(&self) -> Connected {
+        self.inner.connected()
+    }
+
+    fn on_read(&mut self, filled: &[u8], rx: Option<u64>) -> io::Result<()> {
+        if self.under_tls {
+            self.stamp.on_cipher_read(filled.len(), rx);
+            return Ok(());
+        }
+        if !self.checked_first && !filled.is_empty() {
+            self.checked_first = true;
+            if crate::tls_errors::looks_like_tls(filled) {
+                return Err(crate::tls_errors::tls_on_plain_http());
+            }
+        }
+        self.stamp.on_read(filled, rx);
+        Ok(())
+    }
 }
 
 /// Bytes read from the socket at once (hyper's own read buffer starts at 8 KiB).
@@ -135,24 +206,21 @@ impl Read for StampedStream {
         let want = buf.remaining().min(this.scratch.len());
         #[cfg(target_os = "linux")]
         if !this.cmsg.is_empty() {
-            let StampedStream {
-                inner,
-                stamp,
-                scratch,
-                cmsg,
-            } = this;
-            let tcp = inner.inner();
-            let dst = &mut scratch[..want];
             loop {
+                let tcp = this.inner.inner();
                 std::task::ready!(tcp.poll_read_ready(cx))?;
+                let dst = &mut this.scratch[..want];
+                let cmsg = &mut this.cmsg;
                 match tcp.try_io(tokio::io::Interest::READABLE, || {
                     crate::rxstamp::recv(tcp, dst, cmsg)
                 }) {
                     Ok((n, rx)) => {
-                        let filled = &dst[..n];
+                        let mut scratch = std::mem::take(&mut this.scratch);
+                        let filled = &scratch[..n];
                         buf.put_slice(filled);
-                        stamp.on_read(filled, rx);
-                        return Poll::Ready(Ok(()));
+                        let r = this.on_read(filled, rx);
+                        std::mem::swap(&mut this.scratch, &mut scratch);
+                        return Poll::Ready(r);
                     }
                     // Readiness was stale (`try_io` cleared it) or a signal interrupted.
                     Err(e)
@@ -167,10 +235,13 @@ impl Read for StampedStream {
         let mut tbuf = tokio::io::ReadBuf::new(&mut this.scratch[..want]);
         match tokio::io::AsyncRead::poll_read(Pin::new(this.inner.inner_mut()), cx, &mut tbuf) {
             Poll::Ready(Ok(())) => {
-                let filled = tbuf.filled();
+                let n = tbuf.filled().len();
+                let mut scratch = std::mem::take(&mut this.scratch);
+                let filled = &scratch[..n];
                 buf.put_slice(filled);
-                this.stamp.on_read(filled, None);
-                Poll::Ready(Ok(()))
+                let r = this.on_read(filled, None);
+                std::mem::swap(&mut this.scratch, &mut scratch);
+                Poll::Ready(r)
             }
             other => other,
         }
@@ -184,7 +255,9 @@ impl Write for StampedStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        this.stamp.on_write();
+        if !this.under_tls {
+            this.stamp.on_write();
+        }
         Pin::new(&mut this.inner).poll_write(cx, buf)
     }
 
@@ -194,7 +267,9 @@ impl Write for StampedStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        this.stamp.on_write();
+        if !this.under_tls {
+            this.stamp.on_write();
+        }
         Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
     }
 
@@ -208,44 +283,6 @@ impl Write for StampedStream {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-}
-
-/// `HttpConnector` whose connections are `StampedStream`s.
-#[derive(Debug, Clone)]
-pub struct StampingConnector {
-    inner: HttpConnector,
-}
-
-impl StampingConnector {
-    pub fn new(inner: HttpConnector) -> Self {
-        StampingConnector { inner }
-    }
-}
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-impl tower_service::Service<Uri> for StampingConnector {
-    type Response = StampedStream;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<StampedStream, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        tower_service::Service::<Uri>::poll_ready(&mut self.inner, cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, uri: Uri) -> Self::Future {
-        let fut = tower_service::Service::<Uri>::call(&mut self.inner, uri);
-        Box::pin(async move {
-            let inner = fut.await.map_err(|e| -> BoxError { Box::new(e) })?;
-            let cmsg = kernel_stamps(inner.inner());
-            Ok(StampedStream {
-                inner,
-                stamp: WriteStamp::new(),
-                scratch: vec![0; READ_CHUNK].into_boxed_slice(),
-                cmsg,
-            })
-        })
     }
 }
 

@@ -43,6 +43,8 @@ pub struct Target {
     /// Merged into every body last (sampling flags, then `--extra-body`).
     pub extra_body: Map<String, Value>,
     pub ignore_eos: bool,
+    /// TLS and HTTP version (`--ca-cert`, `--insecure`, `--http2`, ...).
+    pub transport: crate::Transport,
 }
 
 impl Target {
@@ -268,7 +270,7 @@ fn base64(data: &[u8]) -> String {
     out
 }
 
-/// Parse a URL, accepting only plain `http://` (TLS is not supported yet: say so).
+/// Parse a URL, accepting `http://` and `https://`.
 pub fn parse_uri(s: &str) -> Result<Uri, LoadgenError> {
     // Errors name the URL as it may be shown, never with its credentials.
     let shown = redact_url(s);
@@ -277,12 +279,9 @@ pub fn parse_uri(s: &str) -> Result<Uri, LoadgenError> {
         .parse()
         .map_err(|e| LoadgenError::Config(format!("invalid URL {shown:?}: {e}")))?;
     match uri.scheme_str() {
-        Some("http") => Ok(uri),
-        Some("https") => Err(LoadgenError::Config(format!(
-            "{shown}: https is not supported yet; use an http:// endpoint (e.g. through a local proxy)"
-        ))),
+        Some("http" | "https") => Ok(uri),
         _ => Err(LoadgenError::Config(format!(
-            "{shown}: the URL must start with http://"
+            "{shown}: the URL must start with http:// or https://"
         ))),
     }
 }
@@ -307,6 +306,7 @@ mod tests {
             api_key: None,
             extra_body: serde_json::from_str(r#"{"temperature":0.5,"max_tokens":7}"#).unwrap(),
             ignore_eos: true,
+            transport: Default::default(),
         }
     }
 
@@ -373,8 +373,12 @@ mod tests {
     }
 
     #[test]
-    fn https_is_refused_with_a_reason() {
-        let err = parse_uri("https://example.com/v1").unwrap_err().to_string();
-        assert!(err.contains("https is not supported"), "{err}");
+    fn https_is_accepted_and_other_schemes_are_refused_with_a_reason() {
+        assert_eq!(
+            parse_uri("https://example.com/v1").unwrap().scheme_str(),
+            Some("https")
+        );
+        let err = parse_uri("ws://example.com/v1").unwrap_err().to_string();
+        assert!(err.contains("http:// or https://"), "{err}");
     }
 }

@@ -59,6 +59,7 @@ async fn a_request_the_server_reads_and_drops_is_sent_exactly_once() {
         api_key: None,
         extra_body: serde_json::Map::new(),
         ignore_eos: true,
+        transport: Default::default(),
     };
     let client = Arc::new(BackendClient::new(target, ClientOptions::default()).unwrap());
     let n = 5u64;

@@ -92,6 +92,7 @@ async fn a_busy_client_still_stamps_a_token_at_its_arrival() {
         api_key: None,
         extra_body: serde_json::Map::new(),
         ignore_eos: true,
+        transport: Default::default(),
     };
     let client = BackendClient::new(target, ClientOptions::default()).unwrap();
     let prepared = client.prepare(0, "p", 4, Some(2));

@@ -80,6 +80,7 @@ async fn requests_on_a_closed_keep_alive_connection_are_resent_not_failed() {
         api_key: None,
         extra_body: serde_json::Map::new(),
         ignore_eos: true,
+        transport: Default::default(),
     };
     let client = Arc::new(BackendClient::new(target, ClientOptions::default()).unwrap());
     let n = 6u64;

@@ -15,6 +15,7 @@
 //! - [`units`]: ns/ms/s conversions, used across the workspace.
 //! - [`result`]: the result files (`*.servebench.json`, `experiment.json`) as types.
 
+pub mod connections;
 mod derived;
 mod io;
 pub mod lora;
@@ -31,6 +32,7 @@ pub mod units;
 pub mod validity;
 pub mod vllm;
 
+pub use connections::{ConnectionSummary, ConnectionTiming};
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use lora::{by_lora, LoraStats};
 pub use reasoning::ReasoningSummary;

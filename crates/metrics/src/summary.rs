@@ -386,6 +386,10 @@ pub struct RunSummary {
     /// Latency per pool of a simulated fleet; absent against a single server.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub per_pool: BTreeMap<String, crate::per_pool::PoolSummary>,
+    /// New connections, their TCP connect and TLS handshake times and protocol; absent from
+    /// plain HTTP/1.1 runs and older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<crate::ConnectionSummary>,
 }
 
 impl RunSummary {
@@ -557,6 +561,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         reasoning: crate::ReasoningSummary::from_completed(&ok, p),
         stamp_clocks: stamp_clocks(records),
         per_pool: crate::per_pool::per_pool(records, p),
+        connections: None,
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary

@@ -351,6 +351,9 @@ pub fn servebench_block(
     if !srcs.is_empty() {
         line(&mut out, "Output token counts from:", srcs.join(", "));
     }
+    if let Some(c) = &s.connections {
+        let _ = writeln!(out, "{}", c.line());
+    }
     if let Some(h) = health.measured() {
         header(&mut out, "Client health", '-');
         let _ = writeln!(

@@ -290,6 +290,18 @@ pub struct SimArgs {
     /// Fleet flags: replicas, pools, router, routes, rate limit, prefill/decode split.
     #[command(flatten)]
     pub fleet: crate::fleet::FleetArgs,
+    /// Serve https with this PEM certificate chain (needs --tls-key); HTTP/2 and HTTP/1.1
+    /// are offered by ALPN.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// On plain http, also serve HTTP/2 with prior knowledge (h2c) beside HTTP/1.1.
+    #[arg(long)]
+    pub h2c: bool,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.

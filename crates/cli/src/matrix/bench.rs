@@ -45,6 +45,8 @@ pub struct TargetArgs {
     /// Tokenizer (as `servebench run --tokenizer`) [default: built-in].
     #[arg(long, help_heading = "Target")]
     pub tokenizer: Option<String>,
+    #[command(flatten)]
+    pub tls: super::tls_flags::TlsFlags,
 }
 
 /// The target, resolved and (for the in-process simulator) started.
@@ -82,7 +84,9 @@ impl Bench {
             }
             let url = servebench_loadgen::target::normalize_base_url(url);
             servebench_loadgen::target::parse_uri(&url)?;
-            let probe = probe_target(&url, t.api_key.clone());
+            let mut probe = probe_target(&url, t.api_key.clone());
+            probe.transport = t.tls.transport(&url)?;
+            target_flags.extend(t.tls.run_flags());
             let timeout = Duration::from_secs(10);
             let version = servebench_loadgen::probe::get_json(&probe, "/version", timeout)
                 .await
@@ -118,6 +122,9 @@ impl Bench {
                     "server_version": version, "server_models": models,
                 }),
             });
+        }
+        if t.tls.given() {
+            bail!("--ca-cert, --insecure, --client-cert, --client-key and --http2 apply to a --base-url server, not the simulator started in-process");
         }
         let (spec, resolved) = resolve_sim(t.sim.as_deref())?;
         let config = resolved.config_json.clone();
@@ -237,6 +244,7 @@ fn probe_target(base_url: &str, api_key: Option<String>) -> Target {
         api_key,
         extra_body: serde_json::Map::new(),
         ignore_eos: false,
+        transport: Default::default(),
     }
 }
 

@@ -10,6 +10,7 @@ pub mod plan;
 pub mod render;
 pub mod repeat;
 pub mod table;
+pub mod tls_flags;
 pub mod trace_row;
 
 use std::path::{Path, PathBuf};
@@ -167,6 +168,7 @@ pub fn target_args(plan: &MatrixPlan, api_key: Option<String>) -> TargetArgs {
         sim: plan.target.sim.clone(),
         virtual_time: plan.target.virtual_time,
         tokenizer: plan.target.tokenizer.clone(),
+        tls: Default::default(),
     }
 }
 
@@ -176,7 +178,9 @@ pub async fn matrix(mut args: MatrixArgs, command_line: Vec<String>) -> Result<E
         crate::server_proc::managed::start(&args.server, &mut args.target, &args.results_dir)
             .await?;
     let plan = effective_plan(&args)?;
-    let bench = Bench::start(&target_args(&plan, args.target.api_key.clone())).await?;
+    let mut target = target_args(&plan, args.target.api_key.clone());
+    target.tls = args.target.tls.clone();
+    let bench = Bench::start(&target).await?;
     let stop = crate::run::interrupt_on_ctrl_c();
     let result = run_matrix(&plan, &bench, &args.results_dir, &command_line, &stop).await;
     bench.shutdown().await;

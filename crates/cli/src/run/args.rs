@@ -510,6 +510,30 @@ pub struct RunArgs {
     /// --seed) or round-robin (in proportion to the weights, interleaved) [default: random].
     #[arg(long, value_enum, help_heading = "LoRA")]
     pub lora_assignment: Option<LoraAssignment>,
+
+    // ---- TLS and HTTP/2 ----
+    /// PEM file of the CA certificate(s) to trust for https:// instead of the platform's
+    /// roots (which honour SSL_CERT_FILE / SSL_CERT_DIR).
+    #[arg(long, value_name = "FILE", help_heading = "TLS and HTTP/2")]
+    pub ca_cert: Option<PathBuf>,
+    /// Skip TLS certificate verification (vLLM's --insecure); a warning says so.
+    #[arg(long, help_heading = "TLS and HTTP/2")]
+    pub insecure: bool,
+    /// PEM client certificate (chain) for servers that ask for one (mTLS).
+    #[arg(long, value_name = "FILE", help_heading = "TLS and HTTP/2")]
+    pub client_cert: Option<PathBuf>,
+    /// PEM private key of --client-cert.
+    #[arg(long, value_name = "FILE", help_heading = "TLS and HTTP/2")]
+    pub client_key: Option<PathBuf>,
+    /// HTTP/2: auto = when the server offers it through ALPN (https), off = HTTP/1.1 only,
+    /// on = HTTP/2 only (ALPN over https, prior knowledge over http).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "auto",
+        help_heading = "TLS and HTTP/2"
+    )]
+    pub http2: Http2Arg,
 }
 
 /// `--lora-assignment`.
@@ -518,6 +542,15 @@ pub enum LoraAssignment {
     Random,
     #[value(name = "round-robin")]
     RoundRobin,
+}
+
+/// `--http2`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Http2Arg {
+    #[default]
+    Auto,
+    Off,
+    On,
 }
 
 /// `vllm bench serve` flags that servebench does not support yet: refused with a message,
@@ -531,7 +564,6 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
         "tokenizer modes other than HuggingFace tokenizer.json",
     ),
     ("--trust-remote-code", "remote tokenizer code"),
-    ("--insecure", "https endpoints"),
     ("--plot-timeline", "timeline plots"),
     ("--timeline-itl-thresholds", "timeline plots"),
     ("--plot-dataset-stats", "dataset plots"),

@@ -196,6 +196,7 @@ impl Executor for HttpTarget {
         // Records written during the run were not kept in memory (it stays flat however long
         // the run); the summary is computed once, over all of them, read back from the file.
         let records = outcome.take_records()?;
+        finish.connections = super::transport_plan::connection_summary(&client);
         output::write_results(
             &finish,
             &records,
@@ -272,6 +273,7 @@ pub async fn connect(
         api_key: plan.api_key.clone(),
         extra_body: plan.extra_body.clone(),
         ignore_eos: plan.ignore_eos(),
+        transport: plan.transport.clone(),
     };
     // As vLLM: without --model, requests name the first model's `id` and the result's
     // `model_id` is its `root` (the path or hub id behind the served name).

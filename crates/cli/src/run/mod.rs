@@ -17,6 +17,7 @@ pub mod sessions_run;
 pub mod sessions_virtual;
 pub mod target;
 pub mod trace_replay;
+pub mod transport_plan;
 pub mod virtual_fleet;
 pub mod virtual_run;
 

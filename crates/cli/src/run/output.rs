@@ -181,6 +181,8 @@ pub struct Finish<'a> {
     pub shard: Option<ShardInfo>,
     /// A merged result's client health and clock anchor (it has no load of its own).
     pub merged: Option<(ClientHealth, ClockAnchor)>,
+    /// The run's new connections (TLS or HTTP/2 runs only).
+    pub connections: Option<servebench_metrics::ConnectionSummary>,
 }
 
 impl<'a> Finish<'a> {
@@ -218,6 +220,7 @@ impl<'a> Finish<'a> {
             print,
             shard: None,
             merged: None,
+            connections: None,
         };
         Ok((finish, sink))
     }
@@ -310,6 +313,7 @@ pub fn write_results(
     if pooling {
         super::pooling::clear_generation_metrics(&mut summary);
     }
+    summary.connections = f.connections.clone();
     let info = VllmRunInfo {
         date: f.names.date.clone(),
         backend: args.backend.as_str().to_owned(),

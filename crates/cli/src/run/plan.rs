@@ -262,6 +262,8 @@ pub struct RunPlan {
     pub pooling: Option<super::pooling::PoolingPlan>,
     /// `--lora-modules`: the adapters requests name, and how they are spread.
     pub lora: Option<super::lora::LoraPlan>,
+    /// TLS and HTTP version of the connections.
+    pub transport: servebench_loadgen::Transport,
 }
 
 /// How conversations are replayed (`--multi-turn`).
@@ -322,6 +324,7 @@ impl RunPlan {
         let multi_turn = multi_turn(a, &dataset, &endpoint, &traffic)?;
         let pooling = super::pooling::plan(a, &endpoint, &dataset)?;
         let lora = super::lora::plan(a)?;
+        let transport = super::transport_plan::transport(a, &target)?;
         Ok(RunPlan {
             target,
             endpoint,
@@ -376,6 +379,7 @@ impl RunPlan {
             multi_turn,
             pooling,
             lora,
+            transport,
         })
     }
 
@@ -442,7 +446,7 @@ impl RunPlan {
         dataset_flags.set(&self.dataset);
         let t = &self.traffic;
         let r = &self.report;
-        RunArgs {
+        let mut args = RunArgs {
             backend: match self.endpoint.flavor {
                 ApiFlavor::Openai => args::Backend::Openai,
                 ApiFlavor::Vllm => args::Backend::Vllm,
@@ -573,7 +577,14 @@ impl RunPlan {
             random_batch_size: self.pooling.as_ref().map_or(1, |p| p.batch_size),
             lora_modules: self.lora.as_ref().map(|l| l.flags()).unwrap_or_default(),
             lora_assignment: self.lora.as_ref().map(|l| l.assignment),
-        }
+            ca_cert: None,
+            insecure: false,
+            client_cert: None,
+            client_key: None,
+            http2: Default::default(),
+        };
+        super::transport_plan::set_flags(&mut args, &self.transport);
+        args
     }
 }
 

@@ -127,7 +127,7 @@ async fn measure(
         bail!("the dataset produced no sessions");
     };
     let report_args = plan.to_args();
-    let (finish, sink) =
+    let (mut finish, sink) =
         output::Finish::open(&report_args, model_id, tokenizer, command_line, print)?;
     let sink = sink.on_write_error(Arc::new(|e| {
         super::stop_for_output_failure(format!("writing the per-request records failed: {e}"))
@@ -185,6 +185,7 @@ async fn measure(
     let simulated = server.sim.is_some();
     let meta = server.target_info(&client.target().display_url())?;
     let records = outcome.take_records()?;
+    finish.connections = super::transport_plan::connection_summary(&client);
     output::write_results(
         &finish,
         &records,

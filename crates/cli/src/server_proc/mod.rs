@@ -132,6 +132,7 @@ impl ServerProcess {
             api_key: None,
             extra_body: serde_json::Map::new(),
             ignore_eos: false,
+            transport: Default::default(),
         }
     }
 

@@ -37,6 +37,7 @@ mod sweep_cli;
 mod sweep_serve;
 mod throughput_cli;
 mod timed_trace;
+mod tls;
 mod trace_cli;
 mod trust;
 mod vllm_parity;

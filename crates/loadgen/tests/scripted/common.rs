@@ -27,6 +27,7 @@ pub fn target(base_url: &str, api: ApiKind) -> Target {
         api_key: None,
         extra_body: serde_json::Map::new(),
         ignore_eos: true,
+        transport: Default::default(),
     }
 }
 

@@ -416,6 +416,12 @@ pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
             ),
         ));
     }
+    if let Some(c) = &s.connections {
+        out.push((
+            "connections".into(),
+            c.line().trim_start_matches("Connections: ").to_owned(),
+        ));
+    }
     out.push((
         "stalls".into(),
         format!(

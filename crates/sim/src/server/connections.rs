@@ -73,6 +73,7 @@ pub async fn serve_connections(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    secure: Option<super::secure::Secure>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_shutdown: impl FnOnce(),
 ) {
@@ -104,6 +105,15 @@ pub async fn serve_connections(
                 // Token chunks are small writes that must leave at once.
                 let _ = tcp.set_nodelay(true);
                 match permits.clone().try_acquire_owned() {
+                    Ok(permit) if secure.is_some() => {
+                        let serve = secure.clone().map(|s| s.serve(tcp, router.clone(), closing_rx.clone()));
+                        tasks.spawn(async move {
+                            let _permit = permit;
+                            if let Some(serve) = serve {
+                                serve.await;
+                            }
+                        });
+                    }
                     Ok(permit) => {
                         let conn = builder.serve_connection(
                             TokioIo::new(tcp),

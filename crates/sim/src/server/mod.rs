@@ -12,6 +12,7 @@ mod error;
 mod pooling;
 mod request;
 mod response;
+mod secure;
 mod signal;
 
 use std::borrow::Cow;
@@ -549,15 +550,23 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), SimError> {
     let limits = ConnectionLimits::from_args(&sim.args)?;
+    let secure = secure::Secure::from_args(&sim.args, &limits)?;
     let (engine, fleet) = crate::fleet::realtime_fleet::spawn(&sim)?;
     let state = AppState::new(&sim, engine.clone()).with_fleet(fleet.clone());
     let stopper = (engine.clone(), fleet.clone());
-    connections::serve_connections(listener, router(state), limits, shutdown, move || {
-        stopper.0.stop();
-        if let Some(f) = &stopper.1 {
-            f.stop();
-        }
-    })
+    connections::serve_connections(
+        listener,
+        router(state),
+        limits,
+        secure,
+        shutdown,
+        move || {
+            stopper.0.stop();
+            if let Some(f) = &stopper.1 {
+                f.stop();
+            }
+        },
+    )
     .await;
     engine.stop();
     if let Some(f) = &fleet {
@@ -600,6 +609,11 @@ impl Drop for ShutdownHandle {
 pub async fn spawn_in_process(sim: ResolvedSim) -> Result<(SocketAddr, ShutdownHandle), SimError> {
     // Refuse bad limits here rather than from inside the spawned task.
     ConnectionLimits::from_args(&sim.args)?;
+    if sim.args.tls_cert.is_some() || sim.args.tls_key.is_some() {
+        return Err(SimError::Config(
+            "--tls-cert/--tls-key are for `servebench sim`; the in-process simulator serves plain http".to_owned(),
+        ));
+    }
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let (trigger, rx) = oneshot::channel::<()>();
