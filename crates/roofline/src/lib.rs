@@ -43,12 +43,14 @@ mod hf_config;
 mod model;
 mod predict;
 mod scheduler;
+mod vision;
 
 pub use capacity::{
     kv_capacity, largest_fitting_max_model_len, KvCapacity, KvSizing, NON_TORCH_BYTES_SINGLE,
     NON_TORCH_BYTES_TP,
 };
 pub use catalog::{Catalog, BUILTIN_CATALOG};
+pub use vision::{VisionSpec, QWEN_MAX_PIXELS, QWEN_MIN_PIXELS};
 pub use deployment::{
     Deployment, DeploymentBuilder, Efficiency, Overheads, DEFAULT_ALLREDUCE_LATENCY_US,
     DEFAULT_LAYER_OVERHEAD_US, DEFAULT_REQ_OVERHEAD_US, DEFAULT_SOFTROOF_P,
