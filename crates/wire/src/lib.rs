@@ -11,6 +11,7 @@
 
 pub mod chunk;
 mod error;
+pub mod image;
 pub mod openai;
 pub mod protocol;
 pub mod render;
