@@ -229,7 +229,7 @@ impl BatchTarget {
             BatchTarget::Http { client, .. } => {
                 let prepared = requests
                     .iter()
-                    .map(|r| client.prepare(r.id, &r.prompt, r.prompt_tokens, r.max_tokens))
+                    .map(|r| client.prepare_spec(r.id, r))
                     .collect();
                 let spec = LoadSpec {
                     schedule: vec![0; requests.len()],
@@ -398,6 +398,7 @@ mod tests {
 
     fn spec(id: u64) -> RequestSpec {
         RequestSpec {
+            images: Vec::new(),
             id,
             prompt: format!("p{id}"),
             prompt_tokens: 3,

@@ -58,6 +58,7 @@ impl ConversationBackend for BackendClient {
             input_tokens,
             max_tokens,
             expected: None,
+            images: None,
         }
     }
 }
@@ -323,6 +324,7 @@ mod tests {
             let end = clock.now_ns();
             let fail = history.last().is_some_and(|m| m.text.contains("FAIL"));
             RequestRecord {
+                images: None,
                 id: *id,
                 intended,
                 released,

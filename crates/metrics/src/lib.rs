@@ -32,7 +32,8 @@ pub mod vllm;
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use reasoning::ReasoningSummary;
 pub use record::{
-    CountSource, Failure, FailureKind, OutputSplit, RequestRecord, StampClock, TokenEvent,
+    CountSource, Failure, FailureKind, ImageUsage, OutputSplit, RequestRecord, StampClock,
+    TokenEvent,
 };
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;

@@ -175,6 +175,19 @@ pub struct RequestRecord {
     /// written before the field existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp_clock: Option<StampClock>,
+    /// The images the request carried and the prompt tokens counted for them (part of
+    /// `intended_input_tokens`); absent for a text-only request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImageUsage>,
+}
+
+/// Images of one request (`random-mm`, datasets with images).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageUsage {
+    /// Images sent.
+    pub count: u32,
+    /// Prompt tokens counted for them from the model's vision encoder.
+    pub tokens: u64,
 }
 
 /// A reasoning or tool-calling response's output, split (docs/metrics.md "Reasoning and

@@ -50,7 +50,6 @@ pub use capacity::{
     NON_TORCH_BYTES_TP,
 };
 pub use catalog::{Catalog, BUILTIN_CATALOG};
-pub use vision::{VisionSpec, QWEN_MAX_PIXELS, QWEN_MIN_PIXELS};
 pub use deployment::{
     Deployment, DeploymentBuilder, Efficiency, Overheads, DEFAULT_ALLREDUCE_LATENCY_US,
     DEFAULT_LAYER_OVERHEAD_US, DEFAULT_REQ_OVERHEAD_US, DEFAULT_SOFTROOF_P,
@@ -67,6 +66,7 @@ pub use predict::{BandwidthFloor, PrefillEstimate, RooflineInputs, MAX_SEARCH_BA
 pub use scheduler::{
     class_defaults, resolve_scheduler_limits, scheduler_defaults, UNCHUNKED_MIN_BUDGET,
 };
+pub use vision::{VisionSpec, QWEN_MAX_PIXELS, QWEN_MIN_PIXELS};
 
 use serde::Serialize;
 

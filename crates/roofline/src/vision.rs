@@ -62,8 +62,12 @@ impl VisionSpec {
         match (self.spatial_merge_size, self.image_size) {
             (Some(0), _) => bad("spatial_merge_size must be positive"),
             (_, Some(0)) => bad("image_size must be positive"),
-            (Some(_), Some(_)) => bad("give spatial_merge_size (dynamic resolution) or image_size (fixed), not both"),
-            (None, None) => bad("needs spatial_merge_size (dynamic resolution) or image_size (fixed)"),
+            (Some(_), Some(_)) => {
+                bad("give spatial_merge_size (dynamic resolution) or image_size (fixed), not both")
+            }
+            (None, None) => {
+                bad("needs spatial_merge_size (dynamic resolution) or image_size (fixed)")
+            }
             _ => Ok(()),
         }
     }
@@ -178,7 +182,13 @@ fn key_alias(key: &str) -> &str {
 
 /// Qwen2-VL's `smart_resize`: `(height, width)` rounded to multiples of `factor`, scaled so
 /// the area lies in `[min_pixels, max_pixels]`, keeping the aspect ratio.
-fn smart_resize(height: u64, width: u64, factor: u64, min_pixels: u64, max_pixels: u64) -> (u64, u64) {
+fn smart_resize(
+    height: u64,
+    width: u64,
+    factor: u64,
+    min_pixels: u64,
+    max_pixels: u64,
+) -> (u64, u64) {
     let (h, w, f) = (height as f64, width as f64, factor as f64);
     let round = |x: f64| ((x / f).round_ties_even() as u64 * factor).max(factor);
     let (mut h_bar, mut w_bar) = (round(h), round(w));
@@ -258,11 +268,17 @@ mod tests {
 
     #[test]
     fn text_only_configs_have_no_vision() {
-        assert!(VisionSpec::from_hf_config_str(r#"{"hidden_size":8}"#, None, "t")
-            .unwrap()
-            .is_none());
-        assert!(VisionSpec::from_hf_config_str(r#"{"vision_config":{"hidden_size":8}}"#, None, "t")
-            .is_err());
+        assert!(
+            VisionSpec::from_hf_config_str(r#"{"hidden_size":8}"#, None, "t")
+                .unwrap()
+                .is_none()
+        );
+        assert!(VisionSpec::from_hf_config_str(
+            r#"{"vision_config":{"hidden_size":8}}"#,
+            None,
+            "t"
+        )
+        .is_err());
         assert!(VisionSpec::from_hf_config_str("nope", None, "t").is_err());
     }
 }
@@ -282,6 +298,11 @@ mod catalog_tests {
             "qwen2.5-7b"
         );
         assert!(c.vision("meta-llama/Llama-3.1-8B-Instruct").is_none());
-        assert_eq!(c.vision("llava-hf/llava-1.5-7b-hf").unwrap().image_tokens(5, 5), 576);
+        assert_eq!(
+            c.vision("llava-hf/llava-1.5-7b-hf")
+                .unwrap()
+                .image_tokens(5, 5),
+            576
+        );
     }
 }

@@ -86,7 +86,9 @@ pub fn data_url_size(url: &str) -> Result<(u32, u32), ImageError> {
         return Err(ImageError::NotDataUrl(url.chars().take(40).collect()));
     };
     let Some((header, payload)) = rest.split_once(',') else {
-        return Err(ImageError::Malformed("no ',' after the media type".to_owned()));
+        return Err(ImageError::Malformed(
+            "no ',' after the media type".to_owned(),
+        ));
     };
     if !header.ends_with(";base64") {
         return Err(ImageError::Malformed(format!(
@@ -124,7 +126,9 @@ pub fn image_size(bytes: &[u8]) -> Result<(u32, u32), ImageError> {
     if bytes.starts_with(PNG) {
         // The IHDR chunk comes first: length, "IHDR", width, height (big-endian).
         if bytes.len() < 24 || &bytes[12..16] != b"IHDR" {
-            return Err(ImageError::Unreadable("PNG without an IHDR header".to_owned()));
+            return Err(ImageError::Unreadable(
+                "PNG without an IHDR header".to_owned(),
+            ));
         }
         let w = u32::from_be_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
         let h = u32::from_be_bytes([bytes[20], bytes[21], bytes[22], bytes[23]]);
@@ -150,7 +154,9 @@ fn jpeg_size(bytes: &[u8]) -> Result<(u32, u32), ImageError> {
     let mut i = 2;
     while i + 4 <= bytes.len() {
         if bytes[i] != 0xFF {
-            return Err(ImageError::Unreadable("JPEG segment without a marker".to_owned()));
+            return Err(ImageError::Unreadable(
+                "JPEG segment without a marker".to_owned(),
+            ));
         }
         let marker = bytes[i + 1];
         if marker == 0xFF {
@@ -169,7 +175,9 @@ fn jpeg_size(bytes: &[u8]) -> Result<(u32, u32), ImageError> {
         }
         i += 2 + len;
     }
-    Err(ImageError::Unreadable("JPEG without a frame header".to_owned()))
+    Err(ImageError::Unreadable(
+        "JPEG without a frame header".to_owned(),
+    ))
 }
 
 #[cfg(test)]

@@ -181,7 +181,8 @@ pub fn sample_custom_str_checked(
         .take(wanted)
         .enumerate()
         .map(|(i, (prompt, output, expected))| {
-            let spec = RequestSpec { images: Vec::new(),
+            let spec = RequestSpec {
+                images: Vec::new(),
                 id: i as u64,
                 prompt_tokens: tok.count(&prompt) as u64,
                 prompt,

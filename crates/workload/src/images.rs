@@ -43,7 +43,8 @@ impl ImageInput {
 
     /// An image file (PNG or JPEG), sent as it is; its size is read from its header.
     pub fn from_file(path: &Path) -> Result<Self, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read image {}: {e}", path.display()))?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| format!("cannot read image {}: {e}", path.display()))?;
         let (width, height) = servebench_wire::image::image_size(&bytes)
             .map_err(|e| format!("image {}: {e}", path.display()))?;
         let mime = if bytes.starts_with(b"\x89PNG") {
@@ -87,7 +88,10 @@ mod tests {
     #[test]
     fn random_images_are_pngs_of_their_size_and_reproducible() {
         let a = ImageInput::random(64, 32, 7, 0).unwrap();
-        assert_eq!(servebench_wire::image::data_url_size(&a.url).unwrap(), (64, 32));
+        assert_eq!(
+            servebench_wire::image::data_url_size(&a.url).unwrap(),
+            (64, 32)
+        );
         assert_eq!(a, ImageInput::random(64, 32, 7, 0).unwrap());
         assert_ne!(a.url, ImageInput::random(64, 32, 7, 1).unwrap().url);
         assert_ne!(a.url, ImageInput::random(64, 32, 8, 0).unwrap().url);
@@ -104,7 +108,9 @@ mod tests {
         assert!(img.url.starts_with("data:image/png;base64,"));
         std::fs::write(&path, b"not an image").unwrap();
         assert!(ImageInput::from_file(&path).unwrap_err().contains("a.png"));
-        assert!(ImageInput::from_file(&dir.join("missing.png")).unwrap_err().contains("missing.png"));
+        assert!(ImageInput::from_file(&dir.join("missing.png"))
+            .unwrap_err()
+            .contains("missing.png"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

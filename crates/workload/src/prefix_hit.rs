@@ -183,7 +183,8 @@ pub(crate) fn sample(
         let k = to_usize(hit.shared_len(input_lens[i]))?;
         let shared = leading(tok, &pool[hit.group(i)], k);
         let prompt = extend_exact(tok, &mut rng, &shared, len - shared.len())?;
-        Ok(RequestSpec { images: Vec::new(),
+        Ok(RequestSpec {
+            images: Vec::new(),
             id: i as u64,
             prompt_tokens: prompt.len() as u64,
             prompt: prompt.text,
@@ -207,7 +208,8 @@ pub(crate) fn sample_lengths_only(
     Ok((0..input_lens.len())
         .map(|i| {
             let k = hit.shared_len(input_lens[i]);
-            RequestSpec { images: Vec::new(),
+            RequestSpec {
+                images: Vec::new(),
                 id: i as u64,
                 prompt: if k == 0 {
                     String::new()

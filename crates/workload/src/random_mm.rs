@@ -68,7 +68,11 @@ pub fn default_buckets() -> Vec<MmBucket> {
         num_frames,
         probability,
     };
-    vec![b(256, 256, 1, 0.5), b(720, 1280, 1, 0.5), b(720, 1280, 16, 0.0)]
+    vec![
+        b(256, 256, 1, 0.5),
+        b(720, 1280, 1, 0.5),
+        b(720, 1280, 16, 0.0),
+    ]
 }
 
 impl Default for RandomMmConfig {
@@ -204,7 +208,9 @@ pub fn parse_bucket_config(s: &str) -> Result<Vec<MmBucket>, String> {
         .trim()
         .strip_prefix('{')
         .and_then(|b| b.strip_suffix('}'))
-        .ok_or_else(|| format!("expected {{(height, width, num_frames): probability, ...}}, got {s:?}"))?;
+        .ok_or_else(|| {
+            format!("expected {{(height, width, num_frames): probability, ...}}, got {s:?}")
+        })?;
     let mut out = Vec::new();
     let mut rest = body.trim();
     while !rest.is_empty() {
@@ -226,7 +232,9 @@ pub fn parse_bucket_config(s: &str) -> Result<Vec<MmBucket>, String> {
             v.parse::<u32>()
                 .map_err(|_| format!("{v:?} is not a non-negative integer"))
         };
-        let after = rest[close + 1..].trim_start().trim_start_matches(['"', '\'']);
+        let after = rest[close + 1..]
+            .trim_start()
+            .trim_start_matches(['"', '\'']);
         let after = after
             .trim_start()
             .strip_prefix(':')
@@ -255,20 +263,24 @@ pub fn parse_bucket_config(s: &str) -> Result<Vec<MmBucket>, String> {
 pub fn parse_limits(s: &str) -> Result<MmLimits, String> {
     let v: serde_json::Value =
         serde_json::from_str(s).map_err(|e| format!("not a JSON object: {e}"))?;
-    let obj = v
-        .as_object()
-        .ok_or_else(|| format!("expected a JSON object such as {{\"image\": 3, \"video\": 0}}, got {s}"))?;
+    let obj = v.as_object().ok_or_else(|| {
+        format!("expected a JSON object such as {{\"image\": 3, \"video\": 0}}, got {s}")
+    })?;
     let mut limits = MmLimits { image: 0, video: 0 };
     for (k, v) in obj {
-        let n = v
-            .as_u64()
-            .ok_or_else(|| format!("the limit for {k:?} must be a non-negative integer, got {v}"))?;
+        let n = v.as_u64().ok_or_else(|| {
+            format!("the limit for {k:?} must be a non-negative integer, got {v}")
+        })?;
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         match k.as_str() {
             "image" => limits.image = n,
             "video" => limits.video = n,
             "audio" => {}
-            other => return Err(format!("unknown modality {other:?} (image, video or audio)")),
+            other => {
+                return Err(format!(
+                    "unknown modality {other:?} (image, video or audio)"
+                ))
+            }
         }
     }
     Ok(limits)
@@ -300,8 +312,9 @@ mod tests {
 
     #[test]
     fn buckets_parse_in_vllms_forms() {
-        let b = parse_bucket_config("{(256, 256, 1): 0.5, (720, 1280, 1): 0.5, (720, 1280, 16): 0.0}")
-            .unwrap();
+        let b =
+            parse_bucket_config("{(256, 256, 1): 0.5, (720, 1280, 1): 0.5, (720, 1280, 16): 0.0}")
+                .unwrap();
         assert_eq!(b, default_buckets());
         let q = parse_bucket_config(r#"{"(32, 32, 1)": 1}"#).unwrap();
         assert_eq!((q[0].height, q[0].width, q[0].probability), (32, 32, 1.0));
@@ -332,8 +345,12 @@ mod tests {
         };
         let a = sample_random_mm(&c, &tok).unwrap();
         assert_eq!(a.len(), 20);
-        assert!(a.iter().all(|r| r.images.len() == 2 && r.prompt_tokens == 16));
-        assert!(a.iter().all(|r| r.images.iter().all(|i| (i.width, i.height) == (12, 8))));
+        assert!(a
+            .iter()
+            .all(|r| r.images.len() == 2 && r.prompt_tokens == 16));
+        assert!(a
+            .iter()
+            .all(|r| r.images.iter().all(|i| (i.width, i.height) == (12, 8))));
         assert_ne!(a[0].images[0].url, a[0].images[1].url);
         assert_eq!(a, sample_random_mm(&c, &tok).unwrap());
     }

@@ -35,12 +35,21 @@ impl RequestSpec {
         for img in &mut self.images {
             img.tokens = tokens(img.width, img.height);
         }
-        self.prompt_tokens = self.prompt_tokens - before.min(self.prompt_tokens) + self.image_tokens();
+        self.prompt_tokens =
+            self.prompt_tokens - before.min(self.prompt_tokens) + self.image_tokens();
     }
 
     /// Prompt tokens of the images (0 for a text-only request).
     pub fn image_tokens(&self) -> u64 {
         self.images.iter().map(|i| i.tokens).sum()
+    }
+
+    /// What a record says of the request's images; `None` for a text-only request.
+    pub fn image_usage(&self) -> Option<servebench_metrics::ImageUsage> {
+        (!self.images.is_empty()).then(|| servebench_metrics::ImageUsage {
+            count: u32::try_from(self.images.len()).unwrap_or(u32::MAX),
+            tokens: self.image_tokens(),
+        })
     }
 }
 
@@ -64,7 +73,8 @@ mod tests {
     use super::*;
 
     fn spec(id: u64, prompt: &str) -> RequestSpec {
-        RequestSpec { images: Vec::new(),
+        RequestSpec {
+            images: Vec::new(),
             id,
             prompt: prompt.to_owned(),
             prompt_tokens: 1,

@@ -44,7 +44,8 @@ mod tests {
     #[test]
     fn oversample_fills_with_existing_prompts() {
         let mut reqs: Vec<RequestSpec> = (0..3)
-            .map(|i| RequestSpec { images: Vec::new(),
+            .map(|i| RequestSpec {
+                images: Vec::new(),
                 id: i,
                 prompt: format!("p{i}"),
                 prompt_tokens: 1,

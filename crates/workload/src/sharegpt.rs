@@ -121,7 +121,8 @@ pub fn sample_sharegpt_str(
         if too_short || too_long {
             continue;
         }
-        requests.push(RequestSpec { images: Vec::new(),
+        requests.push(RequestSpec {
+            images: Vec::new(),
             id: requests.len() as u64,
             prompt,
             prompt_tokens,

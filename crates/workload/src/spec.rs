@@ -12,7 +12,8 @@ pub(crate) fn request(
     max_tokens: u64,
     prefix_tokens: u64,
 ) -> RequestSpec {
-    RequestSpec { images: Vec::new(),
+    RequestSpec {
+        images: Vec::new(),
         id: id as u64,
         prompt,
         prompt_tokens,

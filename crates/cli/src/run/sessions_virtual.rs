@@ -56,6 +56,7 @@ pub fn simulate_sessions(
             session,
             turn,
             RequestSpec {
+                images: Vec::new(),
                 id,
                 prompt: String::new(),
                 prompt_tokens: prompt.len() as u64,

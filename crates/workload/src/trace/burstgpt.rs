@@ -86,7 +86,8 @@ pub fn sample_burstgpt(
             .map_err(|_| WorkloadError::InvalidConfig("BurstGPT prompt too long".to_owned()))?;
         let mut rng = stream(cfg.seed, Purpose::RequestContent, i as u64);
         let prompt = exact_text(tok, &mut rng, len)?;
-        Ok(RequestSpec { images: Vec::new(),
+        Ok(RequestSpec {
+            images: Vec::new(),
             id: i as u64,
             prompt_tokens: prompt.len() as u64,
             prompt: prompt.text,
