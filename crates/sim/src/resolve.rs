@@ -75,6 +75,8 @@ pub struct ResolvedSim {
     /// Chat responses open with this many reasoning tokens (`--reasoning-tokens`,
     /// `--reasoning-fraction`).
     pub reasoning: Option<crate::reasoning::ReasoningSplit>,
+    /// The served model's vision encoder; `None` for a text-only model (images refused).
+    pub vision: Option<servebench_roofline::VisionSpec>,
 }
 
 fn check_fraction(name: &str, v: f64, allow_one: bool) -> Result<(), SimError> {
@@ -330,6 +332,11 @@ impl SimArgs {
         if let (Some(base), serde_json::Value::Object(more)) = (config_json.as_object_mut(), more) {
             base.extend(more);
         }
+        // Only a vision model adds the key, so a text model's configuration reads as before.
+        let vision = crate::vision::resolve(self, &catalog)?;
+        if let (Some(base), Some(v)) = (config_json.as_object_mut(), &vision) {
+            base.insert("vision".into(), serde_json::to_value(v).unwrap_or_default());
+        }
         // Only a reasoning configuration adds the key, so a plain one reads as before.
         let reasoning = self.reasoning();
         if let (Some(base), Some(r)) = (config_json.as_object_mut(), reasoning) {
@@ -352,6 +359,7 @@ impl SimArgs {
             derived,
             config_json,
             reasoning,
+            vision,
         })
     }
 

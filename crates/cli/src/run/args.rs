@@ -40,6 +40,9 @@ pub enum DatasetName {
     TimedTrace,
     /// vLLM's BurstGPT dataset: GPT-4 rows' lengths, arrivals from --request-rate.
     Burstgpt,
+    /// vLLM's random prompts with synthetic images in the chat message (--random-mm-*).
+    #[value(name = "random-mm")]
+    RandomMm,
 }
 
 impl DatasetName {
@@ -54,6 +57,7 @@ impl DatasetName {
             DatasetName::Hf => "hf",
             DatasetName::TimedTrace => "timed_trace",
             DatasetName::Burstgpt => "burstgpt",
+            DatasetName::RandomMm => "random-mm",
         }
     }
 }
@@ -475,6 +479,9 @@ pub struct RunArgs {
         help_heading = "Multi-turn"
     )]
     pub think_time_ms: u64,
+    // ---- images in chat ----
+    #[command(flatten)]
+    pub random_mm: super::random_mm::RandomMmArgs,
 }
 
 /// `vllm bench serve` flags that servebench does not support yet: refused with a message,

@@ -10,6 +10,7 @@ pub mod output_check;
 pub mod overrides;
 pub mod plan;
 pub mod prefix_hit;
+pub mod random_mm;
 pub mod scale_out;
 pub mod sessions_run;
 pub mod sessions_virtual;
@@ -266,6 +267,7 @@ pub async fn execute(
         };
     }
     let (requests, expected) = dataset::build_checked(plan, &tokenizer, target.is_virtual())?;
+    let requests = random_mm::count_image_tokens(plan, target, requests)?;
     if requests.is_empty() {
         bail!("the dataset produced no requests");
     }

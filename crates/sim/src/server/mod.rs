@@ -9,6 +9,7 @@
 mod body;
 mod connections;
 mod error;
+mod images;
 mod request;
 mod response;
 mod signal;
@@ -83,6 +84,8 @@ struct Shared {
     output_law: (u64, f64, f64),
     /// Unix seconds at start: the `created` of models and responses.
     created: u64,
+    /// The served model's vision encoder (images are refused without one).
+    vision: Option<servebench_roofline::VisionSpec>,
 }
 
 fn unix_now() -> u64 {
@@ -147,6 +150,7 @@ impl AppState {
                 created: unix_now(),
                 reasoning: sim.reasoning,
                 output_law: (e.seed, e.eos_len_median, e.eos_len_sigma),
+                vision: sim.vision.clone(),
             }),
         }
     }
@@ -260,7 +264,8 @@ async fn generate(
     .await?;
     let body = GenerateBody::parse(endpoint, &body)?;
     app.check_model(body.model())?;
-    let req = request::validate(&body, &app.inner.tokenizer, app.inner.limits)?;
+    let mut req = request::validate(&body, &app.inner.tokenizer, app.inner.limits)?;
+    images::charge(&body, &mut req, app.inner.vision.as_ref(), &app.inner.served_name, app.inner.limits)?;
     let faults = app.inner.faults.draw(req.max_tokens);
     if faults.error {
         app.inner.faults.record(FaultKind::Error);
