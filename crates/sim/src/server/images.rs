@@ -60,3 +60,100 @@ pub fn charge(
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use servebench_tokenizer::Tokenizer;
+    use servebench_wire::image::{data_url, user_message_with_images};
+
+    use super::super::request::{validate, Endpoint};
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        max_model_len: 4096,
+        vocab_size: 32_000,
+    };
+
+    fn png_header(w: u32, h: u32) -> Vec<u8> {
+        let mut b = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
+        b.extend(w.to_be_bytes());
+        b.extend(h.to_be_bytes());
+        b.extend([8, 2, 0, 0, 0]);
+        b
+    }
+
+    fn body(urls: &[&str]) -> GenerateBody {
+        let m = user_message_with_images("describe", urls.iter().copied());
+        let json = serde_json::json!({"model": "m", "messages": [m], "max_tokens": 8});
+        GenerateBody::parse(Endpoint::Chat, json.to_string().as_bytes()).unwrap()
+    }
+
+    fn qwen() -> VisionSpec {
+        servebench_roofline::Catalog::builtin()
+            .vision("Qwen/Qwen2.5-VL-7B-Instruct")
+            .unwrap()
+            .clone()
+    }
+
+    #[test]
+    fn image_tokens_are_added_to_the_prompt() {
+        let tok = Tokenizer::builtin();
+        let a = data_url("image/png", &png_header(256, 256));
+        let b = data_url("image/png", &png_header(1280, 720));
+        let text_only = validate(&body(&[]), &tok, LIMITS).unwrap().prompt.len();
+        let with = body(&[&a, &b]);
+        let mut req = validate(&with, &tok, LIMITS).unwrap();
+        assert_eq!(req.prompt.len(), text_only, "image parts carry no text");
+        charge(&with, &mut req, Some(&qwen()), "m", LIMITS).unwrap();
+        assert_eq!(req.prompt.len(), text_only + 81 + 1196);
+        assert!(req.prompt.iter().all(|&id| id < LIMITS.vocab_size));
+    }
+
+    #[test]
+    fn equal_images_hash_alike_and_different_ones_do_not() {
+        let tok = Tokenizer::builtin();
+        let ids = |url: &str| {
+            let b = body(&[url]);
+            let mut req = validate(&b, &tok, LIMITS).unwrap();
+            charge(&b, &mut req, Some(&qwen()), "m", LIMITS).unwrap();
+            req.prompt
+        };
+        let mut other = png_header(256, 256);
+        other.push(1);
+        let a = data_url("image/png", &png_header(256, 256));
+        assert_eq!(ids(&a), ids(&a));
+        assert_ne!(ids(&a), ids(&data_url("image/png", &other)));
+    }
+
+    #[test]
+    fn a_text_model_and_bad_images_are_400s() {
+        let tok = Tokenizer::builtin();
+        let a = data_url("image/png", &png_header(64, 64));
+        let b = body(&[&a]);
+        let mut req = validate(&b, &tok, LIMITS).unwrap();
+        let e = charge(&b, &mut req, None, "llama", LIMITS).unwrap_err();
+        assert_eq!(e.status, http::StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("not a multimodal model"), "{}", e.message);
+        let remote = body(&["https://example.com/cat.png"]);
+        let mut req = validate(&remote, &tok, LIMITS).unwrap();
+        let e = charge(&remote, &mut req, Some(&qwen()), "m", LIMITS).unwrap_err();
+        assert!(e.message.contains("data: URLs"), "{}", e.message);
+        // Too many image tokens for the context.
+        let big = data_url("image/png", &png_header(8000, 8000));
+        let b = body(&[&big]);
+        let mut req = validate(&b, &tok, LIMITS).unwrap();
+        let e = charge(&b, &mut req, Some(&qwen()), "m", LIMITS).unwrap_err();
+        assert!(e.message.contains("maximum context length"), "{}", e.message);
+    }
+
+    #[test]
+    fn completions_and_text_chats_are_untouched() {
+        let tok = Tokenizer::builtin();
+        let b = body(&[]);
+        let mut req = validate(&b, &tok, LIMITS).unwrap();
+        let before = req.prompt.clone();
+        charge(&b, &mut req, None, "m", LIMITS).unwrap();
+        assert_eq!(req.prompt, before);
+    }
+}
