@@ -61,6 +61,33 @@ impl ImageInput {
     }
 }
 
+/// A dataset's `"image"` field: one path or a list of them (ShareGPT-4V writes one).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ImagePaths {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl ImagePaths {
+    fn paths(&self) -> &[String] {
+        match self {
+            ImagePaths::One(p) => std::slice::from_ref(p),
+            ImagePaths::Many(v) => v,
+        }
+    }
+
+    /// Reads the images, each path relative to the dataset file's folder (`dataset`) unless
+    /// absolute. An error names the path as written and what went wrong.
+    pub(crate) fn load(&self, dataset: &Path) -> Result<Vec<ImageInput>, String> {
+        let base = dataset.parent().unwrap_or(Path::new("."));
+        self.paths()
+            .iter()
+            .map(|p| ImageInput::from_file(&base.join(p)).map_err(|e| format!("image {p:?}: {e}")))
+            .collect()
+    }
+}
+
 fn encode_png(width: u32, height: u32, rgb: &[u8]) -> Result<Vec<u8>, WorkloadError> {
     let fail = |e: png::EncodingError| {
         WorkloadError::InvalidConfig(format!("cannot encode a {width}x{height} PNG image: {e}"))
@@ -111,6 +138,78 @@ mod tests {
         assert!(ImageInput::from_file(&dir.join("missing.png"))
             .unwrap_err()
             .contains("missing.png"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn dataset_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("sb-img-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("pics")).unwrap();
+        std::fs::write(
+            dir.join("pics/a.png"),
+            encode_png(28, 56, &[7u8; 28 * 56 * 3]).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(dir.join("b.png"), encode_png(4, 4, &[9u8; 48]).unwrap()).unwrap();
+        dir
+    }
+
+    #[test]
+    fn custom_lines_carry_their_images_and_a_missing_one_names_line_and_path() {
+        use crate::custom::{sample_custom, CustomConfig};
+        let dir = dataset_dir("custom");
+        let file = dir.join("d.jsonl");
+        std::fs::write(
+            &file,
+            "{\"prompt\": \"what is this\", \"image\": \"pics/a.png\"}\n\
+             {\"prompt\": \"and these\", \"image\": [\"pics/a.png\", \"b.png\"]}\n\
+             {\"prompt\": \"text only\"}\n",
+        )
+        .unwrap();
+        let mut cfg = CustomConfig::new(&file);
+        cfg.num_prompts = 0;
+        cfg.disable_shuffle = true;
+        let tok = servebench_tokenizer::Tokenizer::builtin();
+        let r = sample_custom(&cfg, &tok).unwrap();
+        let sizes: Vec<Vec<(u32, u32)>> = r
+            .iter()
+            .map(|r| r.images.iter().map(|i| (i.width, i.height)).collect())
+            .collect();
+        assert_eq!(sizes, vec![vec![(28, 56)], vec![(28, 56), (4, 4)], vec![]]);
+
+        std::fs::write(
+            &file,
+            "{\"prompt\": \"a\"}\n{\"prompt\": \"b\", \"image\": \"pics/gone.png\"}\n",
+        )
+        .unwrap();
+        let e = sample_custom(&cfg, &tok).unwrap_err().to_string();
+        assert!(
+            e.contains("d.jsonl:2") && e.contains("pics/gone.png"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sharegpt4v_entries_carry_their_image() {
+        use crate::sharegpt::{sample_sharegpt, ShareGptConfig};
+        let dir = dataset_dir("sharegpt");
+        let file = dir.join("s.json");
+        let conv = r#"[{"from": "human", "value": "<image>\nWhat is shown in this picture?"}, {"from": "gpt", "value": "A grey square and nothing else at all."}]"#;
+        std::fs::write(
+            &file,
+            format!(r#"[{{"id": "1", "image": "pics/a.png", "conversations": {conv}}}, {{"id": "2", "image": "nope.jpg", "conversations": {conv}}}]"#),
+        )
+        .unwrap();
+        let mut cfg = ShareGptConfig::new(&file);
+        cfg.disable_shuffle = true;
+        cfg.num_prompts = 1;
+        let tok = servebench_tokenizer::Tokenizer::builtin();
+        let r = sample_sharegpt(&cfg, &tok).unwrap();
+        assert_eq!((r[0].images[0].width, r[0].images[0].height), (28, 56));
+        cfg.num_prompts = 2;
+        let e = sample_sharegpt(&cfg, &tok).unwrap_err().to_string();
+        assert!(e.contains("entry 1") && e.contains("nope.jpg"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -10,7 +10,8 @@ use servebench_roofline::{Catalog, VisionSpec};
 use servebench_workload::random_mm::{self, MmBucket, MmLimits};
 use servebench_workload::RequestSpec;
 
-use super::plan::RunPlan;
+use super::plan::{ApiFlavor, RunPlan};
+
 use super::RunTarget;
 
 /// vLLM's defaults, as its flags print them.
@@ -26,7 +27,12 @@ pub struct RandomMmArgs {
     pub random_mm_base_items_per_request: usize,
     /// Images per request are drawn uniformly from [floor(n·(1−r)), ceil(n·(1+r))], r in [0, 1]
     /// (random-mm).
-    #[arg(long, value_name = "R", default_value_t = 0.0, help_heading = "Dataset")]
+    #[arg(
+        long,
+        value_name = "R",
+        default_value_t = 0.0,
+        help_heading = "Dataset"
+    )]
     pub random_mm_num_mm_items_range_ratio: f64,
     /// Most items of each modality per request, as JSON (random-mm); only images are generated.
     #[arg(long, value_name = "JSON", default_value = DEFAULT_LIMITS, help_heading = "Dataset")]
@@ -108,6 +114,13 @@ pub fn count_image_tokens(
     if requests.iter().all(|r| r.images.is_empty()) {
         return Ok(requests);
     }
+    if plan.endpoint.flavor != ApiFlavor::OpenaiChat {
+        bail!(
+            "the dataset's requests carry images, which go in chat messages: use --backend \
+             openai-chat (endpoint /v1/chat/completions), not --backend {}",
+            plan.endpoint.flavor.as_str()
+        );
+    }
     let vision = vision_for(plan, target)?;
     for r in &mut requests {
         r.count_image_tokens(|w, h| vision.image_tokens(w, h));
@@ -147,7 +160,11 @@ fn vision_for(plan: &RunPlan, target: &RunTarget) -> Result<VisionSpec> {
         }
         RunTarget::Http(t) => {
             if let Some(sim) = &t.sim {
-                let model = sim.config.get("model").and_then(|m| m.as_str()).unwrap_or("?");
+                let model = sim
+                    .config
+                    .get("model")
+                    .and_then(|m| m.as_str())
+                    .unwrap_or("?");
                 let v = sim.config.get("vision").cloned();
                 return match v.map(serde_json::from_value::<VisionSpec>) {
                     Some(Ok(v)) => Ok(v),
@@ -166,7 +183,9 @@ fn vision_for(plan: &RunPlan, target: &RunTarget) -> Result<VisionSpec> {
             if let Some(v) = catalog.vision(model) {
                 return Ok(v.clone());
             }
-            looked.push(format!("no [[vision]] entry for '{model}' in the roofline catalog"));
+            looked.push(format!(
+                "no [[vision]] entry for '{model}' in the roofline catalog"
+            ));
             bail!(
                 "model '{model}' has no known vision config, so its image tokens cannot be counted \
                  ({}); pass --tokenizer with the model's folder (its config.json has the \

@@ -134,7 +134,11 @@ mod tests {
         let mut req = validate(&b, &tok, LIMITS).unwrap();
         let e = charge(&b, &mut req, None, "llama", LIMITS).unwrap_err();
         assert_eq!(e.status, http::StatusCode::BAD_REQUEST);
-        assert!(e.message.contains("not a multimodal model"), "{}", e.message);
+        assert!(
+            e.message.contains("not a multimodal model"),
+            "{}",
+            e.message
+        );
         let remote = body(&["https://example.com/cat.png"]);
         let mut req = validate(&remote, &tok, LIMITS).unwrap();
         let e = charge(&remote, &mut req, Some(&qwen()), "m", LIMITS).unwrap_err();
@@ -144,7 +148,11 @@ mod tests {
         let b = body(&[&big]);
         let mut req = validate(&b, &tok, LIMITS).unwrap();
         let e = charge(&b, &mut req, Some(&qwen()), "m", LIMITS).unwrap_err();
-        assert!(e.message.contains("maximum context length"), "{}", e.message);
+        assert!(
+            e.message.contains("maximum context length"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

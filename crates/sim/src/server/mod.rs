@@ -265,7 +265,13 @@ async fn generate(
     let body = GenerateBody::parse(endpoint, &body)?;
     app.check_model(body.model())?;
     let mut req = request::validate(&body, &app.inner.tokenizer, app.inner.limits)?;
-    images::charge(&body, &mut req, app.inner.vision.as_ref(), &app.inner.served_name, app.inner.limits)?;
+    images::charge(
+        &body,
+        &mut req,
+        app.inner.vision.as_ref(),
+        &app.inner.served_name,
+        app.inner.limits,
+    )?;
     let faults = app.inner.faults.draw(req.max_tokens);
     if faults.error {
         app.inner.faults.record(FaultKind::Error);
