@@ -21,6 +21,7 @@ mod multi_turn;
 mod overload_honesty;
 mod predict_plan;
 mod prefix_hit;
+mod random_mm;
 mod readme_examples;
 mod real_engine;
 mod reasoning_streams;
