@@ -68,6 +68,9 @@ struct Entry {
     image: Option<ImagePaths>,
 }
 
+/// An entry's position in the file and the images it names.
+type EntryImages = (usize, ImagePaths);
+
 #[derive(Deserialize)]
 struct Turn {
     value: String,
@@ -96,7 +99,7 @@ pub fn sample_sharegpt_str(
             format!("not a ShareGPT JSON list of conversations: {e}"),
         )
     })?;
-    let mut pairs: Vec<(String, String, Option<(usize, ImagePaths)>)> = entries
+    let mut pairs: Vec<(String, String, Option<EntryImages>)> = entries
         .into_iter()
         .enumerate()
         .filter_map(|(i, e)| Some((e.conversations?, e.image.map(|im| (i, im)))))
