@@ -229,7 +229,7 @@ impl BatchTarget {
             BatchTarget::Http { client, .. } => {
                 let prepared = requests
                     .iter()
-                    .map(|r| client.prepare_spec(r.id, r))
+                    .map(|r| client.prepare(r.id, &r.prompt, r.prompt_tokens, r.max_tokens))
                     .collect();
                 let spec = LoadSpec {
                     schedule: vec![0; requests.len()],
