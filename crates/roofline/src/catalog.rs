@@ -105,9 +105,9 @@ impl Catalog {
         }
     }
 
-    /// Adds the `[[gpu]]` and `[[model]]` tables of a TOML file (`--catalog FILE`). A table
-    /// whose `id` matches an existing entry (case-insensitive) overrides only the fields it
-    /// lists; any other table is a new entry and must be complete.
+    /// Adds the `[[gpu]]`, `[[model]]` and `[[vision]]` tables of a TOML file (`--catalog
+    /// FILE`). A table whose `id` matches an existing entry (case-insensitive) overrides only the
+    /// fields it lists; any other table is a new entry and must be complete.
     pub fn merge_file(&mut self, path: impl AsRef<Path>) -> Result<(), RooflineError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| RooflineError::Io {

@@ -178,6 +178,15 @@ fn vision_for(plan: &RunPlan, target: &RunTarget) -> Result<VisionSpec> {
         }
     }
     let catalog = Catalog::builtin();
+    // A hub name given as --tokenizer names the model as well as --model does.
+    if let Some(v) = plan
+        .tokenizer
+        .as_deref()
+        .filter(|t| model_dir(t).is_none())
+        .and_then(|t| catalog.vision(t))
+    {
+        return Ok(v.clone());
+    }
     match plan.model.as_deref() {
         Some(model) => {
             if let Some(v) = catalog.vision(model) {
