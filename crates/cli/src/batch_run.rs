@@ -402,6 +402,7 @@ mod tests {
 
     fn spec(id: u64) -> RequestSpec {
         RequestSpec {
+            images: Vec::new(),
             id,
             prompt: format!("p{id}"),
             prompt_tokens: 3,

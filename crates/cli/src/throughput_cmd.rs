@@ -216,6 +216,9 @@ pub fn plan(args: &ThroughputArgs) -> Result<RunPlan> {
     } else {
         DatasetName::Random
     });
+    if name == DatasetName::RandomMm {
+        bail!("--dataset-name random-mm is measured with `servebench run --backend openai-chat` (images go in chat messages)");
+    }
     a.dataset_name = name;
     a.dataset_path = args.dataset_path.clone();
     a.num_prompts = usize::try_from(args.num_prompts).unwrap_or(usize::MAX);

@@ -8,7 +8,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use servebench_answer::{AnswerChecks, Expected};
-use servebench_metrics::{CountSource, Failure, FailureKind, RequestRecord, StampClock};
+use servebench_metrics::{
+    CountSource, Failure, FailureKind, ImageUsage, RequestRecord, StampClock,
+};
 use servebench_tokenizer::Tokenizer;
 use servebench_wire::protocol::{request_id, REQUEST_ID_HEADER};
 
@@ -39,6 +41,8 @@ pub struct Prepared {
     pub expected: Option<Expected>,
     /// The LoRA adapter named as this request's `model`, kept in its record.
     pub lora: Option<String>,
+    /// The images the body carries, for the record.
+    pub images: Option<ImageUsage>,
 }
 
 impl Prepared {
@@ -151,6 +155,25 @@ impl BackendClient {
             input_tokens,
             max_tokens,
             expected: None,
+            lora: None,
+            images: None,
+        }
+    }
+
+    /// Build the `Prepared` form of a dataset's request: its prompt, and its images when it
+    /// has any (then `input_tokens` includes their tokens, as the request counts them).
+    pub fn prepare_spec(&self, id: u64, spec: &servebench_workload::RequestSpec) -> Prepared {
+        if spec.images.is_empty() {
+            return self.prepare(id, &spec.prompt, spec.prompt_tokens, spec.max_tokens);
+        }
+        let urls: Vec<&str> = spec.images.iter().map(|i| i.url.as_str()).collect();
+        Prepared {
+            id,
+            body: Bytes::from(self.target.image_body(&spec.prompt, &urls, spec.max_tokens)),
+            input_tokens: spec.prompt_tokens,
+            max_tokens: spec.max_tokens,
+            expected: None,
+            images: spec.image_usage(),
             lora: None,
         }
     }
@@ -411,6 +434,7 @@ impl BackendClient {
         };
         let output_split = acc.output_split(output_tokens);
         RequestRecord {
+            images: p.images,
             id: p.id,
             intended,
             released,

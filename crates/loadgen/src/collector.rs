@@ -202,6 +202,7 @@ mod tests {
 
     fn record(id: u64) -> RequestRecord {
         RequestRecord {
+            images: None,
             id,
             intended: 0,
             released: 0,

@@ -419,6 +419,7 @@ mod tests {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
             let end = clock.now_ns();
             RequestRecord {
+                images: None,
                 id: *id,
                 intended,
                 released,

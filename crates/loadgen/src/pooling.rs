@@ -168,6 +168,7 @@ pub(crate) async fn execute(
         turn: None,
         stamp_clock: None,
         lora: p.lora.clone(),
+        images: None,
         served_by: None,
     }
 }

@@ -59,6 +59,7 @@ impl ConversationBackend for BackendClient {
             max_tokens,
             expected: None,
             lora: None,
+            images: None,
         }
     }
 }
@@ -324,6 +325,7 @@ mod tests {
             let end = clock.now_ns();
             let fail = history.last().is_some_and(|m| m.text.contains("FAIL"));
             RequestRecord {
+                images: None,
                 id: *id,
                 intended,
                 released,

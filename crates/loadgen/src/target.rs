@@ -133,6 +133,23 @@ impl Target {
         }
     }
 
+    /// The JSON body of one streaming chat request whose user message holds `prompt` and then
+    /// one `image_url` part per URL (vLLM's layout), whatever the run's API: only chat
+    /// endpoints take images, and runs with images are refused on others before they start.
+    pub fn image_body(
+        &self,
+        prompt: &str,
+        image_urls: &[&str],
+        max_tokens: Option<u64>,
+    ) -> Vec<u8> {
+        let message =
+            servebench_wire::image::user_message_with_images(prompt, image_urls.iter().copied());
+        self.chat_body(
+            vec![message],
+            max_tokens.map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+        )
+    }
+
     /// The JSON body of one streaming chat request carrying a whole conversation
     /// (`(role, text)` messages in order), whatever the run's API.
     pub fn conversation_body(&self, messages: &[(&str, &str)], max_tokens: Option<u64>) -> Vec<u8> {

@@ -144,6 +144,7 @@ pub(crate) mod tests {
             })
             .collect();
         RequestRecord {
+            images: None,
             id,
             intended: sent_ms * MS,
             released: sent_ms * MS,

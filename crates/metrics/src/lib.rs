@@ -38,7 +38,8 @@ pub use lora::{by_lora, LoraStats};
 pub use reasoning::ReasoningSummary;
 pub use record::ServedBy;
 pub use record::{
-    CountSource, Failure, FailureKind, OutputSplit, RequestRecord, StampClock, TokenEvent,
+    CountSource, Failure, FailureKind, ImageUsage, OutputSplit, RequestRecord, StampClock,
+    TokenEvent,
 };
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;

@@ -184,6 +184,11 @@ pub struct RequestRecord {
     /// virtual time); absent against a single server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_by: Option<ServedBy>,
+
+    /// The images the request carried and the prompt tokens counted for them (part of
+    /// `intended_input_tokens`); absent for a text-only request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImageUsage>,
 }
 
 /// Where in a fleet a request was served.
@@ -194,6 +199,15 @@ pub struct ServedBy {
     /// The replica's label within the pool (`0`, `1`, … or `p0`/`d1` in a prefill/decode pool).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub replica: String,
+}
+
+/// Images of one request (`random-mm`, datasets with images).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageUsage {
+    /// Images sent.
+    pub count: u32,
+    /// Prompt tokens counted for them from the model's vision encoder.
+    pub tokens: u64,
 }
 
 /// A reasoning or tool-calling response's output, split (docs/metrics.md "Reasoning and

@@ -433,6 +433,7 @@ mod tests {
                     .collect();
                 let end = events.last().map(|e| e.t);
                 RequestRecord {
+                    images: None,
                     id: i,
                     intended: sent,
                     released: sent,

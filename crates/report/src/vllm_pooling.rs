@@ -215,6 +215,7 @@ mod tests {
             turn: None,
             stamp_clock: None,
             lora: None,
+            images: None,
             served_by: None,
         }
     }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::{GpuSpec, ModelSpec, RooflineError};
+use crate::{GpuSpec, ModelSpec, RooflineError, VisionSpec};
 
 /// The catalog shipped with the crate (docs/simulator.md §5).
 pub const BUILTIN_CATALOG: &str = include_str!("../catalog.toml");
@@ -14,6 +14,7 @@ pub const BUILTIN_CATALOG: &str = include_str!("../catalog.toml");
 pub struct Catalog {
     gpus: Vec<GpuSpec>,
     models: Vec<ModelSpec>,
+    visions: Vec<VisionSpec>,
 }
 
 /// A catalog document before its tables become specs: tables stay raw so that a user entry
@@ -25,6 +26,8 @@ struct CatalogDoc {
     gpu: Vec<toml::Table>,
     #[serde(default)]
     model: Vec<toml::Table>,
+    #[serde(default)]
+    vision: Vec<toml::Table>,
 }
 
 /// Entries the catalog holds, looked up by id or alias.
@@ -61,7 +64,26 @@ impl Entry for ModelSpec {
     }
 }
 
+impl Entry for VisionSpec {
+    const KIND: &'static str = "vision";
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn aliases(&self) -> &[String] {
+        &self.aliases
+    }
+    fn validate(&self) -> Result<(), RooflineError> {
+        VisionSpec::validate(self)
+    }
+}
+
 impl Catalog {
+    /// The vision facts of a model (`[[vision]]`), looked up like [`Catalog::model`];
+    /// `None` for a text-only model.
+    pub fn vision(&self, name: &str) -> Option<&VisionSpec> {
+        lookup(&self.visions, name)
+    }
+
     /// The built-in catalog.
     pub fn builtin() -> Catalog {
         let mut catalog = Catalog::empty();
@@ -79,12 +101,13 @@ impl Catalog {
         Catalog {
             gpus: Vec::new(),
             models: Vec::new(),
+            visions: Vec::new(),
         }
     }
 
-    /// Adds the `[[gpu]]` and `[[model]]` tables of a TOML file (`--catalog FILE`). A table
-    /// whose `id` matches an existing entry (case-insensitive) overrides only the fields it
-    /// lists; any other table is a new entry and must be complete.
+    /// Adds the `[[gpu]]`, `[[model]]` and `[[vision]]` tables of a TOML file (`--catalog
+    /// FILE`). A table whose `id` matches an existing entry (case-insensitive) overrides only the
+    /// fields it lists; any other table is a new entry and must be complete.
     pub fn merge_file(&mut self, path: impl AsRef<Path>) -> Result<(), RooflineError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| RooflineError::Io {
@@ -109,8 +132,13 @@ impl Catalog {
         for table in doc.model {
             merge_entry(&mut models, table, origin)?;
         }
+        let mut visions = self.visions.clone();
+        for table in doc.vision {
+            merge_entry(&mut visions, table, origin)?;
+        }
         self.gpus = gpus;
         self.models = models;
+        self.visions = visions;
         Ok(())
     }
 

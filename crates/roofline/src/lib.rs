@@ -43,6 +43,7 @@ mod hf_config;
 mod model;
 mod predict;
 mod scheduler;
+mod vision;
 
 pub use capacity::{
     kv_capacity, largest_fitting_max_model_len, KvCapacity, KvSizing, NON_TORCH_BYTES_SINGLE,
@@ -65,6 +66,7 @@ pub use predict::{BandwidthFloor, PrefillEstimate, RooflineInputs, MAX_SEARCH_BA
 pub use scheduler::{
     class_defaults, resolve_scheduler_limits, scheduler_defaults, UNCHUNKED_MIN_BUDGET,
 };
+pub use vision::{VisionSpec, QWEN_MAX_PIXELS, QWEN_MIN_PIXELS};
 
 use serde::Serialize;
 

@@ -14,6 +14,7 @@ pub mod reasoning;
 mod resolve;
 pub mod server;
 pub mod virtual_time;
+pub mod vision;
 
 pub use args::SimArgs;
 pub use resolve::{DerivedFigures, ResolvedSim};

@@ -79,6 +79,8 @@ pub struct ResolvedSim {
     pub lora_modules: Vec<String>,
     /// Several engines behind the endpoint (`--replicas`, `--pool`), `None` for one engine.
     pub fleet: Option<std::sync::Arc<crate::fleet::ResolvedFleet>>,
+    /// The served model's vision encoder; `None` for a text-only model (images refused).
+    pub vision: Option<servebench_roofline::VisionSpec>,
 }
 
 fn check_fraction(name: &str, v: f64, allow_one: bool) -> Result<(), SimError> {
@@ -355,6 +357,11 @@ impl SimArgs {
                 deployment.cuda_graph_sizes().to_vec().into(),
             );
         }
+        // Only a vision model adds the key, so a text model's configuration reads as before.
+        let vision = crate::vision::resolve(self, &catalog)?;
+        if let (Some(base), Some(v)) = (config_json.as_object_mut(), &vision) {
+            base.insert("vision".into(), serde_json::to_value(v).unwrap_or_default());
+        }
         // Only a reasoning configuration adds the key, so a plain one reads as before.
         let reasoning = self.reasoning();
         if let (Some(base), Some(r)) = (config_json.as_object_mut(), reasoning) {
@@ -378,6 +385,7 @@ impl SimArgs {
             derived,
             config_json,
             reasoning,
+            vision,
             fleet: None,
         }
         .with_fleet()

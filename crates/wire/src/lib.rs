@@ -12,6 +12,7 @@
 
 pub mod chunk;
 mod error;
+pub mod image;
 pub mod openai;
 pub mod pooling;
 pub mod protocol;

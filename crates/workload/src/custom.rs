@@ -16,6 +16,7 @@ use servebench_answer::Expected;
 use servebench_tokenizer::Tokenizer;
 
 use crate::error::WorkloadError;
+use crate::images::{ImageInput, ImagePaths};
 use crate::request::RequestSpec;
 use crate::selection::{oversample, oversample_picks, shuffle};
 
@@ -60,6 +61,9 @@ struct Line {
     output_tokens: Option<u64>,
     #[serde(default)]
     expected: Option<serde_json::Value>,
+    /// Image files sent with the prompt, relative to the dataset file.
+    #[serde(default)]
+    image: Option<ImagePaths>,
 }
 
 /// The requests of a custom dataset and, position by position, each one's `expected`
@@ -121,7 +125,7 @@ pub fn sample_custom_str_checked(
             )))
         }
     };
-    let mut items: Vec<(String, u64, Option<Expected>)> = Vec::new();
+    let mut items: Vec<(String, u64, Option<Expected>, Vec<ImageInput>)> = Vec::new();
     for (index, raw) in text.lines().enumerate() {
         let line_no = index + 1;
         if raw.trim().is_empty() {
@@ -160,7 +164,13 @@ pub fn sample_custom_str_checked(
                 Expected::from_json(v).map_err(|e| WorkloadError::malformed(path, line_no, e))?,
             ),
         };
-        items.push((line.prompt, output, expected));
+        let images = match &line.image {
+            Some(paths) => paths
+                .load(path)
+                .map_err(|e| WorkloadError::malformed(path, line_no, e))?,
+            None => Vec::new(),
+        };
+        items.push((line.prompt, output, expected, images));
     }
     if items.is_empty() {
         return Err(WorkloadError::Empty {
@@ -180,8 +190,9 @@ pub fn sample_custom_str_checked(
         .into_iter()
         .take(wanted)
         .enumerate()
-        .map(|(i, (prompt, output, expected))| {
+        .map(|(i, (prompt, output, expected, images))| {
             let spec = RequestSpec {
+                images,
                 id: i as u64,
                 prompt_tokens: tok.count(&prompt) as u64,
                 prompt,

@@ -5,7 +5,7 @@
 //!   and [`custom`] (files, with vLLM's selection rules), [`sonnet`] (poem lines with a
 //!   shared prefix), [`prefix_repetition`] (groups of prompts sharing exact-length
 //!   prefixes), [`hf`] (local copies of the Hugging Face datasets vLLM knows by name), and
-//!   [`trace`] replay.
+//!   [`trace`] replay; [`random_mm`] adds synthetic images to the random dataset.
 //! - [`synth`] builds text of an exact token count under a [`Tokenizer`].
 //! - [`arrival`] computes intended send offsets from a rate, burstiness and ramp.
 //!
@@ -17,9 +17,11 @@ mod arrival;
 pub mod custom;
 mod error;
 pub mod hf;
+mod images;
 mod prefix_hit;
 mod prefix_repetition;
 pub mod random;
+pub mod random_mm;
 mod request;
 mod rng;
 mod selection;
@@ -34,8 +36,10 @@ pub use arrival::{ArrivalConfig, RampUp, RampUpStrategy};
 pub use custom::{sample_custom, sample_custom_checked, CustomConfig, CustomRequests};
 pub use error::WorkloadError;
 pub use hf::{sample_hf, HfConfig};
+pub use images::ImageInput;
 pub use prefix_repetition::{sample_prefix_repetition, PrefixRepetitionConfig};
 pub use random::{sample_random, PrefixMode, RandomConfig};
+pub use random_mm::{sample_random_mm, RandomMmConfig};
 pub use request::{cycle, RequestSpec};
 pub use sessions::{custom_sessions, sharegpt_sessions, Session, SessionSelection, SessionTurn};
 pub use sharegpt::{sample_sharegpt, ShareGptConfig};
@@ -63,6 +67,8 @@ pub enum DatasetConfig {
     TimedTrace(trace::TimedTraceConfig),
     /// `--dataset-name burstgpt`.
     BurstGpt(trace::BurstGptConfig),
+    /// `--dataset-name random-mm`.
+    RandomMm(RandomMmConfig),
 }
 
 /// Builds the requests of a dataset under `tok`.
@@ -79,5 +85,6 @@ pub fn sample_dataset(
         DatasetConfig::Hf(c) => sample_hf(c, tok),
         DatasetConfig::TimedTrace(c) => trace::sample_timed_trace(c, tok),
         DatasetConfig::BurstGpt(c) => trace::sample_burstgpt(c, tok),
+        DatasetConfig::RandomMm(c) => sample_random_mm(c, tok),
     }
 }

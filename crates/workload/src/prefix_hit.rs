@@ -184,6 +184,7 @@ pub(crate) fn sample(
         let shared = leading(tok, &pool[hit.group(i)], k);
         let prompt = extend_exact(tok, &mut rng, &shared, len - shared.len())?;
         Ok(RequestSpec {
+            images: Vec::new(),
             id: i as u64,
             prompt_tokens: prompt.len() as u64,
             prompt: prompt.text,
@@ -208,6 +209,7 @@ pub(crate) fn sample_lengths_only(
         .map(|i| {
             let k = hit.shared_len(input_lens[i]);
             RequestSpec {
+                images: Vec::new(),
                 id: i as u64,
                 prompt: if k == 0 {
                     String::new()

@@ -168,6 +168,7 @@ pub fn sample_random(
             PrefixMode::PerRequest => (exact_text(tok, &mut rng, prefix_len + unique)?, 0),
         };
         Ok(RequestSpec {
+            images: Vec::new(),
             id: i as u64,
             prompt_tokens: prompt.len() as u64,
             prompt: prompt.text,
@@ -187,6 +188,7 @@ pub fn sample_random_lengths(cfg: &RandomConfig) -> Result<Vec<RequestSpec>, Wor
     let shared = matches!(cfg.prefix_mode, PrefixMode::Shared);
     Ok((0..cfg.num_prompts)
         .map(|i| RequestSpec {
+            images: Vec::new(),
             id: i as u64,
             prompt: String::new(),
             prompt_tokens: cfg.prefix_len + input_lens[i],

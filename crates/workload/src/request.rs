@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::images::ImageInput;
+
 /// One request of a workload. Prompts are plain text; a client talking to a chat
 /// endpoint wraps the prompt in a single user message, as vLLM's benchmark does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,6 +20,37 @@ pub struct RequestSpec {
     /// random workload, or the blocks a trace says an earlier request already sent.
     /// Zero when the prompt is unique from its first token.
     pub prefix_tokens: u64,
+    /// Images sent after the prompt text in the same user message (`random-mm`, datasets
+    /// with images); their tokens are part of `prompt_tokens` once counted for a model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageInput>,
+}
+
+impl RequestSpec {
+    /// Counts each image's tokens with `tokens(width, height)` and adds them to
+    /// `prompt_tokens`, so the request's expected prompt length is text and images. Counting
+    /// again replaces the earlier count.
+    pub fn count_image_tokens(&mut self, tokens: impl Fn(u32, u32) -> u64) {
+        let before = self.image_tokens();
+        for img in &mut self.images {
+            img.tokens = tokens(img.width, img.height);
+        }
+        self.prompt_tokens =
+            self.prompt_tokens - before.min(self.prompt_tokens) + self.image_tokens();
+    }
+
+    /// Prompt tokens of the images (0 for a text-only request).
+    pub fn image_tokens(&self) -> u64 {
+        self.images.iter().map(|i| i.tokens).sum()
+    }
+
+    /// What a record says of the request's images; `None` for a text-only request.
+    pub fn image_usage(&self) -> Option<servebench_metrics::ImageUsage> {
+        (!self.images.is_empty()).then(|| servebench_metrics::ImageUsage {
+            count: u32::try_from(self.images.len()).unwrap_or(u32::MAX),
+            tokens: self.image_tokens(),
+        })
+    }
 }
 
 /// `count` requests taken from `base` in order, wrapping around as often as needed
@@ -41,6 +74,7 @@ mod tests {
 
     fn spec(id: u64, prompt: &str) -> RequestSpec {
         RequestSpec {
+            images: Vec::new(),
             id,
             prompt: prompt.to_owned(),
             prompt_tokens: 1,

@@ -21,6 +21,8 @@ pub(crate) enum Purpose {
     RepeatedPrefix = 10,
     RepeatedSuffix = 11,
     PoolPrefix = 12,
+    MmItems = 13,
+    MmPixels = 14,
 }
 
 /// The random stream for `purpose` and `index` under `seed`.

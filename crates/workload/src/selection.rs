@@ -45,6 +45,7 @@ mod tests {
     fn oversample_fills_with_existing_prompts() {
         let mut reqs: Vec<RequestSpec> = (0..3)
             .map(|i| RequestSpec {
+                images: Vec::new(),
                 id: i,
                 prompt: format!("p{i}"),
                 prompt_tokens: 1,

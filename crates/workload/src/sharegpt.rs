@@ -19,6 +19,7 @@ use serde::Deserialize;
 use servebench_tokenizer::Tokenizer;
 
 use crate::error::WorkloadError;
+use crate::images::ImagePaths;
 use crate::request::RequestSpec;
 use crate::selection::{oversample, shuffle};
 
@@ -62,7 +63,13 @@ impl ShareGptConfig {
 struct Entry {
     #[serde(default)]
     conversations: Option<Vec<Turn>>,
+    /// ShareGPT-4V: the image the first turn is about, relative to the dataset file.
+    #[serde(default)]
+    image: Option<ImagePaths>,
 }
+
+/// An entry's position in the file and the images it names.
+type EntryImages = (usize, ImagePaths);
 
 #[derive(Deserialize)]
 struct Turn {
@@ -92,22 +99,23 @@ pub fn sample_sharegpt_str(
             format!("not a ShareGPT JSON list of conversations: {e}"),
         )
     })?;
-    let mut pairs: Vec<(String, String)> = entries
+    let mut pairs: Vec<(String, String, Option<EntryImages>)> = entries
         .into_iter()
-        .filter_map(|e| e.conversations)
-        .filter(|c| c.len() >= 2)
-        .map(|c| {
+        .enumerate()
+        .filter_map(|(i, e)| Some((e.conversations?, e.image.map(|im| (i, im)))))
+        .filter(|(c, _)| c.len() >= 2)
+        .map(|(c, image)| {
             let mut turns = c.into_iter();
             let prompt = turns.next().map(|t| t.value).unwrap_or_default();
             let completion = turns.next().map(|t| t.value).unwrap_or_default();
-            (prompt, completion)
+            (prompt, completion, image)
         })
         .collect();
     if !cfg.disable_shuffle {
         shuffle(&mut pairs, cfg.seed);
     }
     let mut requests = Vec::new();
-    for (prompt, completion) in pairs {
+    for (prompt, completion, image) in pairs {
         if requests.len() >= cfg.num_prompts {
             break;
         }
@@ -121,7 +129,15 @@ pub fn sample_sharegpt_str(
         if too_short || too_long {
             continue;
         }
+        let images = match image {
+            Some((entry, paths)) => paths.load(path).map_err(|e| WorkloadError::Format {
+                path: path.to_path_buf(),
+                message: format!("entry {entry} (from 0): {e}"),
+            })?,
+            None => Vec::new(),
+        };
         requests.push(RequestSpec {
+            images,
             id: requests.len() as u64,
             prompt,
             prompt_tokens,

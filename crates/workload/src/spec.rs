@@ -13,6 +13,7 @@ pub(crate) fn request(
     prefix_tokens: u64,
 ) -> RequestSpec {
     RequestSpec {
+        images: Vec::new(),
         id: id as u64,
         prompt,
         prompt_tokens,

@@ -52,6 +52,9 @@ pub enum DatasetName {
     /// --random-batch-size (needs --backend vllm-rerank).
     #[value(name = "random-rerank")]
     RandomRerank,
+    /// vLLM's random prompts with synthetic images in the chat message (--random-mm-*).
+    #[value(name = "random-mm")]
+    RandomMm,
 }
 
 impl DatasetName {
@@ -67,6 +70,7 @@ impl DatasetName {
             DatasetName::TimedTrace => "timed_trace",
             DatasetName::Burstgpt => "burstgpt",
             DatasetName::RandomRerank => "random-rerank",
+            DatasetName::RandomMm => "random-mm",
         }
     }
 }
@@ -534,6 +538,9 @@ pub struct RunArgs {
         help_heading = "TLS and HTTP/2"
     )]
     pub http2: Http2Arg,
+    // ---- images in chat ----
+    #[command(flatten)]
+    pub random_mm: super::random_mm::RandomMmArgs,
 }
 
 /// `--lora-assignment`.

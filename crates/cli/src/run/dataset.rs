@@ -15,17 +15,19 @@ use super::plan::{DatasetChoice, RunPlan};
 
 /// The dataset the plan describes.
 pub fn config(plan: &RunPlan) -> DatasetConfig {
+    let random = || RandomConfig {
+        num_prompts: plan.num_prompts,
+        input_len: plan.random.input_len,
+        output_len: plan.random.output_len,
+        range_ratio: plan.random.range_ratio,
+        prefix_len: plan.random.prefix_len,
+        prefix_mode: plan.random.prefix_mode,
+        seed: plan.seed,
+        prefix_hit: plan.random.prefix_hit,
+    };
     match &plan.dataset {
-        DatasetChoice::Random => DatasetConfig::Random(RandomConfig {
-            num_prompts: plan.num_prompts,
-            input_len: plan.random.input_len,
-            output_len: plan.random.output_len,
-            range_ratio: plan.random.range_ratio,
-            prefix_len: plan.random.prefix_len,
-            prefix_mode: plan.random.prefix_mode,
-            seed: plan.seed,
-            prefix_hit: plan.random.prefix_hit,
-        }),
+        DatasetChoice::Random => DatasetConfig::Random(random()),
+        DatasetChoice::RandomMm(shape) => DatasetConfig::RandomMm(shape.config(random())),
         DatasetChoice::ShareGpt { path, output_len } => {
             let mut c = ShareGptConfig::new(path.clone());
             c.num_prompts = plan.num_prompts;

@@ -63,7 +63,7 @@ impl Executor for HttpTarget {
                     // A shard's requests keep their ids in the whole schedule.
                     let id = if shard.is_some() { r.id } else { i as u64 };
                     client
-                        .prepare(id, &r.prompt, r.prompt_tokens, r.max_tokens)
+                        .prepare_spec(id, r)
                         .with_expected(expected.get(i).cloned().flatten())
                 })
                 .collect(),

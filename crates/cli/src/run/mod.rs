@@ -12,6 +12,7 @@ pub mod overrides;
 pub mod plan;
 pub mod pooling;
 pub mod prefix_hit;
+pub mod random_mm;
 pub mod scale_out;
 pub mod sessions_run;
 pub mod sessions_virtual;
@@ -277,6 +278,7 @@ pub async fn execute(
         ),
         None => (requests, expected),
     };
+    let requests = random_mm::count_image_tokens(plan, target, requests)?;
     if requests.is_empty() {
         bail!("the dataset produced no requests");
     }

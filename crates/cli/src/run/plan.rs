@@ -104,6 +104,8 @@ pub enum DatasetChoice {
     TimedTrace { path: PathBuf, trace: TraceReplay },
     /// vLLM's BurstGPT dataset: the CSV's GPT-4 lengths.
     BurstGpt { path: PathBuf },
+    /// Random prompts at the lengths of [`RandomShape`] with synthetic images.
+    RandomMm(super::random_mm::RandomMmShape),
 }
 
 /// How a timed trace is read and replayed (vLLM's `--timed-trace-*` flags and servebench's
@@ -134,12 +136,15 @@ impl DatasetChoice {
             DatasetChoice::Hf { .. } => "hf",
             DatasetChoice::TimedTrace { .. } => "timed_trace",
             DatasetChoice::BurstGpt { .. } => "burstgpt",
+            DatasetChoice::RandomMm(_) => "random-mm",
         }
     }
 
     pub fn path(&self) -> Option<&PathBuf> {
         match self {
-            DatasetChoice::Random | DatasetChoice::PrefixRepetition { .. } => None,
+            DatasetChoice::Random
+            | DatasetChoice::PrefixRepetition { .. }
+            | DatasetChoice::RandomMm(_) => None,
             DatasetChoice::ShareGpt { path, .. }
             | DatasetChoice::Custom { path, .. }
             | DatasetChoice::Sonnet { path, .. }
@@ -319,6 +324,7 @@ impl RunPlan {
         check_self_timed(&dataset, &traffic)?;
         check_duration(&traffic)?;
         let endpoint = endpoint(a, &target)?;
+        check_images_backend(&dataset, &endpoint)?;
         let answer = AnswerPlan::from_args(a)?;
         let scale_out = ScaleOut::from_args(a, &target, &traffic)?;
         let multi_turn = multi_turn(a, &dataset, &endpoint, &traffic)?;
@@ -433,6 +439,7 @@ impl RunPlan {
                 DatasetChoice::BurstGpt { path } => {
                     (DatasetName::Burstgpt, Some(path.clone()), None, 256)
                 }
+                DatasetChoice::RandomMm(_) => (DatasetName::RandomMm, None, None, 256),
             };
         let replay = match &self.dataset {
             DatasetChoice::TimedTrace { trace, .. } => Some(trace.clone()),
@@ -582,6 +589,10 @@ impl RunPlan {
             client_cert: None,
             client_key: None,
             http2: Default::default(),
+            random_mm: match &self.dataset {
+                DatasetChoice::RandomMm(shape) => shape.flags.clone(),
+                _ => Default::default(),
+            },
         };
         super::transport_plan::set_flags(&mut args, &self.transport);
         args
@@ -693,9 +704,22 @@ fn target(a: &RunArgs) -> Result<TargetChoice> {
     Ok(TargetChoice::Server { base_url })
 }
 
+/// Images go in chat messages: a run with them needs the chat API, as vLLM's does.
+fn check_images_backend(dataset: &DatasetChoice, endpoint: &Endpoint) -> Result<()> {
+    if matches!(dataset, DatasetChoice::RandomMm(_)) && endpoint.flavor != ApiFlavor::OpenaiChat {
+        bail!(
+            "--dataset-name random-mm sends images in chat messages: use --backend openai-chat \
+             (endpoint /v1/chat/completions), not --backend {}",
+            endpoint.flavor.as_str()
+        );
+    }
+    Ok(())
+}
+
 fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
     // vLLM's --output-len replaces the output length flag of random, sharegpt, sonnet and hf.
     check_trace_flags(a)?;
+    super::random_mm::check_unused(&a.random_mm, a.dataset_name == DatasetName::RandomMm)?;
     let general_output_len = || -> Result<Option<u64>> {
         match a.output_len {
             Some(v) if v < 0 => bail!(
@@ -715,6 +739,15 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
                 bail!("--output-len must be non-negative for the random dataset")
             }
             DatasetChoice::Random
+        }
+        DatasetName::RandomMm => {
+            if let Some(p) = &a.dataset_path {
+                bail!("cannot use the random-mm dataset with --dataset-path {}: its images are generated", p.display());
+            }
+            if matches!(a.output_len, Some(v) if v < 0) {
+                bail!("--output-len must be non-negative for the random-mm dataset")
+            }
+            DatasetChoice::RandomMm(super::random_mm::RandomMmShape::from_args(&a.random_mm)?)
         }
         DatasetName::Sharegpt => DatasetChoice::ShareGpt {
             path: a
@@ -942,7 +975,8 @@ impl DatasetFlags {
             | DatasetChoice::ShareGpt { .. }
             | DatasetChoice::Custom { .. }
             | DatasetChoice::TimedTrace { .. }
-            | DatasetChoice::BurstGpt { .. } => {}
+            | DatasetChoice::BurstGpt { .. }
+            | DatasetChoice::RandomMm(_) => {}
         }
     }
 }

@@ -139,6 +139,7 @@ fn pooled(i: usize, texts: &[&str], prompt_tokens: u64) -> RequestSpec {
         prompt_tokens,
         max_tokens: Some(1),
         prefix_tokens: 0,
+        images: Vec::new(),
     }
 }
 

@@ -59,6 +59,7 @@ pub fn simulate_sessions(
             session,
             turn,
             RequestSpec {
+                images: Vec::new(),
                 id,
                 prompt: String::new(),
                 prompt_tokens: prompt.len() as u64,

@@ -466,6 +466,7 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         _ => None,
     };
     RequestRecord {
+        images: spec.image_usage(),
         id: spec.id,
         intended: t.intended_ns,
         released: t.sent_ns,

@@ -24,6 +24,7 @@ mod overload_honesty;
 mod pooling;
 mod predict_plan;
 mod prefix_hit;
+mod random_mm;
 mod readme_examples;
 mod real_engine;
 mod realtime_priority;

@@ -14,7 +14,7 @@ fn workspace_root() -> &'static Path {
 }
 
 /// The README's command lines that start with `prefix`, without their trailing `# comment`.
-fn readme_commands(prefix: &str) -> Vec<Vec<String>> {
+pub(crate) fn readme_commands(prefix: &str) -> Vec<Vec<String>> {
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
     readme
         .lines()

@@ -1223,3 +1223,73 @@ fn sweep_serve_restarts_llama_server_per_slot_count() {
     let (one, four) = (tput(1), tput(4));
     assert!(four > one, "output tok/s: 4 slots {four}, 1 slot {one}");
 }
+
+/// A chat request with an image part, sent to a text-only model (SmolLM2, no vision
+/// projector): llama-server refuses it, and servebench records the refusal as a failed request
+/// with the server's status and message, instead of crashing or dropping it. The client is told
+/// it benchmarks a vision model (`--model` names one the catalog knows) served under the
+/// engine's name (`--served-model-name`), so the run is not refused before it starts.
+#[test]
+fn an_image_part_to_a_text_model_is_a_recorded_error() {
+    let Some(engine) = engine("an_image_part_to_a_text_model_is_a_recorded_error") else {
+        return;
+    };
+    let scratch = Scratch::new("image-refused");
+    let dir = scratch.0.clone();
+    let out = Command::new(env!("CARGO_BIN_EXE_servebench"))
+        .args([
+            "run",
+            "--base-url",
+            &engine.url,
+            "--backend",
+            "openai-chat",
+            "--model",
+            "Qwen/Qwen2.5-VL-7B-Instruct",
+            "--served-model-name",
+            &engine.model,
+            "--dataset-name",
+            "random-mm",
+            "--num-prompts",
+            "3",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            "4",
+            "--random-mm-bucket-config",
+            "{(64, 64, 1): 1}",
+            "--output-dir",
+            dir.to_str().unwrap(),
+            "--disable-tqdm",
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn servebench");
+    let detail = format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // An orderly exit (results written), not a crash.
+    assert!(matches!(out.status.code(), Some(0..=2)), "{detail}");
+    let jsonl = find_records(&dir).unwrap_or_else(|| panic!("no records\n{detail}"));
+    let records: Vec<RequestRecord> = fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 3, "{detail}");
+    for r in &records {
+        let f = r
+            .failure
+            .as_ref()
+            .unwrap_or_else(|| panic!("{r:?}\n{detail}"));
+        assert!(
+            matches!(f.status, Some(400..=599)),
+            "an HTTP refusal: {f:?}\n{detail}"
+        );
+        assert_eq!(r.images.map(|i| i.count), Some(1), "{r:?}");
+    }
+}

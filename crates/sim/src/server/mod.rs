@@ -9,6 +9,7 @@
 mod body;
 mod connections;
 mod error;
+mod images;
 mod pooling;
 mod request;
 mod response;
@@ -91,6 +92,8 @@ struct Shared {
     lora_modules: Vec<String>,
     /// The engines of a simulated fleet (`--replicas`, `--pool`); `None` for one engine.
     fleet: Option<Arc<crate::fleet::realtime_fleet::FleetEngines>>,
+    /// The served model's vision encoder (images are refused without one).
+    vision: Option<servebench_roofline::VisionSpec>,
 }
 
 fn unix_now() -> u64 {
@@ -158,6 +161,7 @@ impl AppState {
                 hidden_size: e.deployment.model().hidden_size as usize,
                 lora_modules: sim.lora_modules.clone(),
                 fleet: None,
+                vision: sim.vision.clone(),
             }),
         }
     }
@@ -310,7 +314,14 @@ async fn generate(
     .await?;
     let body = GenerateBody::parse(endpoint, &body)?;
     app.check_model(body.model())?;
-    let req = request::validate(&body, &app.inner.tokenizer, app.inner.limits)?;
+    let mut req = request::validate(&body, &app.inner.tokenizer, app.inner.limits)?;
+    images::charge(
+        &body,
+        &mut req,
+        app.inner.vision.as_ref(),
+        &app.inner.served_name,
+        app.inner.limits,
+    )?;
     let faults = app.inner.faults.draw(req.max_tokens);
     if faults.error {
         app.inner.faults.record(FaultKind::Error);

@@ -87,6 +87,7 @@ pub fn sample_burstgpt(
         let mut rng = stream(cfg.seed, Purpose::RequestContent, i as u64);
         let prompt = exact_text(tok, &mut rng, len)?;
         Ok(RequestSpec {
+            images: Vec::new(),
             id: i as u64,
             prompt_tokens: prompt.len() as u64,
             prompt: prompt.text,

@@ -123,6 +123,7 @@ pub fn lengths_only(entries: &[TraceEntry], block_tokens: u64) -> Vec<RequestSpe
         .zip(shared)
         .enumerate()
         .map(|(i, (e, reused))| RequestSpec {
+            images: Vec::new(),
             id: i as u64,
             prompt: String::new(),
             prompt_tokens: e.input_tokens.max(1),
@@ -164,6 +165,7 @@ fn build_entry(
     let mut rng = stream(cfg.seed, Purpose::TraceTail, i as u64);
     let prompt = extend_exact(tok, &mut rng, &prefix, target - prefix.len())?;
     Ok(RequestSpec {
+        images: Vec::new(),
         id: i as u64,
         prompt_tokens: prompt.len() as u64,
         prompt: prompt.text,
