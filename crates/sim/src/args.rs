@@ -262,6 +262,12 @@ pub struct SimArgs {
     /// Like --reasoning-tokens, as a share (0 to 1) of each chat response's output tokens.
     #[arg(long, value_name = "F")]
     pub reasoning_fraction: Option<f64>,
+
+    /// A calibration profile (`servebench sim calibrate`): fitted efficiencies and overheads
+    /// for this model, GPU, tensor-parallel size and dtype; explicit --mfu/--mbu/…-us flags
+    /// still win. A profile for another deployment is refused.
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.

@@ -117,10 +117,12 @@ impl SimArgs {
         };
         let dtype = self.dtype;
         let kv_dtype = self.kv_cache_dtype;
-        let deployment = Deployment::builder(gpu, model.clone())
+        let builder = Deployment::builder(gpu, model.clone())
             .dtype(dtype)
             .kv_dtype(kv_dtype)
-            .tensor_parallel(self.tensor_parallel_size)
+            .tensor_parallel(self.tensor_parallel_size);
+        let builder = crate::calibration::apply_file(self.calibration.as_deref(), builder)?;
+        let deployment = builder
             .mfu(self.mfu)
             .mfu_fp8(self.mfu_fp8)
             .mbu(self.mbu)
