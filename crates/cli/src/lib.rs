@@ -2,6 +2,7 @@
 //! crates, progress and exit codes. No measurement logic lives here.
 
 mod batch_run;
+mod calibrate_cmd;
 mod compare_cmd;
 mod decide_cmd;
 mod diagnose_cmd;

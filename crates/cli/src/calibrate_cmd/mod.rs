@@ -1,0 +1,2 @@
+//! `servebench sim calibrate`.
+pub mod fit;
