@@ -95,6 +95,19 @@ pub fn main() -> ExitCode {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
     }
+    // `sim calibrate` is a command of its own under `sim`, whose other words are a model and
+    // engine flags: it is recognised before clap sees `sim`.
+    if argv.get(1).map(String::as_str) == Some("sim")
+        && argv.get(2).map(String::as_str) == Some("calibrate")
+    {
+        return match calibrate_cmd::main(&argv[3..]) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {}", error_text(&e));
+                ExitCode::from(2)
+            }
+        };
+    }
     let cli = Cli::parse_from(&argv);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -14,8 +14,8 @@ use servebench_analysis::predict::{
 };
 use servebench_analysis::{format_quantity, Explained};
 use servebench_roofline::{
-    resolve_scheduler_limits, CalibrationProfile, Catalog, Deployment, Dtype, KvDtype, KvSizing, ModelSpec,
-    SPEC_DEFAULT_MBU,
+    resolve_scheduler_limits, CalibrationProfile, Catalog, Deployment, Dtype, KvDtype, KvSizing,
+    ModelSpec, SPEC_DEFAULT_MBU,
 };
 
 /// GPU used when `--gpu` is not given (the simulator's default).

@@ -298,9 +298,10 @@ mod tests {
     #[test]
     fn bad_profiles_name_the_problem() {
         let text = profile().to_toml_string().unwrap();
-        let e = CalibrationProfile::from_toml_str(&text.replace("mbu = 0.6", "mbu = 1.6"), "p.toml")
-            .unwrap_err()
-            .to_string();
+        let e =
+            CalibrationProfile::from_toml_str(&text.replace("mbu = 0.6", "mbu = 1.6"), "p.toml")
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("p.toml") && e.contains("factors.mbu"), "{e}");
         let e = CalibrationProfile::from_toml_str(
             &text.replace(CALIBRATION_SCHEMA, "other/v9"),

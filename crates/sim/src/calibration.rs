@@ -16,7 +16,7 @@ pub fn apply_file(
         return Ok(builder);
     };
     let profile = CalibrationProfile::load(path)?;
-    profile.apply_checked(builder).map_err(|e| {
-        SimError::Config(format!("--calibration {}: {e}", path.display()))
-    })
+    profile
+        .apply_checked(builder)
+        .map_err(|e| SimError::Config(format!("--calibration {}: {e}", path.display())))
 }
