@@ -162,7 +162,8 @@ pub struct Observation {
     pub observed: f64,
     /// Steps (indices into [`Dataset::steps`]).
     pub steps: Vec<u32>,
-    /// Relative weight: every (run, metric) class weighs the same in total.
+    /// Weight in the fit: 1, as every observation's relative noise is alike (a class of a few
+    /// TTFTs must not pull as hard as thousands of gaps, or its noise moves the factors).
     pub weight: f64,
     /// Observations in its (run, metric) class.
     pub class_size: usize,
@@ -184,7 +185,7 @@ impl Dataset {
             .sum()
     }
 
-    /// Sets each observation's weight so every (run, metric) class sums to 1.
+    /// Sets each observation's weight and records the size of its (run, metric) class.
     pub fn balance_weights(&mut self) {
         let mut counts = std::collections::HashMap::new();
         for o in &self.observations {
@@ -192,7 +193,7 @@ impl Dataset {
         }
         for o in &mut self.observations {
             o.class_size = counts[&(o.run, o.metric)];
-            o.weight = 1.0 / o.class_size as f64;
+            o.weight = 1.0;
         }
     }
 
@@ -216,15 +217,15 @@ impl Dataset {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fit {
     pub factors: Factors,
-    /// Each factor's relative standard error (assuming the RMS relative residual, at least
-    /// [`MIN_NOISE`], on every class), in [`Factor::ALL`] order.
+    /// Each factor's relative standard error, assuming a relative noise of [`MIN_NOISE`] on
+    /// every observation, in [`Factor::ALL`] order.
     pub relative_se: [f64; 4],
     /// Weighted RMS relative residual after the fit.
     pub rms_residual: f64,
 }
 
-/// The smallest relative noise assumed per observation: a factor must stand out of the
-/// per-cent-level spread real runs have to be identified.
+/// The relative noise assumed per observation when judging identifiability: a factor must
+/// stand out of the per-cent-level spread real runs have.
 pub const MIN_NOISE: f64 = 0.01;
 /// Observations of one (run, metric) class count as at most this many independent ones for
 /// the standard errors: errors within one run are correlated (one server state, one model
@@ -305,10 +306,18 @@ pub fn fit(data: &Dataset, start: &Factors) -> Result<Fit, FitError> {
     let factors = at(&phi);
     let total_weight: f64 = data.observations.iter().map(|o| o.weight).sum();
     let rms_residual = (cost / total_weight.max(1e-300)).sqrt();
-    let noise = rms_residual.max(MIN_NOISE);
-    let (jtj, _) = normal_equations_with(data, &factors, |o| {
-        o.weight * (o.class_size as f64).min(MAX_INDEPENDENT_PER_CLASS)
+    // Identifiability is a property of the runs' design, not of how well this fit went: the
+    // same assumed noise is used whatever the residual.
+    let noise = MIN_NOISE;
+    let (mut jtj, _) = normal_equations_with(data, &factors, |o| {
+        o.weight * (o.class_size as f64).min(MAX_INDEPENDENT_PER_CLASS) / o.class_size as f64
     });
+    // A whisper of ridge keeps the inverse defined when a factor leaves no trace at all, so
+    // the others still get their own standard errors.
+    let trace: f64 = (0..n).map(|i| jtj[i][i]).sum();
+    for i in 0..n {
+        jtj[i][i] += 1e-12 * trace.max(1e-300);
+    }
     let relative_se = match invert(jtj) {
         Some(inv) => {
             let mut se = [0.0; 4];
