@@ -45,7 +45,8 @@ pub enum Command {
     /// Every request released at once, timed to the last one (flags and JSON of `vllm bench
     /// throughput`). Without --base-url/--host it runs the simulator in virtual time.
     Throughput(Box<throughput_cmd::ThroughputArgs>),
-    /// Serve the simulated inference engine (an OpenAI-compatible server).
+    /// Serve the simulated inference engine (an OpenAI-compatible server). `servebench sim
+    /// calibrate RESULT...` fits its cost model to measured runs instead.
     Sim(Box<servebench_sim::args::SimArgs>),
     /// Bandwidth math for a GPU and model: weights, TPOT floor, prefill, KV capacity.
     Predict(Box<predict_cmd::PredictArgs>),

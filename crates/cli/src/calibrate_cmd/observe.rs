@@ -274,3 +274,141 @@ fn work_of(d: &Deployment, t: &servebench_roofline::StepTime, requests: u32) -> 
         t_ar: t.t_ar,
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use servebench_metrics::{CountSource, TokenEvent};
+    use servebench_roofline::Catalog;
+
+    fn deployment() -> Deployment {
+        let c = Catalog::builtin();
+        Deployment::builder(
+            c.gpu("h100").unwrap().clone(),
+            c.model("llama-3.1-8b").unwrap().clone(),
+        )
+        .build()
+        .unwrap()
+    }
+
+    fn record(id: u64, sent_ms: u64, events_ms: &[u64], input: u64) -> RequestRecord {
+        let ms = |t: u64| t * 1_000_000;
+        RequestRecord {
+            id,
+            intended: ms(sent_ms),
+            released: ms(sent_ms),
+            sent: ms(sent_ms),
+            started: None,
+            first_token: Some(ms(events_ms[0])),
+            end: events_ms.last().map(|&t| ms(t)),
+            done: events_ms.last().map(|&t| ms(t)),
+            waited_for_slot: false,
+            events: events_ms
+                .iter()
+                .map(|&t| TokenEvent { t: ms(t), chars: 4 })
+                .collect(),
+            bare_events: Vec::new(),
+            input_tokens: input,
+            input_source: CountSource::Usage,
+            output_tokens: events_ms.len() as u64,
+            output_source: CountSource::Usage,
+            intended_input_tokens: input,
+            max_tokens: None,
+            cached_tokens: None,
+            finish_reason: None,
+            text: None,
+            failure: None,
+            resent: 0,
+            answer_checked: false,
+            output_split: None,
+            session_id: None,
+            turn: None,
+            stamp_clock: None,
+        }
+    }
+
+    #[test]
+    fn a_single_stream_becomes_one_prefill_and_one_decode_step_per_gap() {
+        let d = deployment();
+        let mut data = Dataset::default();
+        let rebuilt = add_run(
+            &mut data,
+            0,
+            &[record(0, 5, &[15, 23, 31], 100)],
+            &d,
+            8192,
+            0,
+        );
+        assert_eq!(rebuilt.requests, 1);
+        assert_eq!(rebuilt.steps, 3);
+        let ttft: Vec<_> = data
+            .observations
+            .iter()
+            .filter(|o| o.metric == Metric::Ttft)
+            .collect();
+        assert_eq!(ttft.len(), 1);
+        assert!((ttft[0].observed - 0.010).abs() < 1e-12);
+        // The prefill step computes 100 new tokens; a decode step one.
+        let prefill = data.steps[ttft[0].steps[0] as usize];
+        let decode = data.steps[data.observations[1].steps[0] as usize];
+        assert!(
+            prefill.t_c0 > 90.0 * decode.t_c0,
+            "{prefill:?} vs {decode:?}"
+        );
+        assert_eq!(data.observations.len(), 3);
+        assert!((data.observations[2].observed - 0.008).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_prompt_longer_than_the_budget_on_an_idle_engine_gets_steps_no_event_marks() {
+        let d = deployment();
+        let mut data = Dataset::default();
+        add_run(
+            &mut data,
+            0,
+            &[record(0, 0, &[300, 308], 5000)],
+            &d,
+            2048,
+            0,
+        );
+        let ttft = &data.observations[0];
+        assert_eq!(ttft.metric, Metric::Ttft);
+        // 5000 tokens in chunks of 2048: two steps before the one that samples.
+        assert_eq!(ttft.steps.len(), 3);
+        let total: f64 = ttft
+            .steps
+            .iter()
+            .map(|&s| data.steps[s as usize].t_c0)
+            .sum();
+        let one = d.step_time(&[SeqWork {
+            new_tokens: 5000,
+            context: 0,
+            samples: true,
+        }]);
+        // The chunks' compute adds up to the whole prompt's (attention is causal either way).
+        assert!((total / (one.flops / d.peak_flops()) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_request_arriving_mid_step_waits_for_it() {
+        let d = deployment();
+        let mut data = Dataset::default();
+        // Request 1 decodes in steps ending at 10, 20, 30, 40; request 2 arrives at 12, during
+        // the step ending at 20, so its prefill runs in the step ending at 30.
+        let records = [
+            record(0, 0, &[10, 20, 30, 40], 50),
+            record(1, 12, &[30, 40], 50),
+        ];
+        add_run(&mut data, 0, &records, &d, 8192, 0);
+        let ttft = data
+            .observations
+            .iter()
+            .find(|o| o.metric == Metric::Ttft && o.request == 1)
+            .unwrap();
+        assert!((ttft.observed - 0.010).abs() < 1e-12, "{}", ttft.observed);
+        assert_eq!(ttft.steps.len(), 1);
+        // That step held the prefill (50 tokens) and request 1's decode.
+        assert_eq!(data.steps[ttft.steps[0] as usize].requests, 2.0);
+    }
+}
