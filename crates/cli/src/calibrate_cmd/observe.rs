@@ -59,7 +59,7 @@ pub fn add_run(
             let mut events: Vec<u64> = r.events.iter().map(|e| e.t).collect();
             events.sort_unstable();
             let end = *events.last()?;
-            let input = u32::try_from(r.input_tokens).unwrap_or(u32::MAX);
+            let input = u32::try_from(r.input_tokens).unwrap_or(u32::MAX).max(1);
             let cached = u32::try_from(r.cached_tokens.unwrap_or(0)).unwrap_or(0);
             let tokens_per_event = (r.output_tokens as f64 / events.len() as f64).max(1.0);
             Some(Req {
@@ -128,25 +128,28 @@ pub fn add_run(
 
     // When each step started: right after the previous one while any request was in flight,
     // else when the arrival that woke the idle engine was sent.
+    let mut sents: Vec<u64> = reqs.iter().map(|r| r.sent).collect();
+    sents.sort_unstable();
+    let mut req_ends: Vec<u64> = reqs.iter().map(|r| r.end).collect();
+    req_ends.sort_unstable();
+    // In flight at `p`: sent by then and not yet ended (every end follows its send).
+    let in_flight =
+        |p: u64| sents.partition_point(|&t| t <= p) > req_ends.partition_point(|&t| t <= p);
+    // The first send in (after, until].
+    let woke = |after: Option<u64>, until: u64| {
+        let k = after.map_or(0, |p| sents.partition_point(|&t| t <= p));
+        sents.get(k).copied().filter(|&t| t <= until)
+    };
     let step_start: Vec<u64> = (0..n_steps)
         .map(|s| {
-            let woke = |after: Option<u64>| {
-                reqs.iter()
-                    .map(|r| r.sent)
-                    .filter(|&t| after.is_none_or(|p| t > p) && t <= ends[s])
-                    .min()
-            };
             if s == 0 {
-                return woke(None).unwrap_or(ends[0]);
+                return woke(None, ends[0]).unwrap_or(ends[0]);
             }
             let prev = ends[s - 1];
-            let busy = reqs
-                .iter()
-                .any(|r| r.sent <= prev + tolerance_ns && r.end > prev + tolerance_ns);
-            if busy {
+            if in_flight(prev + tolerance_ns) {
                 prev
             } else {
-                woke(Some(prev)).unwrap_or(prev)
+                woke(Some(prev), ends[s]).unwrap_or(prev)
             }
         })
         .collect();
@@ -168,14 +171,20 @@ pub fn add_run(
     let mut remaining: Vec<u32> = reqs.iter().map(|r| r.prefill).collect();
     let mut hidden_of: Vec<Vec<u32>> = vec![Vec::new(); reqs.len()];
     let mut hidden: Vec<StepWork> = Vec::new();
+    // Requests become eligible in arrival order, so a cursor over `order` and a list of the
+    // ones still prefilling keep this linear in steps plus requests.
+    let mut next = 0usize;
+    let mut active: Vec<usize> = Vec::new();
     for s in 0..n_steps {
+        while next < order.len() && eligible_from[order[next]] <= s {
+            active.push(order[next]);
+            next += 1;
+        }
+        active.retain(|&i| remaining[i] > 0 && s <= first_step[i].max(eligible_from[i]));
         let mut free = budget.saturating_sub(plans[s].len() as u32);
-        for &i in &order {
+        for &i in &active {
             let r = &reqs[i];
             let f = first_step[i].max(eligible_from[i]);
-            if remaining[i] == 0 || s < eligible_from[i] || s > f {
-                continue;
-            }
             let mut q = if s == f {
                 remaining[i]
             } else {
