@@ -2,6 +2,7 @@
 //! crates, progress and exit codes. No measurement logic lives here.
 
 mod batch_run;
+mod calibrate_cmd;
 mod compare_cmd;
 mod decide_cmd;
 mod diagnose_cmd;
@@ -48,7 +49,8 @@ pub enum Command {
     /// Every request released at once, timed to the last one (flags and JSON of `vllm bench
     /// throughput`). Without --base-url/--host it runs the simulator in virtual time.
     Throughput(Box<throughput_cmd::ThroughputArgs>),
-    /// Serve the simulated inference engine (an OpenAI-compatible server).
+    /// Serve the simulated inference engine (an OpenAI-compatible server). `servebench sim
+    /// calibrate RESULT...` fits its cost model to measured runs instead.
     Sim(Box<servebench_sim::args::SimArgs>),
     /// Bandwidth math for a GPU and model: weights, TPOT floor, prefill, KV capacity.
     Predict(Box<predict_cmd::PredictArgs>),
@@ -104,6 +106,19 @@ pub fn main() -> ExitCode {
         && argv.get(2).map(String::as_str) == Some("fidelity")
     {
         return match sim_fidelity_cmd::main(&argv[3..]) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {}", error_text(&e));
+                ExitCode::from(2)
+            }
+        };
+    }
+    // `sim calibrate` is a command of its own under `sim`, whose other words are a model and
+    // engine flags: it is recognised before clap sees `sim`.
+    if argv.get(1).map(String::as_str) == Some("sim")
+        && argv.get(2).map(String::as_str) == Some("calibrate")
+    {
+        return match calibrate_cmd::main(&argv[3..]) {
             Ok(code) => code,
             Err(e) => {
                 eprintln!("error: {}", error_text(&e));

@@ -14,8 +14,8 @@ use servebench_analysis::predict::{
 };
 use servebench_analysis::{format_quantity, Explained};
 use servebench_roofline::{
-    resolve_scheduler_limits, Catalog, Deployment, Dtype, KvDtype, KvSizing, ModelSpec,
-    SPEC_DEFAULT_MBU,
+    resolve_scheduler_limits, CalibrationProfile, Catalog, Deployment, Dtype, KvDtype, KvSizing,
+    ModelSpec, SPEC_DEFAULT_MBU,
 };
 
 /// GPU used when `--gpu` is not given (the simulator's default).
@@ -89,6 +89,11 @@ pub struct PredictArgs {
     /// Print JSON (formulas and inputs included) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// A calibration profile (`servebench sim calibrate`) for this model, GPU,
+    /// tensor-parallel size and dtype: its fitted efficiencies and overheads replace the
+    /// catalog's.
+    #[arg(long, value_name = "FILE", conflicts_with = "params")]
+    pub calibration: Option<PathBuf>,
 }
 
 /// Runs `servebench predict`.
@@ -140,13 +145,17 @@ pub fn build_report(args: &PredictArgs) -> Result<PredictReport> {
             .model(args.model.as_deref().unwrap_or(DEFAULT_MODEL))?
             .clone(),
     };
-    let deployment = Deployment::new(
-        gpu,
-        model,
-        args.dtype,
-        args.kv_cache_dtype,
-        args.tensor_parallel_size,
-    )?;
+    let builder = Deployment::builder(gpu, model)
+        .dtype(args.dtype)
+        .kv_dtype(args.kv_cache_dtype)
+        .tensor_parallel(args.tensor_parallel_size);
+    let builder = match &args.calibration {
+        Some(path) => CalibrationProfile::load(path)?
+            .apply_checked(builder)
+            .with_context(|| format!("--calibration {}", path.display()))?,
+        None => builder,
+    };
+    let deployment = builder.build()?;
     let max_model_len = args
         .max_model_len
         .unwrap_or(deployment.model().max_position_embeddings);

@@ -318,6 +318,13 @@ impl DeploymentBuilder {
     }
 }
 
+impl DeploymentBuilder {
+    /// The deployment a builder describes, for checking a calibration profile against it.
+    pub(crate) fn target(&self) -> (&GpuSpec, &ModelSpec, Dtype, u32) {
+        (&self.gpu, &self.model, self.dtype, self.tp)
+    }
+}
+
 fn coefficients(
     gpu: &GpuSpec,
     m: &ModelSpec,

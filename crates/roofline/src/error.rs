@@ -99,4 +99,12 @@ pub enum RooflineError {
         /// The largest `max_model_len` that would fit.
         largest: u32,
     },
+    /// A calibration profile is malformed, or does not describe the deployment it is applied to.
+    #[error("calibration {origin}: {message}")]
+    Calibration {
+        /// Where the profile came from (a path, or "profile").
+        origin: String,
+        /// What is wrong.
+        message: String,
+    },
 }

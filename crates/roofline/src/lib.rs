@@ -33,6 +33,7 @@
 //! # Ok::<(), servebench_roofline::RooflineError>(())
 //! ```
 
+mod calibration;
 mod capacity;
 mod catalog;
 mod deployment;
@@ -45,6 +46,9 @@ mod predict;
 mod scheduler;
 mod vision;
 
+pub use calibration::{
+    CalibrationFactors, CalibrationProfile, CalibrationTarget, FitNotes, CALIBRATION_SCHEMA,
+};
 pub use capacity::{
     kv_capacity, largest_fitting_max_model_len, KvCapacity, KvSizing, NON_TORCH_BYTES_SINGLE,
     NON_TORCH_BYTES_TP,

@@ -302,6 +302,11 @@ pub struct SimArgs {
     /// On plain http, also serve HTTP/2 with prior knowledge (h2c) beside HTTP/1.1.
     #[arg(long)]
     pub h2c: bool,
+    /// A calibration profile (`servebench sim calibrate`): fitted efficiencies and overheads
+    /// for this model, GPU, tensor-parallel size and dtype; explicit --mfu/--mbu/…-us flags
+    /// still win. A profile for another deployment is refused.
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.

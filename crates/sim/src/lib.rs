@@ -2,6 +2,7 @@
 //! and takes the time a given GPU and model would take, driven in virtual or real time.
 
 pub mod args;
+mod calibration;
 pub mod engine;
 pub mod engine_profile;
 mod faults;

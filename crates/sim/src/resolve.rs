@@ -134,7 +134,9 @@ impl SimArgs {
         let builder = Deployment::builder(gpu, model.clone())
             .dtype(dtype)
             .kv_dtype(kv_dtype)
-            .tensor_parallel(self.tensor_parallel_size)
+            .tensor_parallel(self.tensor_parallel_size);
+        let builder = crate::calibration::apply_file(self.calibration.as_deref(), builder)?;
+        let builder = builder
             .mfu(self.mfu)
             .mfu_fp8(mfu_fp8)
             .mbu(self.mbu)

@@ -5,6 +5,7 @@ mod common;
 
 mod answer_checks;
 mod browser_report;
+mod calibrate;
 mod compare_cli;
 mod compare_clocks;
 mod datasets_cli;

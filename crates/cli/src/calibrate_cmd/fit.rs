@@ -1,0 +1,581 @@
+//! Least-squares fit of the step-time model's named factors to observed TTFTs and inter-token
+//! gaps (docs/simulator.md "Calibrating to your deployment").
+//!
+//! Every observation is a sum of engine steps whose work (FLOPs and bytes at peak, planned
+//! requests, all-reduce time) is known from the records; only the factors are unknown. A step
+//! takes `t_ovh + n_req·t_req + softroof(t_c0/MFU, t_m0/MBU) + t_ar`, so the fit is a small
+//! Levenberg–Marquardt on the factors' logarithms (they stay positive), minimising relative
+//! errors so a 100 ms TTFT and a 7 ms gap weigh alike. Step and layer overheads are one
+//! per-step constant for one model, so they are fitted together as `t_ovh`.
+//!
+//! To add a factor: a [`Factor`] variant, its term in [`Factors::step`] and its derivative in
+//! [`Factors::step_gradient`], and a hint naming the run that identifies it.
+
+// Small dense linear algebra reads best with explicit indices.
+#![allow(clippy::needless_range_loop)]
+
+/// A factor the fit estimates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Factor {
+    /// Whole-model MFU.
+    Mfu,
+    /// Memory-bandwidth utilisation.
+    Mbu,
+    /// Per-step overhead `t_fixed + L·t_layer` (or the CPU floor), seconds.
+    StepOverhead,
+    /// Per-planned-request overhead, seconds.
+    ReqOverhead,
+}
+
+impl Factor {
+    /// Every factor, in parameter order.
+    pub const ALL: [Factor; 4] = [
+        Factor::Mfu,
+        Factor::Mbu,
+        Factor::StepOverhead,
+        Factor::ReqOverhead,
+    ];
+
+    /// The name printed and written.
+    pub fn name(self) -> &'static str {
+        match self {
+            Factor::Mfu => "mfu",
+            Factor::Mbu => "mbu",
+            Factor::StepOverhead => "step overhead (t_fixed + L·t_layer)",
+            Factor::ReqOverhead => "request overhead (t_req)",
+        }
+    }
+
+    /// Which run would carry the information this factor needs.
+    pub fn hint(self) -> &'static str {
+        match self {
+            Factor::Mfu => {
+                "add a long-prefill run (matrix row B: 2048 tokens in, concurrency 1), whose TTFT is compute-bound"
+            }
+            Factor::Mbu => {
+                "add a batched decode run with long contexts (matrix row D: 2048 in, 1024 out, concurrency 8), whose steps read the KV cache"
+            }
+            Factor::StepOverhead => {
+                "add a single-stream run with short prompts (matrix row A) beside a long-prefill run (row B), so per-step time separates from compute"
+            }
+            Factor::ReqOverhead => {
+                "add a saturation run (matrix row D, or concurrency 32 or more), where steps carry many requests"
+            }
+        }
+    }
+}
+
+/// The work of one engine step, at peak rates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepWork {
+    /// FLOPs / peak FLOP/s: the compute time at MFU 1, seconds.
+    pub t_c0: f64,
+    /// Bytes / peak B/s: the memory time at MBU 1, seconds.
+    pub t_m0: f64,
+    /// Planned requests.
+    pub requests: f64,
+    /// All-reduce time (not fitted), seconds.
+    pub t_ar: f64,
+}
+
+/// Factor values, in [`Factor::ALL`] order: MFU, MBU (fractions), overheads (seconds).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Factors {
+    pub values: [f64; 4],
+    /// Soft-roofline exponent (not fitted).
+    pub softroof_p: f64,
+}
+
+impl Factors {
+    /// The value of one factor.
+    pub fn get(&self, f: Factor) -> f64 {
+        self.values[index(f)]
+    }
+
+    /// One step's duration.
+    pub fn step(&self, w: &StepWork) -> f64 {
+        let [mfu, mbu, ovh, req] = self.values;
+        let t_c = w.t_c0 / mfu;
+        let t_m = w.t_m0 / mbu;
+        ovh + w.requests * req + soft_roofline(t_c, t_m, self.softroof_p) + w.t_ar
+    }
+
+    /// `∂ step / ∂ ln(factor)` for every factor.
+    pub fn step_gradient(&self, w: &StepWork) -> [f64; 4] {
+        let [mfu, mbu, ovh, req] = self.values;
+        let t_c = w.t_c0 / mfu;
+        let t_m = w.t_m0 / mbu;
+        let (dc, dm) = soft_roofline_partials(t_c, t_m, self.softroof_p);
+        // t_c = t_c0 / e^φ, so ∂t_c/∂φ = −t_c.
+        [-t_c * dc, -t_m * dm, ovh, w.requests * req]
+    }
+}
+
+fn index(f: Factor) -> usize {
+    match f {
+        Factor::Mfu => 0,
+        Factor::Mbu => 1,
+        Factor::StepOverhead => 2,
+        Factor::ReqOverhead => 3,
+    }
+}
+
+/// `(t_c^p + t_m^p)^(1/p)`; `p = ∞` is `max` (the simulator's combiner).
+pub fn soft_roofline(t_c: f64, t_m: f64, p: f64) -> f64 {
+    let hi = t_c.max(t_m);
+    if hi <= 0.0 || p.is_infinite() {
+        return hi;
+    }
+    let lo = t_c.min(t_m);
+    hi * (1.0 + (lo / hi).powf(p)).powf(1.0 / p)
+}
+
+fn soft_roofline_partials(t_c: f64, t_m: f64, p: f64) -> (f64, f64) {
+    let g = soft_roofline(t_c, t_m, p);
+    if g <= 0.0 {
+        return (0.0, 0.0);
+    }
+    if p.is_infinite() {
+        return if t_c >= t_m { (1.0, 0.0) } else { (0.0, 1.0) };
+    }
+    ((t_c / g).powf(p - 1.0), (t_m / g).powf(p - 1.0))
+}
+
+/// What an observation measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// Time to first token: the request's prefill steps.
+    Ttft,
+    /// One inter-token gap: the decode step(s) between two token events.
+    Itl,
+}
+
+/// One measured interval and the steps it spans.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observation {
+    pub metric: Metric,
+    /// Index of the run (result file) it came from.
+    pub run: usize,
+    /// Index of the request within its run.
+    pub request: usize,
+    /// Measured seconds.
+    pub observed: f64,
+    /// Steps (indices into [`Dataset::steps`]).
+    pub steps: Vec<u32>,
+    /// Weight in the fit: 1, as every observation's relative noise is alike (a class of a few
+    /// TTFTs must not pull as hard as thousands of gaps, or its noise moves the factors).
+    pub weight: f64,
+    /// Observations in its (run, metric) class.
+    pub class_size: usize,
+}
+
+/// Steps and the observations over them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Dataset {
+    pub steps: Vec<StepWork>,
+    pub observations: Vec<Observation>,
+}
+
+impl Dataset {
+    /// The predicted duration of one observation.
+    pub fn predict(&self, o: &Observation, f: &Factors) -> f64 {
+        o.steps
+            .iter()
+            .map(|&s| f.step(&self.steps[s as usize]))
+            .sum()
+    }
+
+    /// Sets each observation's weight and records the size of its (run, metric) class.
+    pub fn balance_weights(&mut self) {
+        let mut counts = std::collections::HashMap::new();
+        for o in &self.observations {
+            *counts.entry((o.run, o.metric)).or_insert(0usize) += 1;
+        }
+        for o in &mut self.observations {
+            o.class_size = counts[&(o.run, o.metric)];
+            o.weight = 1.0;
+        }
+    }
+
+    /// Only the observations of the runs `keep` says yes to (steps shared).
+    pub fn subset(&self, keep: impl Fn(usize) -> bool) -> Dataset {
+        let mut d = Dataset {
+            steps: self.steps.clone(),
+            observations: self
+                .observations
+                .iter()
+                .filter(|o| keep(o.run))
+                .cloned()
+                .collect(),
+        };
+        d.balance_weights();
+        d
+    }
+}
+
+/// The outcome of a fit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fit {
+    pub factors: Factors,
+    /// Each factor's relative standard error, assuming a relative noise of [`MIN_NOISE`] on
+    /// every observation, in [`Factor::ALL`] order.
+    pub relative_se: [f64; 4],
+    /// Weighted RMS relative residual after the fit.
+    pub rms_residual: f64,
+}
+
+/// The relative noise assumed per observation when judging identifiability: a factor must
+/// stand out of the per-cent-level spread real runs have.
+pub const MIN_NOISE: f64 = 0.01;
+/// Observations of one (run, metric) class count as at most this many independent ones for
+/// the standard errors: errors within one run are correlated (one server state, one model
+/// mismatch), so thousands of gaps of one run must not make any factor look identified.
+pub const MAX_INDEPENDENT_PER_CLASS: f64 = 25.0;
+/// Largest relative standard error of an identified factor.
+pub const MAX_RELATIVE_SE: f64 = 0.25;
+
+/// Why a fit was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FitError {
+    /// Nothing to fit.
+    NoObservations,
+    /// Some factors are not identified by the data: each with its relative standard error.
+    Unidentified(Vec<(Factor, f64)>),
+}
+
+/// Fits every factor, starting from `start`.
+pub fn fit(data: &Dataset, start: &Factors) -> Result<Fit, FitError> {
+    if data.observations.is_empty() {
+        return Err(FitError::NoObservations);
+    }
+    let n = Factor::ALL.len();
+    let mut phi: Vec<f64> = start.values.iter().map(|v| v.max(1e-12).ln()).collect();
+    let at = |phi: &[f64]| Factors {
+        values: [phi[0].exp(), phi[1].exp(), phi[2].exp(), phi[3].exp()],
+        softroof_p: start.softroof_p,
+    };
+    let mut lambda = 1e-3;
+    let mut cost = cost_of(data, &at(&phi));
+    let mut converged = false;
+    for _ in 0..200 {
+        if converged {
+            break;
+        }
+        let (jtj, jtr) = normal_equations(data, &at(&phi));
+        let mut improved = false;
+        for _ in 0..30 {
+            let mut a = jtj.clone();
+            for i in 0..n {
+                a[i][i] += lambda * jtj[i][i].max(1e-12);
+            }
+            let Some(delta) = solve(a, jtr.iter().map(|v| -v).collect()) else {
+                lambda *= 10.0;
+                continue;
+            };
+            let trial: Vec<f64> = phi
+                .iter()
+                .zip(&delta)
+                .map(|(p, d)| p + d.clamp(-2.0, 2.0))
+                .collect();
+            // MFU and MBU are fractions of peak.
+            let trial: Vec<f64> = trial
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| if i < 2 { v.min(0.0) } else { v.max(-30.0) })
+                .collect();
+            let c = cost_of(data, &at(&trial));
+            if c < cost {
+                let step: f64 = trial
+                    .iter()
+                    .zip(&phi)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f64::max);
+                phi = trial;
+                converged = (cost - c) <= 1e-12 * cost || step < 1e-9;
+                cost = c;
+                lambda = (lambda / 10.0).max(1e-12);
+                improved = true;
+                break;
+            }
+            lambda *= 10.0;
+        }
+        if !improved {
+            break;
+        }
+    }
+    let factors = at(&phi);
+    let total_weight: f64 = data.observations.iter().map(|o| o.weight).sum();
+    let rms_residual = (cost / total_weight.max(1e-300)).sqrt();
+    // Identifiability is a property of the runs' design, not of how well this fit went: the
+    // same assumed noise is used whatever the residual.
+    let noise = MIN_NOISE;
+    let (mut jtj, _) = normal_equations_with(data, &factors, |o| {
+        o.weight * (o.class_size as f64).min(MAX_INDEPENDENT_PER_CLASS) / o.class_size as f64
+    });
+    // A whisper of ridge keeps the inverse defined when a factor leaves no trace at all, so
+    // the others still get their own standard errors.
+    let trace: f64 = (0..n).map(|i| jtj[i][i]).sum();
+    for i in 0..n {
+        jtj[i][i] += 1e-12 * trace.max(1e-300);
+    }
+    let relative_se = match invert(jtj) {
+        Some(inv) => {
+            let mut se = [0.0; 4];
+            for i in 0..n {
+                se[i] = noise * inv[i][i].max(0.0).sqrt();
+            }
+            se
+        }
+        None => [f64::INFINITY; 4],
+    };
+    let unidentified: Vec<(Factor, f64)> = Factor::ALL
+        .iter()
+        .zip(relative_se)
+        .filter(|(_, se)| se.is_nan() || *se > MAX_RELATIVE_SE)
+        .map(|(f, se)| (*f, se))
+        .collect();
+    if !unidentified.is_empty() {
+        return Err(FitError::Unidentified(unidentified));
+    }
+    Ok(Fit {
+        factors,
+        relative_se,
+        rms_residual,
+    })
+}
+
+/// `Σ w·(pred/obs − 1)²`.
+fn cost_of(data: &Dataset, f: &Factors) -> f64 {
+    data.observations
+        .iter()
+        .map(|o| {
+            let r = data.predict(o, f) / o.observed - 1.0;
+            o.weight * r * r
+        })
+        .sum()
+}
+
+type Matrix = Vec<Vec<f64>>;
+
+/// `JᵀWJ` and `JᵀWr` over the log-factors.
+fn normal_equations(data: &Dataset, f: &Factors) -> (Matrix, Vec<f64>) {
+    normal_equations_with(data, f, |o| o.weight)
+}
+
+fn normal_equations_with(
+    data: &Dataset,
+    f: &Factors,
+    weight: impl Fn(&Observation) -> f64,
+) -> (Matrix, Vec<f64>) {
+    let n = Factor::ALL.len();
+    let mut jtj = vec![vec![0.0; n]; n];
+    let mut jtr = vec![0.0; n];
+    for o in &data.observations {
+        let mut pred = 0.0;
+        let mut grad = [0.0; 4];
+        for &s in &o.steps {
+            let w = &data.steps[s as usize];
+            pred += f.step(w);
+            for (g, d) in grad.iter_mut().zip(f.step_gradient(w)) {
+                *g += d;
+            }
+        }
+        let r = pred / o.observed - 1.0;
+        let w = weight(o);
+        for i in 0..n {
+            let ji = grad[i] / o.observed;
+            jtr[i] += w * ji * r;
+            for j in 0..n {
+                jtj[i][j] += w * ji * grad[j] / o.observed;
+            }
+        }
+    }
+    (jtj, jtr)
+}
+
+/// Gaussian elimination with partial pivoting; `None` when singular.
+fn solve(mut a: Matrix, mut b: Vec<f64>) -> Option<Vec<f64>> {
+    let n = b.len();
+    let scale = a
+        .iter()
+        .flat_map(|r| r.iter())
+        .fold(0.0f64, |m, v| m.max(v.abs()));
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[pivot][col].abs() <= 1e-13 * scale.max(1e-300) {
+            return None;
+        }
+        a.swap(col, pivot);
+        b.swap(col, pivot);
+        for row in col + 1..n {
+            let k = a[row][col] / a[col][col];
+            for c in col..n {
+                a[row][c] -= k * a[col][c];
+            }
+            b[row] -= k * b[col];
+        }
+    }
+    let mut x = vec![0.0; n];
+    for row in (0..n).rev() {
+        let s: f64 = (row + 1..n).map(|c| a[row][c] * x[c]).sum();
+        x[row] = (b[row] - s) / a[row][row];
+    }
+    Some(x)
+}
+
+fn invert(a: Matrix) -> Option<Matrix> {
+    let n = a.len();
+    let mut cols = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut e = vec![0.0; n];
+        e[i] = 1.0;
+        cols.push(solve(a.clone(), e)?);
+    }
+    Some(
+        (0..n)
+            .map(|r| (0..n).map(|c| cols[c][r]).collect())
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn truth() -> Factors {
+        Factors {
+            values: [0.45, 0.62, 1.4e-3, 30e-6],
+            softroof_p: 1.5,
+        }
+    }
+
+    /// Synthetic steps of an 8 B model on an H100-like GPU: prefills of `prompt` tokens and
+    /// decode steps of `batch` requests on `context` tokens.
+    fn prefill(prompt: f64) -> StepWork {
+        StepWork {
+            t_c0: prompt * 16e9 / 989e12,
+            t_m0: (15e9 + prompt * 131_072.0) / 3.35e12,
+            requests: 1.0,
+            t_ar: 0.0,
+        }
+    }
+
+    fn decode(batch: f64, context: f64) -> StepWork {
+        StepWork {
+            t_c0: batch * 16e9 / 989e12,
+            t_m0: (15e9 + batch * context * 131_072.0) / 3.35e12,
+            requests: batch,
+            t_ar: 0.0,
+        }
+    }
+
+    fn dataset(works: &[(Metric, usize, StepWork)]) -> Dataset {
+        let f = truth();
+        let mut d = Dataset::default();
+        for (i, (metric, run, w)) in works.iter().enumerate() {
+            d.steps.push(*w);
+            d.observations.push(Observation {
+                metric: *metric,
+                run: *run,
+                request: i,
+                observed: f.step(w),
+                steps: vec![i as u32],
+                weight: 1.0,
+                class_size: 1,
+            });
+        }
+        d.balance_weights();
+        d
+    }
+
+    fn rich() -> Dataset {
+        let mut works = Vec::new();
+        for p in [128.0, 256.0, 2048.0, 4096.0] {
+            works.push((Metric::Ttft, 0, prefill(p)));
+        }
+        for b in [1.0, 8.0, 32.0, 64.0] {
+            for c in [300.0, 1500.0, 3000.0] {
+                works.push((Metric::Itl, 1, decode(b, c)));
+            }
+        }
+        dataset(&works)
+    }
+
+    fn default_start() -> Factors {
+        Factors {
+            values: [0.6, 0.78, 1.15e-3, 4e-6],
+            softroof_p: 1.5,
+        }
+    }
+
+    #[test]
+    fn recovers_every_factor_from_varied_steps() {
+        let fit = fit(&rich(), &default_start()).unwrap();
+        for (got, want) in fit.factors.values.iter().zip(truth().values) {
+            assert!((got / want - 1.0).abs() < 1e-4, "{got} vs {want}");
+        }
+        assert!(fit.rms_residual < 1e-6);
+    }
+
+    #[test]
+    fn batch_one_runs_cannot_identify_the_request_overhead() {
+        let mut works = Vec::new();
+        for p in [256.0, 2048.0] {
+            works.push((Metric::Ttft, 0, prefill(p)));
+        }
+        for c in [300.0, 800.0, 1200.0] {
+            works.push((Metric::Itl, 0, decode(1.0, c)));
+        }
+        let Err(FitError::Unidentified(list)) = fit(&dataset(&works), &default_start()) else {
+            panic!("expected a refusal");
+        };
+        assert!(
+            list.iter().any(|(f, _)| *f == Factor::ReqOverhead),
+            "{list:?}"
+        );
+    }
+
+    #[test]
+    fn short_prompts_alone_cannot_identify_mfu() {
+        let mut works = Vec::new();
+        for _ in 0..4 {
+            works.push((Metric::Ttft, 0, prefill(16.0)));
+        }
+        for b in [1.0, 8.0, 32.0, 64.0] {
+            for c in [300.0, 1500.0, 3000.0] {
+                works.push((Metric::Itl, 1, decode(b, c)));
+            }
+        }
+        let Err(FitError::Unidentified(list)) = fit(&dataset(&works), &default_start()) else {
+            panic!("expected a refusal");
+        };
+        assert!(list.iter().any(|(f, _)| *f == Factor::Mfu), "{list:?}");
+        assert!(Factor::Mfu.hint().contains("row B"));
+    }
+
+    #[test]
+    fn gradient_matches_finite_differences() {
+        let f = truth();
+        let w = prefill(700.0);
+        let g = f.step_gradient(&w);
+        for i in 0..4 {
+            let mut up = f;
+            up.values[i] *= (1e-6f64).exp();
+            let num = (up.step(&w) - f.step(&w)) / 1e-6;
+            assert!(
+                (num - g[i]).abs() <= 1e-5 * num.abs().max(1e-9),
+                "{i}: {num} vs {}",
+                g[i]
+            );
+        }
+    }
+
+    #[test]
+    fn empty_data_is_refused() {
+        assert_eq!(
+            fit(&Dataset::default(), &default_start()),
+            Err(FitError::NoObservations)
+        );
+    }
+}

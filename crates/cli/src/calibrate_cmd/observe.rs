@@ -1,0 +1,426 @@
+//! From one run's records to fit observations: the engine's step timeline rebuilt as far as
+//! the records allow.
+//!
+//! Every token event ends an engine step, so the step ends are the run's event times (events
+//! closer than the clock tolerance are one step). A request decodes in every step from its
+//! first token to its last, on a context of its prompt plus the tokens it had received; its
+//! prompt (less cached tokens) is prefilled in the steps that end up to its first token, in
+//! chunks of the step budget left after the decodes, the last chunk sampling. A request that
+//! arrived while a step was running waits for it; one that arrived on an idle engine starts at
+//! once, and its chunks before the first token, when no event marks them, are steps of its
+//! own. TTFT observations span a request's prefill steps; inter-token gaps span the steps
+//! between two events.
+
+// Steps are addressed by index across several parallel vectors.
+#![allow(clippy::needless_range_loop)]
+
+use servebench_metrics::RequestRecord;
+use servebench_roofline::{Deployment, SeqWork};
+
+use super::fit::{Dataset, Metric, Observation, StepWork};
+
+/// A request as the reconstruction sees it.
+struct Req {
+    sent: u64,
+    first: u64,
+    end: u64,
+    events: Vec<u64>,
+    input: u32,
+    prefill: u32,
+    tokens_per_event: f64,
+}
+
+/// How one run's step timeline was rebuilt.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rebuilt {
+    /// Requests used (successful, with a first token).
+    pub requests: usize,
+    /// Steps the timeline holds.
+    pub steps: usize,
+    /// Output tokens per token event (above 1: the server sent several per event).
+    pub tokens_per_event: f64,
+}
+
+/// Adds one run's steps and observations (tagged `run`) to `data`. `budget` is the step token
+/// budget; `tolerance_ns` merges events into one step end.
+pub fn add_run(
+    data: &mut Dataset,
+    run: usize,
+    records: &[RequestRecord],
+    deployment: &Deployment,
+    budget: u32,
+    tolerance_ns: u64,
+) -> Rebuilt {
+    let reqs: Vec<Req> = records
+        .iter()
+        .filter(|r| r.failure.is_none())
+        .filter_map(|r| {
+            let first = r.first_token?;
+            let mut events: Vec<u64> = r.events.iter().map(|e| e.t).collect();
+            events.sort_unstable();
+            let end = *events.last()?;
+            let input = u32::try_from(r.input_tokens).unwrap_or(u32::MAX).max(1);
+            let cached = u32::try_from(r.cached_tokens.unwrap_or(0)).unwrap_or(0);
+            let tokens_per_event = (r.output_tokens as f64 / events.len() as f64).max(1.0);
+            Some(Req {
+                sent: r.sent,
+                first,
+                end,
+                events,
+                input,
+                prefill: input.saturating_sub(cached).max(1),
+                tokens_per_event,
+            })
+        })
+        .collect();
+    let mut rebuilt = Rebuilt {
+        requests: reqs.len(),
+        steps: 0,
+        tokens_per_event: 1.0,
+    };
+    if reqs.is_empty() {
+        return rebuilt;
+    }
+    rebuilt.tokens_per_event =
+        reqs.iter().map(|r| r.tokens_per_event).sum::<f64>() / reqs.len() as f64;
+
+    // Step ends: clusters of event times, each represented by its last time.
+    let mut times: Vec<u64> = reqs.iter().flat_map(|r| r.events.iter().copied()).collect();
+    times.push(0);
+    times.sort_unstable();
+    times.dedup();
+    let mut starts: Vec<u64> = Vec::new();
+    let mut ends: Vec<u64> = Vec::new();
+    for &t in times.iter().skip(1) {
+        match (starts.last(), ends.last_mut()) {
+            (Some(&s), Some(e)) if t - s <= tolerance_ns => *e = t,
+            _ => {
+                starts.push(t);
+                ends.push(t);
+            }
+        }
+    }
+    let step_of = |t: u64| -> usize {
+        // The last cluster starting at or before t.
+        starts.partition_point(|&s| s <= t).saturating_sub(1)
+    };
+
+    let n_steps = ends.len();
+    let mut plans: Vec<Vec<SeqWork>> = vec![Vec::new(); n_steps];
+    let first_step: Vec<usize> = reqs.iter().map(|r| step_of(r.first)).collect();
+    let last_step: Vec<usize> = reqs.iter().map(|r| step_of(r.end)).collect();
+
+    // Decodes: every step after the first token up to the last.
+    for (i, r) in reqs.iter().enumerate() {
+        let mut seen = 0usize;
+        for s in first_step[i] + 1..=last_step[i] {
+            while seen < r.events.len() && step_of(r.events[seen]) < s {
+                seen += 1;
+            }
+            let out = (seen as f64 * r.tokens_per_event).round() as u32;
+            plans[s].push(SeqWork {
+                new_tokens: 1,
+                context: r.input + out.saturating_sub(1),
+                samples: true,
+            });
+        }
+    }
+
+    // When each step started: right after the previous one while any request was in flight,
+    // else when the arrival that woke the idle engine was sent.
+    let mut sents: Vec<u64> = reqs.iter().map(|r| r.sent).collect();
+    sents.sort_unstable();
+    let mut req_ends: Vec<u64> = reqs.iter().map(|r| r.end).collect();
+    req_ends.sort_unstable();
+    // In flight at `p`: sent by then and not yet ended (every end follows its send).
+    let in_flight =
+        |p: u64| sents.partition_point(|&t| t <= p) > req_ends.partition_point(|&t| t <= p);
+    // The first send in (after, until].
+    let woke = |after: Option<u64>, until: u64| {
+        let k = after.map_or(0, |p| sents.partition_point(|&t| t <= p));
+        sents.get(k).copied().filter(|&t| t <= until)
+    };
+    let step_start: Vec<u64> = (0..n_steps)
+        .map(|s| {
+            if s == 0 {
+                return woke(None, ends[0]).unwrap_or(ends[0]);
+            }
+            let prev = ends[s - 1];
+            if in_flight(prev + tolerance_ns) {
+                prev
+            } else {
+                woke(Some(prev), ends[s]).unwrap_or(prev)
+            }
+        })
+        .collect();
+
+    // Prefill chunks, as vLLM's scheduler hands them out: decodes first, then waiting
+    // prompts in arrival order fill the rest of the budget; a prompt's last chunk is in the
+    // step that produced its first token. What does not fit that step ran in steps before it
+    // that no event marks (an idle engine working through a long prompt).
+    let mut order: Vec<usize> = (0..reqs.len()).collect();
+    order.sort_by_key(|&i| (reqs[i].sent, i));
+    let eligible_from: Vec<usize> = reqs
+        .iter()
+        .map(|r| {
+            step_start
+                .partition_point(|&t| t + tolerance_ns < r.sent)
+                .min(n_steps - 1)
+        })
+        .collect();
+    let mut remaining: Vec<u32> = reqs.iter().map(|r| r.prefill).collect();
+    let mut hidden_of: Vec<Vec<u32>> = vec![Vec::new(); reqs.len()];
+    let mut hidden: Vec<StepWork> = Vec::new();
+    // Requests become eligible in arrival order, so a cursor over `order` and a list of the
+    // ones still prefilling keep this linear in steps plus requests.
+    let mut next = 0usize;
+    let mut active: Vec<usize> = Vec::new();
+    for s in 0..n_steps {
+        while next < order.len() && eligible_from[order[next]] <= s {
+            active.push(order[next]);
+            next += 1;
+        }
+        active.retain(|&i| remaining[i] > 0 && s <= first_step[i].max(eligible_from[i]));
+        let mut free = budget.saturating_sub(plans[s].len() as u32);
+        for &i in &active {
+            let r = &reqs[i];
+            let f = first_step[i].max(eligible_from[i]);
+            let mut q = if s == f {
+                remaining[i]
+            } else {
+                // It did not finish before its first token came out: keep a token back.
+                free.min(remaining[i] - 1)
+            };
+            if q == 0 {
+                continue;
+            }
+            if s == f && q > free.max(1) {
+                // Steps of budget-sized chunks ahead of this one.
+                let mut ahead = q - free.max(1);
+                while ahead > 0 {
+                    let c = ahead.min(budget.max(1));
+                    let work = SeqWork {
+                        new_tokens: c,
+                        context: r.input - remaining[i],
+                        samples: false,
+                    };
+                    let t = deployment.step_time(std::slice::from_ref(&work));
+                    hidden_of[i].push((n_steps + hidden.len()) as u32);
+                    hidden.push(work_of(deployment, &t, 1));
+                    remaining[i] -= c;
+                    ahead -= c;
+                }
+                q = remaining[i];
+            }
+            plans[s].push(SeqWork {
+                new_tokens: q,
+                context: r.input - remaining[i],
+                samples: q == remaining[i],
+            });
+            remaining[i] -= q;
+            free = free.saturating_sub(q);
+        }
+    }
+    let ttft_spans: Vec<Option<(u64, Vec<u32>)>> = reqs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let (e, f) = (eligible_from[i], first_step[i].max(eligible_from[i]));
+            let start = step_start[e].max(r.sent);
+            let mut span = hidden_of[i].clone();
+            span.extend((e..=f).map(|s| s as u32));
+            (r.first > start).then(|| (r.first - start, span))
+        })
+        .collect();
+
+    for plan in &plans {
+        let t = deployment.step_time(plan);
+        data.steps
+            .push(work_of(deployment, &t, plan.len().max(1) as u32));
+    }
+    let base = data.steps.len() - n_steps;
+    data.steps.extend(hidden);
+    let offset = |s: u32| s + base as u32;
+    rebuilt.steps = n_steps;
+
+    for (i, r) in reqs.iter().enumerate() {
+        if let Some((observed, span)) = &ttft_spans[i] {
+            data.observations.push(Observation {
+                metric: Metric::Ttft,
+                run,
+                request: i,
+                observed: *observed as f64 * 1e-9,
+                steps: span.iter().map(|&s| offset(s)).collect(),
+                weight: 1.0,
+                class_size: 1,
+            });
+        }
+        for pair in r.events.windows(2) {
+            let (s0, s1) = (step_of(pair[0]), step_of(pair[1]));
+            if s1 <= s0 || pair[1] <= pair[0] {
+                continue;
+            }
+            data.observations.push(Observation {
+                metric: Metric::Itl,
+                run,
+                request: i,
+                observed: (pair[1] - pair[0]) as f64 * 1e-9,
+                steps: (s0 + 1..=s1).map(|s| offset(s as u32)).collect(),
+                weight: 1.0,
+                class_size: 1,
+            });
+        }
+    }
+    data.balance_weights();
+    rebuilt
+}
+
+fn work_of(d: &Deployment, t: &servebench_roofline::StepTime, requests: u32) -> StepWork {
+    StepWork {
+        t_c0: t.flops / d.peak_flops(),
+        t_m0: t.bytes / d.peak_bandwidth(),
+        requests: f64::from(requests),
+        t_ar: t.t_ar,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use servebench_metrics::{CountSource, TokenEvent};
+    use servebench_roofline::Catalog;
+
+    fn deployment() -> Deployment {
+        let c = Catalog::builtin();
+        Deployment::builder(
+            c.gpu("h100").unwrap().clone(),
+            c.model("llama-3.1-8b").unwrap().clone(),
+        )
+        .build()
+        .unwrap()
+    }
+
+    fn record(id: u64, sent_ms: u64, events_ms: &[u64], input: u64) -> RequestRecord {
+        let ms = |t: u64| t * 1_000_000;
+        RequestRecord {
+            id,
+            intended: ms(sent_ms),
+            released: ms(sent_ms),
+            sent: ms(sent_ms),
+            started: None,
+            first_token: Some(ms(events_ms[0])),
+            end: events_ms.last().map(|&t| ms(t)),
+            done: events_ms.last().map(|&t| ms(t)),
+            waited_for_slot: false,
+            events: events_ms
+                .iter()
+                .map(|&t| TokenEvent { t: ms(t), chars: 4 })
+                .collect(),
+            bare_events: Vec::new(),
+            input_tokens: input,
+            input_source: CountSource::Usage,
+            output_tokens: events_ms.len() as u64,
+            output_source: CountSource::Usage,
+            intended_input_tokens: input,
+            max_tokens: None,
+            cached_tokens: None,
+            finish_reason: None,
+            text: None,
+            failure: None,
+            resent: 0,
+            answer_checked: false,
+            output_split: None,
+            session_id: None,
+            turn: None,
+            stamp_clock: None,
+            images: None,
+            lora: None,
+            served_by: None,
+        }
+    }
+
+    #[test]
+    fn a_single_stream_becomes_one_prefill_and_one_decode_step_per_gap() {
+        let d = deployment();
+        let mut data = Dataset::default();
+        let rebuilt = add_run(
+            &mut data,
+            0,
+            &[record(0, 5, &[15, 23, 31], 100)],
+            &d,
+            8192,
+            0,
+        );
+        assert_eq!(rebuilt.requests, 1);
+        assert_eq!(rebuilt.steps, 3);
+        let ttft: Vec<_> = data
+            .observations
+            .iter()
+            .filter(|o| o.metric == Metric::Ttft)
+            .collect();
+        assert_eq!(ttft.len(), 1);
+        assert!((ttft[0].observed - 0.010).abs() < 1e-12);
+        // The prefill step computes 100 new tokens; a decode step one.
+        let prefill = data.steps[ttft[0].steps[0] as usize];
+        let decode = data.steps[data.observations[1].steps[0] as usize];
+        assert!(
+            prefill.t_c0 > 90.0 * decode.t_c0,
+            "{prefill:?} vs {decode:?}"
+        );
+        assert_eq!(data.observations.len(), 3);
+        assert!((data.observations[2].observed - 0.008).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_prompt_longer_than_the_budget_on_an_idle_engine_gets_steps_no_event_marks() {
+        let d = deployment();
+        let mut data = Dataset::default();
+        add_run(
+            &mut data,
+            0,
+            &[record(0, 0, &[300, 308], 5000)],
+            &d,
+            2048,
+            0,
+        );
+        let ttft = &data.observations[0];
+        assert_eq!(ttft.metric, Metric::Ttft);
+        // 5000 tokens in chunks of 2048: two steps before the one that samples.
+        assert_eq!(ttft.steps.len(), 3);
+        let total: f64 = ttft
+            .steps
+            .iter()
+            .map(|&s| data.steps[s as usize].t_c0)
+            .sum();
+        let one = d.step_time(&[SeqWork {
+            new_tokens: 5000,
+            context: 0,
+            samples: true,
+        }]);
+        // The chunks' compute adds up to the whole prompt's (attention is causal either way).
+        assert!((total / (one.flops / d.peak_flops()) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_request_arriving_mid_step_waits_for_it() {
+        let d = deployment();
+        let mut data = Dataset::default();
+        // Request 1 decodes in steps ending at 10, 20, 30, 40; request 2 arrives at 12, during
+        // the step ending at 20, so its prefill runs in the step ending at 30.
+        let records = [
+            record(0, 0, &[10, 20, 30, 40], 50),
+            record(1, 12, &[30, 40], 50),
+        ];
+        add_run(&mut data, 0, &records, &d, 8192, 0);
+        let ttft = data
+            .observations
+            .iter()
+            .find(|o| o.metric == Metric::Ttft && o.request == 1)
+            .unwrap();
+        assert!((ttft.observed - 0.010).abs() < 1e-12, "{}", ttft.observed);
+        assert_eq!(ttft.steps.len(), 1);
+        // That step held the prefill (50 tokens) and request 1's decode.
+        assert_eq!(data.steps[ttft.steps[0] as usize].requests, 2.0);
+    }
+}
