@@ -7,6 +7,7 @@ pub mod client;
 mod clock;
 mod collector;
 mod dispatcher;
+pub mod gpu;
 pub mod health;
 mod precise_wait;
 pub mod probe;

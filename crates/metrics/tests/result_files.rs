@@ -176,6 +176,7 @@ fn run_result() -> RunResult {
         prefix_hit: None,
         interrupted_reason: None,
         by_turn: Vec::new(),
+        gpu_telemetry: None,
     }
 }
 

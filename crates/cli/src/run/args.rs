@@ -475,6 +475,11 @@ pub struct RunArgs {
         help_heading = "Multi-turn"
     )]
     pub think_time_ms: u64,
+    // ---- GPU telemetry ----
+    /// Read GPU utilization, memory, power and SM clock during the run from a DCGM exporter's
+    /// Prometheus endpoint (e.g. http://node:9400/metrics) instead of `nvidia-smi` on PATH.
+    #[arg(long, value_name = "URL", help_heading = "Output")]
+    pub gpu_metrics_url: Option<String>,
 }
 
 /// `vllm bench serve` flags that servebench does not support yet: refused with a message,

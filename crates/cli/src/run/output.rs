@@ -424,6 +424,7 @@ pub fn write_results(
         interrupted_reason: super::interruption().map(|i| i.reason),
         prefix_hit,
         by_turn,
+        gpu_telemetry: load.and_then(|o| o.gpu.clone()),
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)

@@ -252,6 +252,8 @@ pub struct RunPlan {
     pub scale_out: ScaleOut,
     /// `--multi-turn`: the dataset's sessions, replayed as conversations.
     pub multi_turn: Option<MultiTurn>,
+    /// `--gpu-metrics-url`: a DCGM exporter to read GPU telemetry from (else `nvidia-smi`).
+    pub gpu_metrics_url: Option<String>,
 }
 
 /// How conversations are replayed (`--multi-turn`).
@@ -359,6 +361,7 @@ impl RunPlan {
             answer,
             scale_out,
             multi_turn,
+            gpu_metrics_url: super::gpu_telemetry::checked_url(a.gpu_metrics_url.as_ref())?,
         })
     }
 
@@ -547,6 +550,7 @@ impl RunPlan {
             prefix_pool: self.random.prefix_hit.map(|h| h.pool),
             multi_turn: self.multi_turn.is_some(),
             think_time_ms: self.multi_turn.map_or(0, |m| m.think_time_ms),
+            gpu_metrics_url: self.gpu_metrics_url.clone(),
         }
     }
 }

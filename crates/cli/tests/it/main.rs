@@ -12,6 +12,7 @@ mod decide_record;
 mod decision_run_flags;
 mod diagnose_rules;
 mod fault_matrix;
+mod gpu_telemetry;
 mod help_text;
 mod k8s_job;
 mod kill_nine;

@@ -58,6 +58,10 @@ pub struct RunResult {
     /// A multi-turn run's figures by turn index (absent for runs without sessions).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub by_turn: Vec<crate::turns::TurnStats>,
+    /// GPU utilization, memory, power and SM clock over the run (`nvidia-smi` or a DCGM
+    /// exporter), or the note that there was no source; absent in virtual time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_telemetry: Option<super::GpuTelemetry>,
 }
 
 impl RunResult {
