@@ -76,6 +76,7 @@ pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
         telemetry: result.server_telemetry,
         validity: result.validity,
         prefix_hit: result.prefix_hit,
+        gpu: result.gpu_telemetry,
     })
 }
 

@@ -26,6 +26,8 @@ const KV_USAGE: &[&str] = &[
     "sglang:token_usage",
     "llamacpp:kv_cache_usage_ratio",
 ];
+/// The cumulative preemption counter, drawn over time.
+const PREEMPTIONS: &[&str] = &["vllm:num_preemptions_total", "sglang:num_preemptions_total"];
 /// Counters whose increase over the run is reported.
 const COUNTERS: &[&str] = &[
     "vllm:num_preemptions_total",
@@ -154,6 +156,7 @@ impl Scraper {
                             running: first_of(&m, RUNNING),
                             waiting: first_of(&m, WAITING),
                             kv_usage: first_of(&m, KV_USAGE),
+                            preemptions: first_of(&m, PREEMPTIONS),
                         });
                         if first.is_none() {
                             first = Some(m.clone());

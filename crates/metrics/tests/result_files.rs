@@ -157,6 +157,7 @@ fn run_result() -> RunResult {
                 running: Some(2.0),
                 waiting: Some(0.0),
                 kv_usage: Some(0.01),
+                preemptions: None,
             }],
             counter_increase: BTreeMap::from([("vllm:num_preemptions_total".to_owned(), 0.0)]),
             max_waiting: Some(0.0),

@@ -57,6 +57,9 @@ pub struct RunData {
     /// The result file's prefix hit check, for `--prefix-hit-rate` runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_hit: Option<servebench_metrics::result::PrefixHitCheck>,
+    /// The result file's `gpu_telemetry`, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<servebench_metrics::result::GpuTelemetry>,
 }
 
 /// One workload row of a matrix (or the sole row of a single-run report).

@@ -42,3 +42,23 @@ pub(super) fn checked_url(url: Option<&String>) -> Result<Option<String>> {
     }
     Ok(url.cloned())
 }
+
+/// One line for the terminal: what was read, or why nothing was.
+pub(super) fn describe(g: &GpuTelemetry) -> String {
+    if let Some(why) = g.describe_absence() {
+        return format!("GPU telemetry: {why}");
+    }
+    let samples: usize = g.gpus.iter().map(|s| s.samples.len()).sum();
+    let mut line = format!(
+        "GPU telemetry: {} GPU(s) from {}, {samples} samples",
+        g.gpus.len(),
+        g.source
+    );
+    if g.bad_readings > 0 {
+        line.push_str(&format!(", {} unreadable skipped", g.bad_readings));
+    }
+    if let Some(e) = &g.ended_early {
+        line.push_str(&format!(" ({e})"));
+    }
+    line
+}

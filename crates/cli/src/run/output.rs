@@ -358,6 +358,9 @@ pub fn write_results(
                 let _ = writeln!(stdout, "WARNING: {w}");
             }
         }
+        if let Some(g) = load.and_then(|o| o.gpu.as_ref()) {
+            eprintln!("{}", super::gpu_telemetry::describe(g));
+        }
         if load.is_none() && f.merged.is_none() {
             // A virtual-time what-if costs seconds, so its absurd answers must be loud.
             if let Some(w) =

@@ -51,7 +51,7 @@ fn native(dir: &Path, out: &Output) -> Value {
 }
 
 /// Writes an executable `nvidia-smi` into `bin_dir` with `body` as its shell script.
-fn stand_in(bin_dir: &Path, body: &str) {
+pub(crate) fn stand_in(bin_dir: &Path, body: &str) {
     std::fs::create_dir_all(bin_dir).expect("bin dir");
     let p = bin_dir.join("nvidia-smi");
     std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).expect("write stand-in");
@@ -62,7 +62,7 @@ fn stand_in(bin_dir: &Path, body: &str) {
     }
 }
 
-fn path_with(bin_dir: &Path) -> String {
+pub(crate) fn path_with(bin_dir: &Path) -> String {
     format!(
         "{}:{}",
         bin_dir.display(),

@@ -14,6 +14,7 @@ mod mdhtml;
 pub mod svg;
 pub mod tables;
 pub mod text;
+pub mod timeline;
 pub mod turns;
 
 pub use csv::{csv_columns, render_csv};

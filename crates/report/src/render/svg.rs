@@ -101,6 +101,8 @@ pub struct Chart {
     pub y_from_zero: bool,
     /// A line under the chart (e.g. "every 3rd request shown").
     pub note: Option<String>,
+    /// Extend the x axis to at least this value, so charts of one run share one time axis.
+    pub x_max: Option<f64>,
 }
 
 /// "Nice" tick positions (steps of 1, 2 or 5 × 10^k) covering `[lo, hi]`.
@@ -225,7 +227,8 @@ impl Chart {
             .series
             .iter()
             .flat_map(|s| s.points.iter().filter(finite).map(|p| p.0))
-            .chain(self.marks.iter().map(|m| m.x));
+            .chain(self.marks.iter().map(|m| m.x))
+            .chain(self.x_max.filter(|x| x.is_finite()));
         let xs: Vec<f64> = xs.filter(|&x| !self.x_log || x > 0.0).collect();
         let (x_lo, x_hi) = range(xs.into_iter(), self.x_from_zero && !self.x_log);
         let ys = self
