@@ -20,6 +20,7 @@ mod explained;
 mod figures;
 pub mod frontier;
 pub mod predict;
+pub mod search;
 mod rules;
 mod stats;
 pub mod thresholds;
