@@ -345,7 +345,10 @@ mod tests {
         }
         let (p, f) = s.bracket();
         let (p, f) = (p.unwrap(), f.unwrap());
-        assert!(p <= 13.3 && f > 13.3 && f - p <= 0.05 * p, "{p} {f} {tried:?}");
+        assert!(
+            p <= 13.3 && f > 13.3 && f - p <= 0.05 * p,
+            "{p} {f} {tried:?}"
+        );
         assert_eq!(&tried[..5], &[1.0, 2.0, 4.0, 8.0, 16.0]);
     }
 
@@ -387,7 +390,9 @@ mod tests {
                 rec(i, arrive, served_at - arrive + 50, 100)
             })
             .collect();
-        let s = SaturationTest::default().check(&over).expect("over-saturated");
+        let s = SaturationTest::default()
+            .check(&over)
+            .expect("over-saturated");
         assert!(s.at_s < s.span_s, "{s:?}");
         assert!(s.reason.contains("rose linearly"), "{}", s.reason);
         // The same arrivals served with a steady 80 ms TTFT.

@@ -16,6 +16,7 @@ mod report_cmd;
 mod run;
 mod sim_cmd;
 mod sweep_cmd;
+mod sweep_search;
 mod throughput_cmd;
 mod trace_cmd;
 

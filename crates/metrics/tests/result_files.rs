@@ -306,6 +306,8 @@ fn experiment_file() -> ExperimentFile {
                 request_throughput: 3.5,
                 run: "probe/p.servebench.json".to_owned(),
             }),
+            search: None,
+            gpus: None,
         }),
         repeat: 1,
         notes: vec!["Quick run: fewer prompts per row.".to_owned()],

@@ -30,6 +30,7 @@ mod run_cli;
 mod shard_merge;
 mod sim_cli;
 mod sweep_cli;
+mod sweep_search;
 mod throughput_cli;
 mod timed_trace;
 mod trace_cli;

@@ -14,7 +14,9 @@ mod sim;
 mod telemetry;
 
 pub use environment::{EnvironmentFile, HostInfo};
-pub use experiment::{ExperimentFile, PointEntry, ProbeEntry, RowEntry, SweepEntry};
+pub use experiment::{
+    ExperimentFile, PointEntry, ProbeEntry, RowEntry, SearchEntry, SearchPointEntry, SweepEntry,
+};
 pub use gpu::{GpuSample, GpuSeries, GpuTelemetry, NO_GPU_TELEMETRY};
 pub use prefix_hit::PrefixHitCheck;
 pub use run::{
