@@ -122,6 +122,8 @@ fn sweep() -> ExperimentReport {
         knee: Some(2),
         headline: Some("1,000 output tok/s at p99 TTFT < 300 ms (rate 4 req/s)".into()),
         stop_reason: Some("latency past 5× the lightest load".into()),
+        search: None,
+        gpus: None,
     });
     r
 }
@@ -445,4 +447,90 @@ fn html_timeline_puts_telemetry_beside_latency_on_one_time_axis() {
         "{p2}"
     );
     assert!(!html.contains("NaN"));
+}
+
+#[test]
+fn html_frontier_plots_per_gpu_throughput_against_per_user_speed_with_the_slo() {
+    let mut r = sweep();
+    let Some(s) = r.sweep.as_mut() else {
+        unreachable!("sweep() has a sweep")
+    };
+    s.slos.push("tpot:p99:10".into());
+    s.gpus = Some(2);
+    let html = render_html(&r);
+    let chart = html
+        .split("id=\"frontier-per-gpu\"")
+        .nth(1)
+        .and_then(|c| c.split("</figure>").next())
+        .expect("per-GPU frontier");
+    assert!(chart.contains("output tok/s per GPU (2 GPUs)"), "{chart}");
+    assert!(
+        chart.contains("tok/s per user (1000 / p99 TPOT)"),
+        "{chart}"
+    );
+    // The TPOT objective as the slowest streaming allowed: 1000 / 10 ms = 100 tok/s.
+    assert!(
+        chart.contains("SLO p99 TPOT &lt; 10 ms: ≥ 100 tok/s per user"),
+        "{chart}"
+    );
+    assert!(chart.contains("data-points=\"4\""), "{chart}");
+    // Point 0 (gap 7 ms): about 143 tok/s per user.
+    assert!(chart.contains("rate 1 req/s: 14"), "{chart}");
+    // Without a GPU count the chart says 1 was assumed.
+    let html = render_html(&sweep());
+    assert!(html.contains("GPU count not recorded: 1 assumed"));
+}
+
+#[test]
+fn html_shows_a_search_with_its_steps_and_answer() {
+    use servebench_metrics::result::{SearchEntry, SearchPointEntry};
+    let mut r = sweep();
+    let Some(s) = r.sweep.as_mut() else {
+        unreachable!("sweep() has a sweep")
+    };
+    let step = |value: f64, point: usize, passed: bool, over: Option<&str>| SearchPointEntry {
+        value,
+        point,
+        passed,
+        reason: (!passed).then(|| over.unwrap_or("p99 TTFT 400.0 ms breaks").to_owned()),
+        over_saturated: over.map(str::to_owned),
+        slo_values: vec![("p99 TTFT < 300 ms".into(), [250.0, 240.0, 260.0])],
+    };
+    s.search = Some(SearchEntry {
+        tolerance: 0.05,
+        start: 1.0,
+        cap: 8.0,
+        tried: vec![
+            step(1.0, 0, true, None),
+            step(2.0, 1, true, None),
+            step(
+                8.0,
+                3,
+                false,
+                Some("over-saturated: in flight rose linearly"),
+            ),
+            step(4.0, 2, true, None),
+        ],
+        answer: Some(4.0),
+        first_failing: Some(8.0),
+        throughput: Some([1000.0, 990.0, 1010.0]),
+        headline: "1000 output tok/s at p99 TTFT < 300 ms: rate 4 req/s".into(),
+    });
+    let html = render_html(&r);
+    assert!(html.contains(
+        "<p id=\"search-answer\"><strong>1000 output tok/s at p99 TTFT &lt; 300 ms: rate 4 req/s</strong>"
+    ));
+    let table = html
+        .split("id=\"search-table\"")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .expect("search table");
+    assert_eq!(table.matches("<tr><td").count(), 4);
+    assert!(
+        table.contains(
+            "<a href=\"#timeline-details-point-3\">rate 8 req/s</a></td><td>over-saturated</td>"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("p99 TTFT 250.0 [240.0, 260.0]"), "{table}");
 }

@@ -136,6 +136,7 @@ pub fn frontier_charts(sweep: &SweepReport) -> Vec<Chart> {
                 y_from_zero: true,
                 note: None,
                 x_max: None,
+                v_lines: Vec::new(),
             }
         })
         .collect()

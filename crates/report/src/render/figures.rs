@@ -260,6 +260,8 @@ mod tests {
             knee: None,
             headline: None,
             stop_reason: None,
+            search: None,
+            gpus: None,
         };
         let axes = sweep_axes(&sweep);
         assert_eq!(

@@ -97,6 +97,48 @@ const SCRIPT: &str = r#"
 })();
 "#;
 
+/// The loads a `--search` measured, in the order it measured them, with its answer.
+fn search_table(
+    out: &mut String,
+    sweep: &crate::model::SweepReport,
+    search: &servebench_metrics::result::SearchEntry,
+) {
+    let _ = writeln!(
+        out,
+        "<h3>Operating-point search</h3>\n<p id=\"search-answer\"><strong>{}</strong></p>",
+        esc(&search.headline)
+    );
+    out.push_str("<table id=\"search-table\"><thead><tr><th class=\"num\">step</th><th>load</th><th>verdict</th><th>SLO percentiles, ms: mean [95 % interval]</th><th>why it failed</th></tr></thead><tbody>\n");
+    for (i, t) in search.tried.iter().enumerate() {
+        let slos: Vec<String> = t
+            .slo_values
+            .iter()
+            .map(|(name, [mean, lo, hi])| {
+                let stat = name.split(" <").next().unwrap_or(name);
+                if hi > lo {
+                    format!("{stat} {mean:.1} [{lo:.1}, {hi:.1}]")
+                } else {
+                    format!("{stat} {mean:.1}")
+                }
+            })
+            .collect();
+        let verdict = match (t.passed, t.over_saturated.is_some()) {
+            (true, _) => "meets",
+            (false, true) => "over-saturated",
+            (false, false) => "fails",
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"num\">{i}</td><td><a href=\"#timeline-details-point-{}\">{}</a></td><td>{verdict}</td><td>{}</td><td>{}</td></tr>",
+            t.point,
+            esc(&super::charts::point_label(sweep, t.value)),
+            esc(&slos.join("; ")),
+            esc(t.reason.as_deref().unwrap_or(""))
+        );
+    }
+    out.push_str("</tbody></table>\n");
+}
+
 /// A sweep's links to each point's timeline (in the "Every run" section).
 fn timeline_links(out: &mut String, report: &ExperimentReport) {
     let points: Vec<_> = groups(report)
@@ -223,7 +265,11 @@ pub fn render_html(report: &ExperimentReport) -> String {
         for c in frontier_charts(sweep) {
             out.push_str(&c.render());
         }
+        out.push_str(&super::interactivity::interactivity_chart(sweep).render());
         out.push_str("</div>\n");
+        if let Some(search) = &sweep.search {
+            search_table(&mut out, sweep, search);
+        }
         out.push_str(&sweep_table(sweep).to_html("sweep-table"));
         let axis = &sweep_axes(sweep)[0];
         let stat = stat_label(&axis.metric, axis.percentile);

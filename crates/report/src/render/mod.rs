@@ -9,6 +9,7 @@ pub mod csv;
 pub mod figures;
 pub mod format;
 pub mod html;
+pub mod interactivity;
 pub mod markdown;
 mod mdhtml;
 pub mod svg;
