@@ -97,19 +97,14 @@ fn interval(v: &MeanInterval) -> [f64; 3] {
 }
 
 /// Judges one load: the SLO bounds over its repeats, the client's pace, and the
-/// over-saturation test on each run's records.
+/// over-saturation test on each run's records (`point` of the entry is left 0).
 fn judge(
     sweep: &Sweep,
     dir: &Path,
     runs: &[String],
     summaries: &[RunSummary],
     point: &SweepPoint,
-) -> (
-    bool,
-    Option<String>,
-    Option<String>,
-    Vec<(String, [f64; 3])>,
-) {
+) -> SearchPointEntry {
     let mut broken = Vec::new();
     let mut values = Vec::new();
     for slo in &sweep.slos {
@@ -152,8 +147,14 @@ fn judge(
         broken.push("the client could not keep up with the offered load".to_owned());
     }
     let passed = broken.is_empty();
-    let reason = (!passed).then(|| broken.join("; "));
-    (passed, reason, over, values)
+    SearchPointEntry {
+        value: point.offered_load,
+        point: 0,
+        passed,
+        reason: (!passed).then(|| broken.join("; ")),
+        over_saturated: over,
+        slo_values: values,
+    }
 }
 
 /// Runs the search and writes the experiment (kind "sweep", its points in load order, the
@@ -226,17 +227,16 @@ pub async fn run_search(
         }
         let validity: Vec<_> = rep.runs.iter().map(|r| run_validity(&dir, r)).collect();
         let point = sweep_point(value, &rep.summaries, &validity, &sweep.stats());
-        let (passed, reason, over_saturated, slo_values) =
-            judge(sweep, &dir, &rep.runs, &rep.summaries, &point);
+        let verdict = judge(sweep, &dir, &rep.runs, &rep.summaries, &point);
         eprintln!(
             "  {}: {}",
             kind.describe(value),
-            match &reason {
+            match &verdict.reason {
                 None => "meets the contract".to_owned(),
                 Some(r) => format!("fails: {r}"),
             }
         );
-        search.record(value, passed);
+        search.record(value, verdict.passed);
         measured.push(Measured {
             value,
             entry: PointEntry {
@@ -246,14 +246,7 @@ pub async fn run_search(
             },
             summaries: rep.summaries,
             point,
-            verdict: SearchPointEntry {
-                value,
-                point: 0,
-                passed,
-                reason,
-                over_saturated,
-                slo_values,
-            },
+            verdict,
         });
     }
 

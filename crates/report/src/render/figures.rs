@@ -255,10 +255,7 @@ mod tests {
             parse_slo("e2el:median:2000"),
             Some(("e2el".into(), 50.0, 2000.0))
         );
-        assert_eq!(
-            parse_slo("tpot_p99:40"),
-            Some(("tpot".into(), 99.0, 40.0))
-        );
+        assert_eq!(parse_slo("tpot_p99:40"), Some(("tpot".into(), 99.0, 40.0)));
         assert_eq!(parse_slo("tpot_p99"), None);
     }
 
