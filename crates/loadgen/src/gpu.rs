@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -20,6 +21,9 @@ pub use servebench_metrics::result::{GpuSample, GpuSeries, GpuTelemetry, NO_GPU_
 
 /// The `nvidia-smi` query: its columns in the order [`parse_nvidia_smi_line`] reads them.
 pub const NVIDIA_SMI_QUERY: &str = "index,utilization.gpu,memory.used,power.draw,clocks.sm";
+
+/// How long `finish` waits for the `nvidia-smi` reader after stopping it.
+const READER_GRACE: Duration = Duration::from_secs(2);
 
 /// DCGM exporter fields read, by meaning.
 const DCGM_UTIL: &str = "DCGM_FI_DEV_GPU_UTIL";
@@ -166,7 +170,8 @@ struct Gathered {
 enum Running {
     Smi {
         child: Child,
-        reader: std::thread::JoinHandle<Gathered>,
+        reader: std::thread::JoinHandle<()>,
+        gathered: Arc<Mutex<Gathered>>,
     },
     Dcgm {
         stop: tokio::sync::oneshot::Sender<()>,
@@ -206,21 +211,30 @@ impl GpuSampler {
     /// belong to the preparation, not the run).
     pub async fn finish(self, clock: RunClock) -> GpuTelemetry {
         let gathered = match self.running {
-            Running::Smi { mut child, reader } => {
+            Running::Smi {
+                mut child,
+                reader,
+                gathered,
+            } => {
                 let ended = match child.try_wait() {
                     Ok(Some(status)) => {
                         Some(format!("nvidia-smi exited during the run ({status})"))
                     }
                     _ => None,
                 };
-                // Killing it closes its stdout, which ends the reader thread.
+                // Killing it closes its stdout, which ends the reader thread, unless a process
+                // it started holds the pipe: then the lines read so far are taken after a
+                // short wait and the thread is left to end with the pipe.
                 let _ = child.kill();
                 let _ = child.wait();
-                let mut g = tokio::task::spawn_blocking(move || reader.join())
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .unwrap_or_default();
+                let deadline = Instant::now() + READER_GRACE;
+                while !reader.is_finished() && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                let mut g = match gathered.lock() {
+                    Ok(mut g) => std::mem::take(&mut *g),
+                    Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+                };
                 g.ended_early = ended;
                 g
             }
@@ -281,8 +295,9 @@ fn start_smi(program: &Path, every: Duration) -> Running {
     };
     // A thread of its own: the pipe is read as lines arrive, each stamped on arrival, and
     // no async runtime feature is needed for a child process.
+    let gathered = Arc::new(Mutex::new(Gathered::default()));
+    let shared = Arc::clone(&gathered);
     let reader = std::thread::spawn(move || {
-        let mut g = Gathered::default();
         let mut lines = BufReader::new(stdout);
         let mut buf = Vec::new();
         loop {
@@ -296,14 +311,18 @@ fn start_smi(program: &Path, every: Duration) -> Running {
             if line.trim().is_empty() {
                 continue;
             }
+            let Ok(mut g) = shared.lock() else { break };
             match parse_nvidia_smi_line(&line) {
                 Some(r) => g.readings.push((at, r)),
                 None => g.bad += 1,
             }
         }
-        g
     });
-    Running::Smi { child, reader }
+    Running::Smi {
+        child,
+        reader,
+        gathered,
+    }
 }
 
 fn start_dcgm(url: &str, every: Duration) -> Running {

@@ -166,6 +166,26 @@ fn a_broken_nvidia_smi_does_not_break_the_run() {
 }
 
 #[test]
+fn a_stand_in_whose_child_holds_the_pipe_does_not_hold_up_the_run() {
+    let dir = tempdir("held");
+    let bin_dir = dir.join("bin");
+    // A background `sleep` inherits stdout and keeps the pipe open after nvidia-smi is
+    // stopped: the run takes what was read and ends anyway.
+    stand_in(
+        &bin_dir,
+        "sleep 30 &\nwhile true; do\n  echo '0, 55, 1000, 100.0, 1500'\n  sleep 0.2\ndone",
+    );
+    let started = std::time::Instant::now();
+    let out = run_with_path(&dir, &path_with(&bin_dir), &[]);
+    let v = native(&dir, &out);
+    let took = started.elapsed().as_secs_f64();
+    assert!(took < 20.0, "the run took {took} s");
+    let duration = v["summary"]["duration_s"].as_f64().expect("duration");
+    check_series(&v["gpu_telemetry"], duration, &["0"], 2);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+#[test]
 fn without_a_source_the_result_says_so() {
     let dir = tempdir("none");
     let empty = dir.join("empty-bin");
