@@ -327,7 +327,14 @@ fn parse_slo(item: &str) -> Result<Slo, AnalysisError> {
         input: item.to_string(),
         message,
     };
-    let parts: Vec<&str> = item.split(':').collect();
+    let mut parts: Vec<&str> = item.split(':').collect();
+    // `ttft_p99:500` (the form `--goodput`-style contracts are often written in) is
+    // `ttft:p99:500`.
+    if let [head, ms] = parts.as_slice() {
+        if let Some((metric, pct)) = head.rsplit_once('_') {
+            parts = vec![metric, pct, ms];
+        }
+    }
     let [metric, pct, ms] = parts.as_slice() else {
         return Err(err(format!(
             "{} ':'-separated fields, expected 3",
@@ -652,6 +659,8 @@ mod tests {
         assert_eq!(slos[0].to_string(), "p99.9 ITL < 200 ms");
         assert_eq!(slos[1].stat(), LatencyStat::new(LatencyMetric::E2el, 50.0));
         assert_eq!(parse_slos("TTFT:P99:500").unwrap()[0].stat(), P99_TTFT);
+        let short = parse_slos("ttft_p99:500,tpot_p95:40").unwrap();
+        assert_eq!(short, parse_slos("ttft:p99:500 tpot:p95:40").unwrap());
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod figures;
 pub mod frontier;
 pub mod predict;
 mod rules;
+pub mod search;
 mod stats;
 pub mod thresholds;
 mod view;

@@ -76,6 +76,7 @@ pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
         telemetry: result.server_telemetry,
         validity: result.validity,
         prefix_hit: result.prefix_hit,
+        gpu: result.gpu_telemetry,
     })
 }
 
@@ -236,6 +237,8 @@ pub fn from_experiment_file(dir: &Path, file: ExperimentFile) -> Result<Experime
             stop_reason: Some(s.stop_reason.clone())
                 .filter(|r| !r.is_empty())
                 .or_else(|| s.stopped_early.then(|| "stopped early".to_owned())),
+            search: s.search.clone(),
+            gpus: s.gpus,
         };
         analyze(&mut sweep)?;
         // What the sweep itself decided wins over the recomputation (they agree unless the

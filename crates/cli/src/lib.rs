@@ -20,6 +20,7 @@ mod server_proc;
 mod sim_cmd;
 mod sim_fidelity_cmd;
 mod sweep_cmd;
+mod sweep_search;
 mod sweep_serve;
 mod throughput_cmd;
 mod trace_cmd;

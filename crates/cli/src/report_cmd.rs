@@ -229,6 +229,7 @@ pub fn rebuild_from_records(records_path: &Path, dir: Option<&Path>) -> Result<R
         interrupted_reason: Some(reason),
         by_turn: servebench_metrics::by_turn(&records),
         by_lora: Vec::new(),
+        gpu_telemetry: None,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the rebuilt result")?;
     std::fs::write(&paths.native, text)

@@ -96,6 +96,8 @@ pub struct SweepArgs {
     pub title: Option<String>,
     #[command(flatten)]
     pub target: TargetArgs,
+    #[command(flatten)]
+    pub search: crate::sweep_search::SearchArgs,
     /// `servebench run` flags added to every point, after `--`.
     #[arg(last = true, value_name = "RUN FLAGS")]
     pub run_flags: Vec<String>,
@@ -125,14 +127,14 @@ pub enum Variable {
 }
 
 impl Variable {
-    fn kind(&self) -> LoadKind {
+    pub(crate) fn kind(&self) -> LoadKind {
         match self {
             Variable::Concurrency(_) => LoadKind::Concurrency,
             _ => LoadKind::RequestRate,
         }
     }
 
-    fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Variable::Concurrency(_) => "max_concurrency",
             _ => "request_rate",
@@ -265,18 +267,18 @@ pub fn sweep_row(args: &SweepArgs) -> Result<(RowSpec, MatrixPlan)> {
 }
 
 /// Everything a sweep run needs, resolved from the flags.
-struct Sweep {
-    row: RowSpec,
-    variable: Variable,
-    stat: LatencyStat,
-    slos: Vec<Slo>,
-    slo_text: Vec<String>,
-    common: Vec<String>,
+pub(crate) struct Sweep {
+    pub(crate) row: RowSpec,
+    pub(crate) variable: Variable,
+    pub(crate) stat: LatencyStat,
+    pub(crate) slos: Vec<Slo>,
+    pub(crate) slo_text: Vec<String>,
+    pub(crate) common: Vec<String>,
 }
 
 impl Sweep {
     /// Stats every point must report: the frontier's and the SLOs'.
-    fn stats(&self) -> Vec<LatencyStat> {
+    pub(crate) fn stats(&self) -> Vec<LatencyStat> {
         let mut s = vec![self.stat];
         s.extend(self.slos.iter().map(SloStat::stat));
         s
@@ -311,7 +313,7 @@ impl Sweep {
     }
 
     /// The plan and recorded command line of one run.
-    fn plan(
+    pub(crate) fn plan(
         &self,
         ctx: &Ctx<'_>,
         row: &RowSpec,
@@ -325,10 +327,10 @@ impl Sweep {
 }
 
 /// What every run of a sweep shares: its flags, target and the user's flags parsed.
-struct Ctx<'a> {
-    args: &'a SweepArgs,
-    bench: &'a Bench,
-    base: &'a RunBase,
+pub(crate) struct Ctx<'a> {
+    pub(crate) args: &'a SweepArgs,
+    pub(crate) bench: &'a Bench,
+    pub(crate) base: &'a RunBase,
 }
 
 /// `servebench sweep`.
@@ -373,7 +375,11 @@ pub async fn sweep(mut args: SweepArgs, command_line: Vec<String>) -> Result<Exi
     target.tls = args.target.tls.clone();
     let bench = Bench::start(&target).await?;
     let stop = crate::run::interrupt_on_ctrl_c();
-    let result = run_sweep(&sweep, &args, &plan, &bench, &command_line, &stop).await;
+    let result = if args.search.search {
+        crate::sweep_search::run_search(&sweep, &args, &plan, &bench, &command_line, &stop).await
+    } else {
+        run_sweep(&sweep, &args, &plan, &bench, &command_line, &stop).await
+    };
     bench.shutdown().await;
     crate::server_proc::managed::stop(server).await?;
     let (dir, exit) = result?;
@@ -385,7 +391,7 @@ pub async fn sweep(mut args: SweepArgs, command_line: Vec<String>) -> Result<Exi
 
 /// The plan.toml of a sweep: the swept row (at its first point) as a one-row matrix, and the
 /// sweep itself as a comment, so the row re-runs with `servebench matrix --matrix plan.toml`.
-fn plan_toml(
+pub(crate) fn plan_toml(
     sweep: &Sweep,
     args: &SweepArgs,
     plan: &MatrixPlan,
@@ -563,6 +569,8 @@ async fn run_sweep(
                 .and_then(|a| a.slo.as_ref().and_then(|o| o.best)),
             headline: headline.clone(),
             probe,
+            search: None,
+            gpus: args.search.gpus,
         }),
         repeat: args.repeat,
         notes: notes.clone(),
@@ -641,7 +649,7 @@ async fn run_sweep(
 /// The validity stored in a point's result file (`rel` to the experiment directory); `None`
 /// when the file cannot be read back, which leaves the point unjudged rather than failing
 /// the sweep.
-fn run_validity(dir: &Path, rel: &str) -> Option<RunValidity> {
+pub(crate) fn run_validity(dir: &Path, rel: &str) -> Option<RunValidity> {
     let text = std::fs::read_to_string(dir.join(rel)).ok()?;
     serde_json::from_str::<RunResult>(&text).ok()?.validity
 }

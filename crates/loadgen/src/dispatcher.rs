@@ -61,6 +61,11 @@ pub struct LoadOutcome {
     pub write_error: Option<LoadgenError>,
     /// What the server's `/metrics` said during the run (when scraped).
     pub telemetry: Option<ServerTelemetry>,
+    /// The run's clock: where its time zero sits on the monotonic clock, so readings taken
+    /// beside the run (GPU telemetry) land on the records' time axis.
+    pub clock: RunClock,
+    /// GPU telemetry read beside the run; the caller that started a sampler fills it in.
+    pub gpu: Option<crate::gpu::GpuTelemetry>,
 }
 
 /// The monotonic instant of a wall-clock time: read both clocks back to back and carry the
@@ -237,7 +242,7 @@ async fn drive<B: Backend>(
         let _ = r.await;
     }
     drop(tx);
-    outcome(collector, scraper, cpu_before, started_at, |c| {
+    outcome(collector, scraper, cpu_before, started_at, clock, |c| {
         total.saturating_sub(c.finished)
     })
     .await
@@ -251,6 +256,7 @@ pub(crate) async fn outcome(
     scraper: Option<Scraper>,
     cpu_before: CpuTimes,
     started_at: SystemTime,
+    clock: RunClock,
     unsent: impl FnOnce(&Collected) -> usize,
 ) -> Result<LoadOutcome, LoadgenError> {
     let collected = collector
@@ -275,6 +281,8 @@ pub(crate) async fn outcome(
         duration_ns: collected.last_end_ns,
         cpu,
         write_error: collected.write_error,
+        clock,
+        gpu: None,
     })
 }
 

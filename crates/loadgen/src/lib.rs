@@ -8,6 +8,7 @@ mod clock;
 mod collector;
 pub mod connector;
 mod dispatcher;
+pub mod gpu;
 pub mod health;
 pub mod pooling;
 mod precise_wait;

@@ -186,7 +186,7 @@ pub async fn run_sessions<B: ConversationBackend>(
     }
     while running.join_next().await.is_some() {}
     drop(tx);
-    crate::dispatcher::outcome(collector, scraper, cpu_before, started_at, |_| {
+    crate::dispatcher::outcome(collector, scraper, cpu_before, started_at, clock, |_| {
         unsent.load(Ordering::Acquire)
     })
     .await

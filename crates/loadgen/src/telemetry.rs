@@ -26,6 +26,8 @@ const KV_USAGE: &[&str] = &[
     "sglang:token_usage",
     "llamacpp:kv_cache_usage_ratio",
 ];
+/// The cumulative preemption counter, drawn over time.
+const PREEMPTIONS: &[&str] = &["vllm:num_preemptions_total", "sglang:num_preemptions_total"];
 /// Counters whose increase over the run is reported.
 const COUNTERS: &[&str] = &[
     "vllm:num_preemptions_total",
@@ -45,33 +47,75 @@ pub use servebench_metrics::result::{ServerTelemetry, TelemetrySample};
 /// Parse Prometheus text exposition into `name → sum over label sets`.
 pub fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (name, rest) = match line.find(['{', ' ']) {
-            Some(i) => (&line[..i], &line[i..]),
-            None => continue,
-        };
-        let rest = if rest.starts_with('{') {
-            match rest.rfind('}') {
-                Some(j) => &rest[j + 1..],
-                None => continue,
-            }
-        } else {
-            rest
-        };
-        let Some(value) = rest
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        else {
-            continue;
-        };
-        *out.entry(name.to_owned()).or_insert(0.0) += value;
+    for s in prometheus_samples(text) {
+        *out.entry(s.name.to_owned()).or_insert(0.0) += s.value;
     }
     out
+}
+
+/// One sample line of Prometheus text exposition, its label set kept as written.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PromSample<'a> {
+    pub name: &'a str,
+    /// Between the braces, empty without labels.
+    pub labels: &'a str,
+    pub value: f64,
+}
+
+impl<'a> PromSample<'a> {
+    /// The value of label `key`, unescaped only as far as plain values need.
+    pub fn label(&self, key: &str) -> Option<&'a str> {
+        let mut rest = self.labels;
+        while !rest.is_empty() {
+            let eq = rest.find('=')?;
+            let name = rest[..eq].trim().trim_start_matches(',').trim();
+            let after = rest[eq + 1..].trim_start();
+            let body = after.strip_prefix('"')?;
+            let end = closing_quote(body)?;
+            if name == key {
+                return Some(&body[..end]);
+            }
+            rest = &body[end + 1..];
+        }
+        None
+    }
+}
+
+/// The index of the first unescaped `"`.
+fn closing_quote(s: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        match c {
+            '\\' if !escaped => escaped = true,
+            '"' if !escaped => return Some(i),
+            _ => escaped = false,
+        }
+    }
+    None
+}
+
+/// Every readable sample line; comments and lines without a number are skipped.
+pub fn prometheus_samples(text: &str) -> impl Iterator<Item = PromSample<'_>> {
+    text.lines().filter_map(|line| {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            return None;
+        }
+        let i = line.find(['{', ' '])?;
+        let (name, rest) = (&line[..i], &line[i..]);
+        let (labels, rest) = if let Some(inner) = rest.strip_prefix('{') {
+            let j = inner.rfind('}')?;
+            (&inner[..j], &inner[j + 1..])
+        } else {
+            ("", rest)
+        };
+        let value = rest.split_whitespace().next()?.parse::<f64>().ok()?;
+        Some(PromSample {
+            name,
+            labels,
+            value,
+        })
+    })
 }
 
 fn first_of(m: &BTreeMap<String, f64>, names: &[&str]) -> Option<f64> {
@@ -112,6 +156,7 @@ impl Scraper {
                             running: first_of(&m, RUNNING),
                             waiting: first_of(&m, WAITING),
                             kv_usage: first_of(&m, KV_USAGE),
+                            preemptions: first_of(&m, PREEMPTIONS),
                         });
                         if first.is_none() {
                             first = Some(m.clone());
@@ -172,5 +217,18 @@ mod tests {
     fn label_values_with_braces_and_spaces_do_not_confuse_the_parser() {
         let m = parse_prometheus("x{a=\"b c\",d=\"{}\"} 7\n");
         assert_eq!(m["x"], 7.0);
+    }
+
+    #[test]
+    fn labels_are_read_by_name() {
+        let text = "DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",UUID=\"GPU-x\",note=\"a \\\"q\\\" b\",modelName=\"H100\"} 87\n";
+        let s: Vec<_> = prometheus_samples(text).collect();
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].name, "DCGM_FI_DEV_GPU_UTIL");
+        assert_eq!(s[0].value, 87.0);
+        assert_eq!(s[0].label("gpu"), Some("1"));
+        assert_eq!(s[0].label("modelName"), Some("H100"));
+        assert_eq!(s[0].label("UUID"), Some("GPU-x"));
+        assert_eq!(s[0].label("absent"), None);
     }
 }

@@ -160,6 +160,7 @@ fn run_result() -> RunResult {
                 running: Some(2.0),
                 waiting: Some(0.0),
                 kv_usage: Some(0.01),
+                preemptions: None,
             }],
             counter_increase: BTreeMap::from([("vllm:num_preemptions_total".to_owned(), 0.0)]),
             max_waiting: Some(0.0),
@@ -180,6 +181,7 @@ fn run_result() -> RunResult {
         interrupted_reason: None,
         by_turn: Vec::new(),
         by_lora: Vec::new(),
+        gpu_telemetry: None,
     }
 }
 
@@ -308,6 +310,8 @@ fn experiment_file() -> ExperimentFile {
                 request_throughput: 3.5,
                 run: "probe/p.servebench.json".to_owned(),
             }),
+            search: None,
+            gpus: None,
         }),
         repeat: 1,
         notes: vec!["Quick run: fewer prompts per row.".to_owned()],

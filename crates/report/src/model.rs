@@ -57,6 +57,9 @@ pub struct RunData {
     /// The result file's prefix hit check, for `--prefix-hit-rate` runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_hit: Option<servebench_metrics::result::PrefixHitCheck>,
+    /// The result file's `gpu_telemetry`, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<servebench_metrics::result::GpuTelemetry>,
 }
 
 /// One workload row of a matrix (or the sole row of a single-run report).
@@ -102,6 +105,12 @@ pub struct SweepReport {
     pub headline: Option<String>,
     /// Why the sweep stopped early, if it did.
     pub stop_reason: Option<String>,
+    /// `--search`: the loads measured in search order and the answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<servebench_metrics::result::SearchEntry>,
+    /// GPUs serving the target (`--gpus`), for output tok/s per GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
 }
 
 /// A whole experiment, ready to render.

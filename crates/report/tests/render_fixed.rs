@@ -76,6 +76,7 @@ fn run(path: &str, n: u64, ttft_ms: u64, gap_ms: u64) -> RunData {
         telemetry: None,
         validity: None,
         prefix_hit: None,
+        gpu: None,
     }
 }
 
@@ -124,6 +125,8 @@ fn sweep() -> ExperimentReport {
         knee: Some(2),
         headline: Some("1,000 output tok/s at p99 TTFT < 300 ms (rate 4 req/s)".into()),
         stop_reason: Some("latency past 5× the lightest load".into()),
+        search: None,
+        gpus: None,
     });
     r
 }
@@ -323,4 +326,214 @@ fn html_shows_time_to_first_answer_only_for_runs_that_reasoned() {
     assert!(row.contains(">114"), "TTFAT of 114 ms: {row}");
     assert!(html.contains("reasoning share of output"));
     assert!(html.contains("75.0 % (120 reasoning / 40 answer tokens)"));
+}
+
+/// A sweep whose second point carries server and GPU telemetry on its run's clock.
+fn sweep_with_telemetry() -> ExperimentReport {
+    use servebench_metrics::result::{
+        GpuSample, GpuSeries, GpuTelemetry, ServerTelemetry, TelemetrySample,
+    };
+    let mut r = sweep();
+    let Some(s) = r.sweep.as_mut() else {
+        unreachable!("sweep() has a sweep")
+    };
+    let run = &mut s.points[1].runs[0];
+    run.metadata.target.clock = Some("real".into());
+    run.telemetry = Some(ServerTelemetry {
+        samples: (0..4)
+            .map(|k| TelemetrySample {
+                t: k * 1_000 * MS,
+                running: Some(k as f64),
+                waiting: Some(0.0),
+                kv_usage: Some(0.1 * k as f64),
+                preemptions: Some(5.0 + k as f64),
+            })
+            .collect(),
+        ..ServerTelemetry::default()
+    });
+    run.gpu = Some(GpuTelemetry {
+        source: "nvidia-smi".into(),
+        gpus: ["0", "1"]
+            .iter()
+            .map(|g| GpuSeries {
+                gpu: (*g).into(),
+                samples: (0..4)
+                    .map(|k| GpuSample {
+                        t: k * 1_000 * MS + 3 * MS,
+                        util_percent: Some(90.0),
+                        memory_used_mib: Some(70_000.0),
+                        power_w: Some(650.0),
+                        sm_clock_mhz: Some(1980.0),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        ..GpuTelemetry::default()
+    });
+    s.points[2].runs[0].metadata.target.clock = Some("real".into());
+    s.points[2].runs[0].gpu = Some(GpuTelemetry::unavailable());
+    r
+}
+
+#[test]
+fn html_timeline_puts_telemetry_beside_latency_on_one_time_axis() {
+    let html = render_html(&sweep_with_telemetry());
+    // Every point's timeline is linked from the sweep section.
+    let links = html
+        .split("id=\"timeline-links\"")
+        .nth(1)
+        .and_then(|s| s.split("</p>").next())
+        .expect("timeline links");
+    for i in 0..4 {
+        assert!(
+            links.contains(&format!("href=\"#timeline-details-point-{i}\"")),
+            "{links}"
+        );
+        assert!(html.contains(&format!("id=\"timeline-details-point-{i}\"")));
+    }
+    // Point 1: TTFT, requests (client and server), KV cache and GPU in one timeline block.
+    let block = html
+        .split("id=\"timeline-point-1\"")
+        .nth(1)
+        .and_then(|s| s.split("</details>").next())
+        .expect("point 1 timeline");
+    for id in [
+        "timeline-point-1-ttft-points",
+        "timeline-point-1-inflight",
+        "timeline-point-1-running",
+        "timeline-point-1-waiting",
+        "timeline-point-1-preemptions",
+        "timeline-point-1-kv",
+        "timeline-point-1-gpu0-util",
+        "timeline-point-1-gpu1-util",
+        "timeline-point-1-gpu0-power",
+        "timeline-point-1-gpu1-memory",
+    ] {
+        assert!(block.contains(&format!("id=\"{id}\"")), "{id} missing");
+    }
+    // Preemptions count from the first sample; KV usage is drawn in percent.
+    assert!(block.contains("preemptions since start (server): 0.00 preemptions at 0.0 s"));
+    assert!(
+        block.contains("KV-cache usage (server): 30.0 % at 3.0 s"),
+        "{block}"
+    );
+    // One time axis: every chart of the block ends its x axis at the same tick.
+    let last_ticks: Vec<&str> = block
+        .split("<figure")
+        .skip(1)
+        .filter_map(|fig| {
+            fig.split("class=\"tx\"")
+                .last()
+                .and_then(|t| t.split('>').nth(1))
+                .and_then(|t| t.split('<').next())
+        })
+        .collect();
+    assert_eq!(last_ticks.len(), 5, "{last_ticks:?}");
+    assert!(
+        last_ticks.windows(2).all(|w| w[0] == w[1]),
+        "{last_ticks:?}"
+    );
+    // Without telemetry the timeline says why.
+    let p0 = html
+        .split("id=\"timeline-point-0\"")
+        .nth(1)
+        .and_then(|s| s.split("</details>").next())
+        .expect("point 0 timeline");
+    assert!(p0.contains("virtual-time simulation"), "{p0}");
+    let p2 = html
+        .split("id=\"timeline-point-2\"")
+        .nth(1)
+        .and_then(|s| s.split("</details>").next())
+        .expect("point 2 timeline");
+    assert!(
+        p2.contains("no GPU telemetry (nvidia-smi not found)"),
+        "{p2}"
+    );
+    assert!(!html.contains("NaN"));
+}
+
+#[test]
+fn html_frontier_plots_per_gpu_throughput_against_per_user_speed_with_the_slo() {
+    let mut r = sweep();
+    let Some(s) = r.sweep.as_mut() else {
+        unreachable!("sweep() has a sweep")
+    };
+    s.slos.push("tpot:p99:10".into());
+    s.gpus = Some(2);
+    let html = render_html(&r);
+    let chart = html
+        .split("id=\"frontier-per-gpu\"")
+        .nth(1)
+        .and_then(|c| c.split("</figure>").next())
+        .expect("per-GPU frontier");
+    assert!(chart.contains("output tok/s per GPU (2 GPUs)"), "{chart}");
+    assert!(
+        chart.contains("tok/s per user (1000 / p99 TPOT)"),
+        "{chart}"
+    );
+    // The TPOT objective as the slowest streaming allowed: 1000 / 10 ms = 100 tok/s.
+    assert!(
+        chart.contains("SLO p99 TPOT &lt; 10 ms: ≥ 100 tok/s per user"),
+        "{chart}"
+    );
+    assert!(chart.contains("data-points=\"4\""), "{chart}");
+    // Point 0 (gap 7 ms): about 143 tok/s per user.
+    assert!(chart.contains("rate 1 req/s: 14"), "{chart}");
+    // Without a GPU count the chart says 1 was assumed.
+    let html = render_html(&sweep());
+    assert!(html.contains("GPU count not recorded: 1 assumed"));
+}
+
+#[test]
+fn html_shows_a_search_with_its_steps_and_answer() {
+    use servebench_metrics::result::{SearchEntry, SearchPointEntry};
+    let mut r = sweep();
+    let Some(s) = r.sweep.as_mut() else {
+        unreachable!("sweep() has a sweep")
+    };
+    let step = |value: f64, point: usize, passed: bool, over: Option<&str>| SearchPointEntry {
+        value,
+        point,
+        passed,
+        reason: (!passed).then(|| over.unwrap_or("p99 TTFT 400.0 ms breaks").to_owned()),
+        over_saturated: over.map(str::to_owned),
+        slo_values: vec![("p99 TTFT < 300 ms".into(), [250.0, 240.0, 260.0])],
+    };
+    s.search = Some(SearchEntry {
+        tolerance: 0.05,
+        start: 1.0,
+        cap: 8.0,
+        tried: vec![
+            step(1.0, 0, true, None),
+            step(2.0, 1, true, None),
+            step(
+                8.0,
+                3,
+                false,
+                Some("over-saturated: in flight rose linearly"),
+            ),
+            step(4.0, 2, true, None),
+        ],
+        answer: Some(4.0),
+        first_failing: Some(8.0),
+        throughput: Some([1000.0, 990.0, 1010.0]),
+        headline: "1000 output tok/s at p99 TTFT < 300 ms: rate 4 req/s".into(),
+    });
+    let html = render_html(&r);
+    assert!(html.contains(
+        "<p id=\"search-answer\"><strong>1000 output tok/s at p99 TTFT &lt; 300 ms: rate 4 req/s</strong>"
+    ));
+    let table = html
+        .split("id=\"search-table\"")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .expect("search table");
+    assert_eq!(table.matches("<tr><td").count(), 4);
+    assert!(
+        table.contains(
+            "<a href=\"#timeline-details-point-3\">rate 8 req/s</a></td><td>over-saturated</td>"
+        ),
+        "{table}"
+    );
+    assert!(table.contains("p99 TTFT 250.0 [240.0, 260.0]"), "{table}");
 }

@@ -541,6 +541,11 @@ pub struct RunArgs {
     // ---- images in chat ----
     #[command(flatten)]
     pub random_mm: super::random_mm::RandomMmArgs,
+    // ---- GPU telemetry ----
+    /// Read GPU utilization, memory, power and SM clock during the run from a DCGM exporter's
+    /// Prometheus endpoint (e.g. http://node:9400/metrics) instead of `nvidia-smi` on PATH.
+    #[arg(long, value_name = "URL", help_heading = "Output")]
+    pub gpu_metrics_url: Option<String>,
 }
 
 /// `--lora-assignment`.

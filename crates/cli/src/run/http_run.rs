@@ -149,6 +149,7 @@ impl Executor for HttpTarget {
             scrape_every: Some(Duration::from_secs(1)),
             schedule,
         };
+        let gpu = super::gpu_telemetry::GpuWatch::start(plan.gpu_metrics_url.as_deref())?;
         let mut outcome = match feed {
             Some(PromptFeed { receiver, error }) => {
                 let outcome = run_load_feed(
@@ -178,6 +179,7 @@ impl Executor for HttpTarget {
                 .await?
             }
         };
+        gpu.finish(&mut outcome).await;
         if let Some(e) = &outcome.write_error {
             eprintln!(
                 "warning: writing {} failed: {e}",

@@ -3,6 +3,7 @@
 pub mod args;
 pub mod dataset;
 pub mod executor;
+mod gpu_telemetry;
 pub mod http_run;
 pub mod lora;
 pub mod options;

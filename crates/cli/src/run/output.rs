@@ -373,6 +373,9 @@ pub fn write_results(
                 let _ = writeln!(stdout, "WARNING: {w}");
             }
         }
+        if let Some(g) = load.and_then(|o| o.gpu.as_ref()) {
+            eprintln!("{}", super::gpu_telemetry::describe(g));
+        }
         if load.is_none() && f.merged.is_none() {
             // A virtual-time what-if costs seconds, so its absurd answers must be loud.
             if let Some(w) =
@@ -440,6 +443,7 @@ pub fn write_results(
         prefix_hit,
         by_turn,
         by_lora,
+        gpu_telemetry: load.and_then(|o| o.gpu.clone()),
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)

@@ -269,6 +269,8 @@ pub struct RunPlan {
     pub lora: Option<super::lora::LoraPlan>,
     /// TLS and HTTP version of the connections.
     pub transport: servebench_loadgen::Transport,
+    /// `--gpu-metrics-url`: a DCGM exporter to read GPU telemetry from (else `nvidia-smi`).
+    pub gpu_metrics_url: Option<String>,
 }
 
 /// How conversations are replayed (`--multi-turn`).
@@ -386,6 +388,7 @@ impl RunPlan {
             pooling,
             lora,
             transport,
+            gpu_metrics_url: super::gpu_telemetry::checked_url(a.gpu_metrics_url.as_ref())?,
         })
     }
 
@@ -593,6 +596,7 @@ impl RunPlan {
                 DatasetChoice::RandomMm(shape) => shape.flags.clone(),
                 _ => Default::default(),
             },
+            gpu_metrics_url: self.gpu_metrics_url.clone(),
         };
         super::transport_plan::set_flags(&mut args, &self.transport);
         args

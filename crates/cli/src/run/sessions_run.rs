@@ -167,6 +167,7 @@ async fn measure(
         scrape_every: Some(Duration::from_secs(1)),
         keep_text: plan.report.save_detailed,
     };
+    let gpu = super::gpu_telemetry::GpuWatch::start(plan.gpu_metrics_url.as_deref())?;
     let mut outcome = run_sessions(
         Arc::clone(&client),
         sessions,
@@ -175,6 +176,7 @@ async fn measure(
         stop.clone(),
     )
     .await?;
+    gpu.finish(&mut outcome).await;
     if let Some(e) = &outcome.write_error {
         eprintln!(
             "warning: writing {} failed: {e}",

@@ -240,6 +240,96 @@ fn html_report_renders_in_a_headless_browser() {
     );
     assert!(dom.contains("class=\"ref slo\""), "SLO lines drawn");
     assert!(dom.contains("id=\"headline\""));
+    // Each point's timeline is linked and drawn (virtual time: client series only).
+    assert!(dom.contains("href=\"#timeline-details-point-4\""));
+    for id in ["timeline-point-2-ttft-points", "timeline-point-2-inflight"] {
+        assert!(dom.contains(&format!("id=\"{id}\"")), "{id} missing");
+    }
+
+    // A real-time run against the in-process simulator with a stand-in nvidia-smi on PATH:
+    // its timeline draws the server's /metrics and the GPU beside the client's latency.
+    let single = work.join("telemetry-run");
+    let bin_dir = single.join("bin");
+    crate::gpu_telemetry::stand_in(
+        &bin_dir,
+        "i=0\nwhile true; do\n  echo \"0, $((40 + i * 7 % 50)), $((30000 + i * 100)), 250.5, 1980\"\n  i=$((i + 1))\n  sleep 0.3\ndone",
+    );
+    ok(&bin()
+        .current_dir(&single)
+        .env("PATH", crate::gpu_telemetry::path_with(&bin_dir))
+        .args([
+            "run",
+            "--disable-tqdm",
+            "--num-prompts",
+            "40",
+            "--request-rate",
+            "15",
+        ])
+        .args(["--random-input-len", "256", "--random-output-len", "32"])
+        .output()
+        .expect("spawn run"));
+    let result = std::fs::read_dir(single.join("results/runs"))
+        .expect("runs dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".servebench.json"))
+        .expect("a result file");
+    ok(&bin()
+        .args(["report", "--print", "none"])
+        .arg(&result)
+        .output()
+        .expect("report"));
+    let page = result.with_file_name(
+        result
+            .file_name()
+            .map(|n| {
+                n.to_string_lossy()
+                    .replace(".servebench.json", ".report.html")
+            })
+            .expect("file name"),
+    );
+    let dom = check_page(
+        &browser,
+        &work,
+        &page,
+        &[
+            "timeline-run-ttft-points",
+            "timeline-run-inflight",
+            "timeline-run-running",
+            "timeline-run-kv",
+            "timeline-run-gpu0-util",
+            "timeline-run-gpu0-power",
+            "timeline-run-gpu0-memory",
+        ],
+    );
+    // Telemetry beside latency: one timeline block holds the TTFT chart and the telemetry
+    // charts, each series drawn with real coordinates.
+    let block = dom
+        .split("id=\"timeline-run\"")
+        .nth(1)
+        .and_then(|b| b.split("</details>").next())
+        .expect("the run's timeline");
+    for chart in [
+        "timeline-run-ttft",
+        "timeline-run-load",
+        "timeline-run-util",
+    ] {
+        assert!(
+            block.contains(&format!("id=\"{chart}\"")),
+            "{chart} missing"
+        );
+    }
+    for series in [
+        "timeline-run-running",
+        "timeline-run-kv",
+        "timeline-run-gpu0-util",
+    ] {
+        let g = block
+            .split(&format!("id=\"{series}\""))
+            .nth(1)
+            .and_then(|g| g.split("</g>").next())
+            .unwrap_or_default();
+        assert!(g.contains("<path d=\"M"), "{series} not drawn");
+    }
 
     // A screenshot of the sweep report.
     let shot = work.join("report.png");

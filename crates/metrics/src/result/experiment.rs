@@ -96,6 +96,52 @@ pub struct SweepEntry {
     /// The closed-loop probe that found the saturation rate (`--request-rate auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<ProbeEntry>,
+    /// `--search`: the operating-point search that chose the points.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchEntry>,
+    /// GPUs serving the target (`--gpus`, or the simulator's), for per-GPU throughput.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+}
+
+/// `sweep.search` of `experiment.json`: the points a `--search` measured, in the order it
+/// measured them, and its answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SearchEntry {
+    /// Relative width of the final bracket (`--search-tolerance`).
+    pub tolerance: f64,
+    /// The first load tried and the highest allowed.
+    pub start: f64,
+    pub cap: f64,
+    /// Each load measured, in search order.
+    pub tried: Vec<SearchPointEntry>,
+    /// The highest load that met the contract.
+    pub answer: Option<f64>,
+    /// The lowest load that did not.
+    pub first_failing: Option<f64>,
+    /// Output tok/s at the answer: mean over its runs and the 95 % interval of that mean.
+    pub throughput: Option<[f64; 3]>,
+    /// The sentence: "X tok/s at p99 TTFT < Y ms ...".
+    pub headline: String,
+}
+
+/// One load a search measured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SearchPointEntry {
+    pub value: f64,
+    /// Index into `sweep.points`.
+    pub point: usize,
+    pub passed: bool,
+    /// Why it failed (the SLO bound broken, over-saturation, client overload).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The over-saturation test fired: when, and what it saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub over_saturated: Option<String>,
+    /// Each SLO's percentile: mean over runs and the 95 % interval of that mean, ms.
+    pub slo_values: Vec<(String, [f64; 3])>,
 }
 
 /// One sweep point of `experiment.json`.

@@ -7,13 +7,17 @@
 
 mod environment;
 mod experiment;
+mod gpu;
 mod prefix_hit;
 mod run;
 mod sim;
 mod telemetry;
 
 pub use environment::{EnvironmentFile, HostInfo};
-pub use experiment::{ExperimentFile, PointEntry, ProbeEntry, RowEntry, SweepEntry};
+pub use experiment::{
+    ExperimentFile, PointEntry, ProbeEntry, RowEntry, SearchEntry, SearchPointEntry, SweepEntry,
+};
+pub use gpu::{GpuSample, GpuSeries, GpuTelemetry, NO_GPU_TELEMETRY};
 pub use prefix_hit::PrefixHitCheck;
 pub use run::{
     ClientHealth, ClockAnchor, MeasuredHealth, PlanSection, RequestRate, RunMetadata, RunResult,

@@ -61,6 +61,10 @@ pub struct RunResult {
     /// A run over LoRA adapters (`--lora-modules`): its figures by adapter.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub by_lora: Vec<crate::lora::LoraStats>,
+    /// GPU utilization, memory, power and SM clock over the run (`nvidia-smi` or a DCGM
+    /// exporter), or the note that there was no source; absent in virtual time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_telemetry: Option<super::GpuTelemetry>,
 }
 
 impl RunResult {

@@ -13,6 +13,9 @@ pub struct TelemetrySample {
     pub waiting: Option<f64>,
     /// 0–1.
     pub kv_usage: Option<f64>,
+    /// Preemptions so far (the server's cumulative counter), when it exposes one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemptions: Option<f64>,
 }
 
 /// Everything scraped during one run.

@@ -135,6 +135,8 @@ pub fn frontier_charts(sweep: &SweepReport) -> Vec<Chart> {
                 x_log: false,
                 y_from_zero: true,
                 note: None,
+                x_max: None,
+                v_lines: Vec::new(),
             }
         })
         .collect()

@@ -132,6 +132,14 @@ pub struct FrontierAxis {
 
 /// Reads an SLO string `metric:pNN:ms` (or `metric:median:ms`); `None` if it is not one.
 pub fn parse_slo(text: &str) -> Option<(String, f64, f64)> {
+    // `ttft_p99:500` is `ttft:p99:500`.
+    let text = match text.trim().split_once(':') {
+        Some((head, rest)) if !rest.contains(':') && head.contains('_') => {
+            let (metric, pct) = head.rsplit_once('_')?;
+            format!("{metric}:{pct}:{rest}")
+        }
+        _ => text.to_owned(),
+    };
     let mut parts = text.trim().split(':');
     let metric = parts.next()?.trim().to_ascii_lowercase();
     let pct = parts.next()?.trim().to_ascii_lowercase();
@@ -247,6 +255,8 @@ mod tests {
             parse_slo("e2el:median:2000"),
             Some(("e2el".into(), 50.0, 2000.0))
         );
+        assert_eq!(parse_slo("tpot_p99:40"), Some(("tpot".into(), 99.0, 40.0)));
+        assert_eq!(parse_slo("tpot_p99"), None);
     }
 
     #[test]
@@ -260,6 +270,8 @@ mod tests {
             knee: None,
             headline: None,
             stop_reason: None,
+            search: None,
+            gpus: None,
         };
         let axes = sweep_axes(&sweep);
         assert_eq!(

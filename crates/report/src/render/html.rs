@@ -12,6 +12,7 @@ use super::figures::{stat_label, sweep_axes};
 use super::format::{html_escape as esc, slug};
 use super::mdhtml::markdown_to_html;
 use super::tables::{rows_table, run_facts, run_metrics_table, sweep_point_label, sweep_table};
+use super::timeline::group_timeline_html;
 use crate::model::{ExperimentReport, RunData};
 
 const STYLE: &str = r#"
@@ -83,10 +84,82 @@ const SCRIPT: &str = r#"
       li.classList.toggle('off', off);
     });
   }
+  // A link to a folded run's timeline unfolds it (and whatever holds it).
+  function openTarget() {
+    var id = decodeURIComponent(location.hash.slice(1));
+    var el = id ? document.getElementById(id) : null;
+    for (; el; el = el.parentElement) { if (el.tagName === 'DETAILS') { el.open = true; } }
+  }
+  window.addEventListener('hashchange', openTarget);
+  openTarget();
   var charts = document.querySelectorAll('figure.chart svg').length;
   document.documentElement.setAttribute('data-report-ready', String(charts));
 })();
 "#;
+
+/// The loads a `--search` measured, in the order it measured them, with its answer.
+fn search_table(
+    out: &mut String,
+    sweep: &crate::model::SweepReport,
+    search: &servebench_metrics::result::SearchEntry,
+) {
+    let _ = writeln!(
+        out,
+        "<h3>Operating-point search</h3>\n<p id=\"search-answer\"><strong>{}</strong></p>",
+        esc(&search.headline)
+    );
+    out.push_str("<table id=\"search-table\"><thead><tr><th class=\"num\">step</th><th>load</th><th>verdict</th><th>SLO percentiles, ms: mean [95 % interval]</th><th>why it failed</th></tr></thead><tbody>\n");
+    for (i, t) in search.tried.iter().enumerate() {
+        let slos: Vec<String> = t
+            .slo_values
+            .iter()
+            .map(|(name, [mean, lo, hi])| {
+                let stat = name.split(" <").next().unwrap_or(name);
+                if hi > lo {
+                    format!("{stat} {mean:.1} [{lo:.1}, {hi:.1}]")
+                } else {
+                    format!("{stat} {mean:.1}")
+                }
+            })
+            .collect();
+        let verdict = match (t.passed, t.over_saturated.is_some()) {
+            (true, _) => "meets",
+            (false, true) => "over-saturated",
+            (false, false) => "fails",
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"num\">{i}</td><td><a href=\"#timeline-details-point-{}\">{}</a></td><td>{verdict}</td><td>{}</td><td>{}</td></tr>",
+            t.point,
+            esc(&super::charts::point_label(sweep, t.value)),
+            esc(&slos.join("; ")),
+            esc(t.reason.as_deref().unwrap_or(""))
+        );
+    }
+    out.push_str("</tbody></table>\n");
+}
+
+/// A sweep's links to each point's timeline (in the "Every run" section).
+fn timeline_links(out: &mut String, report: &ExperimentReport) {
+    let points: Vec<_> = groups(report)
+        .into_iter()
+        .filter(|g| g.key.starts_with("point-"))
+        .collect();
+    if points.is_empty() {
+        return;
+    }
+    out.push_str("<p id=\"timeline-links\">Timeline of each point (latency beside server and GPU telemetry): ");
+    for (i, g) in points.iter().enumerate() {
+        let _ = write!(
+            out,
+            "{}<a href=\"#timeline-details-{}\">{}</a>",
+            if i == 0 { "" } else { " · " },
+            esc(&g.key),
+            esc(&g.label)
+        );
+    }
+    out.push_str("</p>\n");
+}
 
 fn section(out: &mut String, id: &str, title: &str) {
     let _ = writeln!(out, "<section id=\"{}\">\n<h2>{}</h2>", esc(id), esc(title));
@@ -192,7 +265,11 @@ pub fn render_html(report: &ExperimentReport) -> String {
         for c in frontier_charts(sweep) {
             out.push_str(&c.render());
         }
+        out.push_str(&super::interactivity::interactivity_chart(sweep).render());
         out.push_str("</div>\n");
+        if let Some(search) = &sweep.search {
+            search_table(&mut out, sweep, search);
+        }
         out.push_str(&sweep_table(sweep).to_html("sweep-table"));
         let axis = &sweep_axes(sweep)[0];
         let stat = stat_label(&axis.metric, axis.percentile);
@@ -216,6 +293,7 @@ pub fn render_html(report: &ExperimentReport) -> String {
         if let Some(r) = &sweep.stop_reason {
             let _ = writeln!(out, "<p>Stopped early: {}</p>", esc(r));
         }
+        timeline_links(&mut out, report);
         out.push_str("</section>\n");
     }
 
@@ -243,6 +321,15 @@ pub fn render_html(report: &ExperimentReport) -> String {
                     let _ = writeln!(out, "<p class=\"sub\">{}</p>", esc(&row.hypothesis));
                 }
             }
+            let _ = writeln!(
+                out,
+                "<details class=\"timeline\" id=\"timeline-details-{}\"{}><summary>Timeline: client latency, load, server and GPU telemetry on one time axis{}</summary>",
+                esc(&g.key),
+                if runs <= 2 { " open" } else { "" },
+                if g.runs.len() > 1 { " (first run)" } else { "" }
+            );
+            out.push_str(&group_timeline_html(g));
+            out.push_str("</details>\n");
             for (i, run) in g.runs.iter().enumerate() {
                 let label = if g.runs.len() > 1 {
                     format!("run {} of {}", i + 1, g.runs.len())

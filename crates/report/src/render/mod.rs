@@ -9,12 +9,14 @@ pub mod csv;
 pub mod figures;
 pub mod format;
 pub mod html;
+pub mod interactivity;
 pub mod lora;
 pub mod markdown;
 mod mdhtml;
 pub mod svg;
 pub mod tables;
 pub mod text;
+pub mod timeline;
 pub mod turns;
 
 pub use csv::{csv_columns, render_csv};

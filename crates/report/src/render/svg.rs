@@ -101,6 +101,21 @@ pub struct Chart {
     pub y_from_zero: bool,
     /// A line under the chart (e.g. "every 3rd request shown").
     pub note: Option<String>,
+    /// Extend the x axis to at least this value, so charts of one run share one time axis.
+    pub x_max: Option<f64>,
+    /// Vertical reference lines (a threshold on the x axis).
+    pub v_lines: Vec<VLine>,
+}
+
+/// A vertical reference line (an SLO threshold on the x axis).
+#[derive(Debug, Clone, PartialEq)]
+pub struct VLine {
+    /// Its x value.
+    pub x: f64,
+    /// Label drawn at its top.
+    pub label: String,
+    /// CSS class (`slo`).
+    pub class: String,
 }
 
 /// "Nice" tick positions (steps of 1, 2 or 5 × 10^k) covering `[lo, hi]`.
@@ -225,7 +240,9 @@ impl Chart {
             .series
             .iter()
             .flat_map(|s| s.points.iter().filter(finite).map(|p| p.0))
-            .chain(self.marks.iter().map(|m| m.x));
+            .chain(self.marks.iter().map(|m| m.x))
+            .chain(self.x_max.filter(|x| x.is_finite()))
+            .chain(self.v_lines.iter().map(|v| v.x).filter(|x| x.is_finite()));
         let xs: Vec<f64> = xs.filter(|&x| !self.x_log || x > 0.0).collect();
         let (x_lo, x_hi) = range(xs.into_iter(), self.x_from_zero && !self.x_log);
         let ys = self
@@ -391,6 +408,22 @@ impl Chart {
                 WIDTH - RIGHT - 4.0,
                 y - 5.0,
                 esc(&r.label)
+            );
+        }
+        for v in &self.v_lines {
+            let x = sx.map(v.x);
+            if !x.is_finite() {
+                continue;
+            }
+            let _ = writeln!(
+                o,
+                "<g class=\"ref {}\"><line x1=\"{x:.1}\" y1=\"{TOP}\" x2=\"{x:.1}\" y2=\"{:.1}\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\">{}</text></g>",
+                esc(&v.class),
+                HEIGHT - BOTTOM,
+                x - 4.0,
+                TOP + 12.0,
+                esc(&v.label)
             );
         }
         for m in &self.marks {

@@ -1,0 +1,94 @@
+//! The frontier on the axes the field now publishes: output tokens per second per GPU (what a
+//! deployment costs) against tokens per second per user (how fast each answer streams,
+//! 1000 / TPOT), with the TPOT objective drawn as the slowest streaming speed allowed.
+
+use super::charts::point_label;
+use super::figures::{sweep_axes, GroupFigures};
+use super::format::{load, rate};
+use super::svg::{Chart, Series, SeriesKind, VLine};
+use crate::model::SweepReport;
+
+/// GPUs behind the sweep's target and whether the count was given (`--gpus`, the
+/// simulator's tensor-parallel size) or assumed (1).
+pub fn sweep_gpus(sweep: &SweepReport) -> (u32, bool) {
+    if let Some(g) = sweep.gpus {
+        return (g.max(1), true);
+    }
+    let sim = sweep
+        .points
+        .iter()
+        .flat_map(|p| p.runs.iter())
+        .find_map(|r| r.metadata.target.sim_config.as_ref()?.tensor_parallel_size);
+    match sim {
+        Some(g) => (g.max(1), true),
+        None => (1, false),
+    }
+}
+
+/// Output tok/s per GPU (y) against tok/s per user (x), one point per sweep point; the TPOT
+/// objective, when the contract has one, as a vertical line (points right of it stream fast
+/// enough). Per-user speed is read at the objective's percentile (the slow users), else at
+/// the median.
+pub fn interactivity_chart(sweep: &SweepReport) -> Chart {
+    let (gpus, known) = sweep_gpus(sweep);
+    let tpot_axis = sweep_axes(sweep).into_iter().find(|a| a.metric == "tpot");
+    let pct = tpot_axis.as_ref().map_or(50.0, |a| a.percentile);
+    let pct_label = if pct == 50.0 {
+        "median".to_owned()
+    } else {
+        format!("p{}", load(pct))
+    };
+    let mut points = Vec::new();
+    let mut tooltips = Vec::new();
+    for p in &sweep.points {
+        let f = GroupFigures::of(&p.runs);
+        let tpot = f.latency("tpot", pct).value.unwrap_or(f64::NAN);
+        let per_user = if tpot > 0.0 { 1000.0 / tpot } else { f64::NAN };
+        let per_gpu = f.output_throughput.value.unwrap_or(f64::NAN) / f64::from(gpus);
+        points.push((per_user, per_gpu));
+        tooltips.push(format!(
+            "{}: {} tok/s per user ({pct_label} TPOT), {} output tok/s per GPU",
+            point_label(sweep, p.value),
+            rate(per_user),
+            rate(per_gpu)
+        ));
+    }
+    let v_lines = tpot_axis
+        .iter()
+        .flat_map(|a| a.slo_ms.iter())
+        .filter(|&&ms| ms > 0.0)
+        .map(|&ms| VLine {
+            x: 1000.0 / ms,
+            label: format!(
+                "SLO {pct_label} TPOT < {} ms: ≥ {} tok/s per user",
+                load(ms),
+                rate(1000.0 / ms)
+            ),
+            class: "slo".into(),
+        })
+        .collect();
+    Chart {
+        id: "frontier-per-gpu".into(),
+        title: "Output tok/s per GPU against tok/s per user (interactivity)".into(),
+        x_label: format!("tok/s per user (1000 / {pct_label} TPOT)"),
+        y_label: format!(
+            "output tok/s per GPU ({gpus} GPU{})",
+            if gpus == 1 { "" } else { "s" }
+        ),
+        series: vec![Series {
+            id: "frontier-per-gpu-points".into(),
+            label: format!("sweep of {} over row {}", sweep.variable, sweep.row),
+            points,
+            tooltips,
+            kind: SeriesKind::LineMarkers,
+            color: 0,
+        }],
+        x_from_zero: true,
+        y_from_zero: true,
+        note: (!known).then(|| {
+            "GPU count not recorded: 1 assumed (give `servebench sweep --gpus N`)".to_owned()
+        }),
+        v_lines,
+        ..Chart::default()
+    }
+}
