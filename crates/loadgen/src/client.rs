@@ -344,6 +344,10 @@ impl BackendClient {
         let conn = resp.extensions().get::<WriteStamp>().cloned();
         if let Some(t) = conn.as_ref().and_then(WriteStamp::first_write) {
             outcome.written = Some(clock.ns_at(t));
+        } else if let Some(ready) = resp.extensions().get::<crate::connector::ConnReady>() {
+            // HTTP/2: the request went out once its connection was ready (or at once, on a
+            // connection already open: `sent` is then later and stays).
+            outcome.written = Some(clock.ns_at(ready.0.into()));
         }
         let status = resp.status();
         outcome.served_by = crate::served_by::from_headers(resp.headers());

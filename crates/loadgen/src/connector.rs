@@ -149,6 +149,7 @@ impl TransportConnector {
             return Ok(Conn::Plain {
                 stream,
                 multiplexed: h2c,
+                ready: Instant::now(),
             });
         };
         let name = ServerName::try_from(host.clone()).map_err(|e| -> BoxError {
@@ -226,6 +227,8 @@ pub enum Conn {
         stream: StampedStream,
         /// HTTP/2 with prior knowledge: streams share it, so it carries no per-request stamp.
         multiplexed: bool,
+        /// When the connection was ready to carry requests.
+        ready: Instant,
     },
     Tls(Box<TlsConn>),
 }
@@ -249,6 +252,8 @@ pub struct TlsConn {
     /// not belong to any one request.
     stamp: Option<WriteStamp>,
     h2: bool,
+    /// When the handshake ended and the connection was ready to carry requests.
+    ready: Instant,
     scratch: Box<[u8]>,
 }
 
@@ -265,10 +270,17 @@ impl TlsConn {
             io,
             stamp,
             h2,
+            ready: Instant::now(),
             scratch: vec![0; READ_CHUNK].into_boxed_slice(),
         }
     }
 }
+
+/// On a multiplexed (HTTP/2) connection, which has no per-request write stamp: when it was
+/// ready to carry requests. A request cannot go out before it, so the first request of a cold
+/// connection counts its connect and handshake as client-side wait, never as TTFT.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnReady(pub Instant);
 
 impl Connection for Conn {
     fn connected(&self) -> Connected {
@@ -276,11 +288,13 @@ impl Connection for Conn {
             Conn::Plain {
                 stream,
                 multiplexed: false,
+                ..
             } => stream.connected(),
             Conn::Plain {
                 stream,
                 multiplexed: true,
-            } => stream.tcp_connected(),
+                ready,
+            } => stream.tcp_connected().extra(ConnReady(*ready)),
             Conn::Tls(t) => {
                 let mut c = t.io.get_ref().0.inner().tcp_connected();
                 if t.h2 {
@@ -288,7 +302,7 @@ impl Connection for Conn {
                 }
                 match &t.stamp {
                     Some(s) => c.extra(s.clone()),
-                    None => c,
+                    None => c.extra(ConnReady(t.ready)),
                 }
             }
         }

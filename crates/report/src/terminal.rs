@@ -105,29 +105,7 @@ pub fn vllm_block(o: &OrderedObject, percentiles: &[f64], has_goodput: bool) -> 
         num(o, "total_token_throughput"),
     );
     for metric in BLOCK_ORDER {
-        if o.get(&format!("mean_{metric}_ms")).is_none() {
-            continue;
-        }
-        let (name, title) = metric_titles(metric);
-        header(&mut out, title, '-');
-        line2(
-            &mut out,
-            &format!("Mean {name} (ms):"),
-            num(o, &format!("mean_{metric}_ms")),
-        );
-        line2(
-            &mut out,
-            &format!("Median {name} (ms):"),
-            num(o, &format!("median_{metric}_ms")),
-        );
-        for p in percentiles {
-            let w = percentile_word(*p);
-            line2(
-                &mut out,
-                &format!("P{w} {name} (ms):"),
-                num(o, &format!("p{w}_{metric}_ms")),
-            );
-        }
+        latency_lines(&mut out, o, metric, percentiles);
     }
     spec_decode_lines(&mut out, o);
     out.push_str(&"=".repeat(50));
@@ -136,6 +114,39 @@ pub fn vllm_block(o: &OrderedObject, percentiles: &[f64], has_goodput: bool) -> 
 }
 
 /// vLLM's "Speculative Decoding" lines, when the result holds the `spec_decode_*` keys.
+/// One latency metric's block (mean, median, the requested percentiles) as vLLM prints it;
+/// nothing when the result has no such metric.
+pub(crate) fn latency_lines(
+    out: &mut String,
+    o: &OrderedObject,
+    metric: &str,
+    percentiles: &[f64],
+) {
+    if o.get(&format!("mean_{metric}_ms")).is_none() {
+        return;
+    }
+    let (name, title) = metric_titles(metric);
+    header(out, title, '-');
+    line2(
+        out,
+        &format!("Mean {name} (ms):"),
+        num(o, &format!("mean_{metric}_ms")),
+    );
+    line2(
+        out,
+        &format!("Median {name} (ms):"),
+        num(o, &format!("median_{metric}_ms")),
+    );
+    for p in percentiles {
+        let w = percentile_word(*p);
+        line2(
+            out,
+            &format!("P{w} {name} (ms):"),
+            num(o, &format!("p{w}_{metric}_ms")),
+        );
+    }
+}
+
 fn spec_decode_lines(out: &mut String, o: &OrderedObject) {
     if o.get("spec_decode_acceptance_rate").is_none() {
         return;

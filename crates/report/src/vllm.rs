@@ -155,33 +155,7 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     });
     let output_len = |r: &RequestRecord| if r.is_success() { r.output_tokens } else { 0 };
 
-    let mut o = OrderedObject::new();
-    o.insert("date", info.date.clone());
-    o.insert("endpoint_type", info.backend.clone());
-    o.insert("backend", info.backend.clone());
-    o.insert("label", info.label.clone());
-    o.insert("model_id", info.model_id.clone());
-    o.insert("tokenizer_id", info.tokenizer_id.clone());
-    o.insert("num_prompts", info.num_prompts);
-    for (k, v) in &info.metadata {
-        o.insert(k.clone(), v.clone());
-    }
-    o.insert(
-        "request_rate",
-        if info.request_rate.is_finite() {
-            PyValue::from(info.request_rate)
-        } else {
-            PyValue::from("inf")
-        },
-    );
-    o.insert("burstiness", info.burstiness);
-    o.insert("max_concurrency", info.max_concurrency);
-    if let Some((strategy, start, end)) = &info.ramp_up {
-        o.insert("ramp_up_strategy", strategy.clone());
-        o.insert("ramp_up_start_rps", *start);
-        o.insert("ramp_up_end_rps", *end);
-    }
-    o.insert("duration", info.duration_s);
+    let mut o = opening_keys(info);
     o.insert("completed", completed);
     o.insert("failed", failed);
     o.insert("total_input_tokens", total_input);
@@ -346,3 +320,36 @@ pub const PERCENTILE_METRICS: &[&str] = &[
     "client_queue_time",
     "e2el_including_client_queue",
 ];
+
+/// The keys every vLLM result file opens with, in vLLM's order: the run's identity, its
+/// `--metadata` pairs and the load it was offered, up to `duration`.
+pub(crate) fn opening_keys(info: &VllmRunInfo) -> OrderedObject {
+    let mut o = OrderedObject::new();
+    o.insert("date", info.date.clone());
+    o.insert("endpoint_type", info.backend.clone());
+    o.insert("backend", info.backend.clone());
+    o.insert("label", info.label.clone());
+    o.insert("model_id", info.model_id.clone());
+    o.insert("tokenizer_id", info.tokenizer_id.clone());
+    o.insert("num_prompts", info.num_prompts);
+    for (k, v) in &info.metadata {
+        o.insert(k.clone(), v.clone());
+    }
+    o.insert(
+        "request_rate",
+        if info.request_rate.is_finite() {
+            PyValue::from(info.request_rate)
+        } else {
+            PyValue::from("inf")
+        },
+    );
+    o.insert("burstiness", info.burstiness);
+    o.insert("max_concurrency", info.max_concurrency);
+    if let Some((strategy, start, end)) = &info.ramp_up {
+        o.insert("ramp_up_strategy", strategy.clone());
+        o.insert("ramp_up_start_rps", *start);
+        o.insert("ramp_up_end_rps", *end);
+    }
+    o.insert("duration", info.duration_s);
+    o
+}

@@ -14,7 +14,7 @@ use servebench_metrics::units::ns_to_s;
 use servebench_metrics::{vllm as vllm_metrics, RequestRecord};
 
 use crate::pyjson::{OrderedObject, PyValue};
-use crate::terminal::{header, line, line2, metric_titles, num};
+use crate::terminal::{header, latency_lines, line, line2, num};
 use crate::vllm::{ms_stats, percentile_word, VllmRunInfo};
 
 /// vLLM's rule for a pooling task: the backend's name says embeddings or rerank.
@@ -40,33 +40,7 @@ pub fn pooling_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedO
     let latency = |r: &RequestRecord| r.ttft_ns().map(ns_to_s).unwrap_or(0.0);
     let e2els: Vec<f64> = ok.iter().map(|r| latency(r)).collect();
 
-    let mut o = OrderedObject::new();
-    o.insert("date", info.date.clone());
-    o.insert("endpoint_type", info.backend.clone());
-    o.insert("backend", info.backend.clone());
-    o.insert("label", info.label.clone());
-    o.insert("model_id", info.model_id.clone());
-    o.insert("tokenizer_id", info.tokenizer_id.clone());
-    o.insert("num_prompts", info.num_prompts);
-    for (k, v) in &info.metadata {
-        o.insert(k.clone(), v.clone());
-    }
-    o.insert(
-        "request_rate",
-        if info.request_rate.is_finite() {
-            PyValue::from(info.request_rate)
-        } else {
-            PyValue::from("inf")
-        },
-    );
-    o.insert("burstiness", info.burstiness);
-    o.insert("max_concurrency", info.max_concurrency);
-    if let Some((strategy, start, end)) = &info.ramp_up {
-        o.insert("ramp_up_strategy", strategy.clone());
-        o.insert("ramp_up_start_rps", *start);
-        o.insert("ramp_up_end_rps", *end);
-    }
-    o.insert("duration", info.duration_s);
+    let mut o = super::vllm::opening_keys(info);
     o.insert("completed", completed);
     o.insert("total_input_tokens", total_input);
     o.insert("request_throughput", completed as f64 / dur);
@@ -151,29 +125,7 @@ pub fn pooling_block(o: &OrderedObject, failed: usize, percentiles: &[f64]) -> S
         num(o, "total_token_throughput"),
     );
     for metric in POOLING_BLOCKS {
-        if o.get(&format!("mean_{metric}_ms")).is_none() {
-            continue;
-        }
-        let (name, title) = metric_titles(metric);
-        header(&mut out, title, '-');
-        line2(
-            &mut out,
-            &format!("Mean {name} (ms):"),
-            num(o, &format!("mean_{metric}_ms")),
-        );
-        line2(
-            &mut out,
-            &format!("Median {name} (ms):"),
-            num(o, &format!("median_{metric}_ms")),
-        );
-        for p in percentiles {
-            let w = percentile_word(*p);
-            line2(
-                &mut out,
-                &format!("P{w} {name} (ms):"),
-                num(o, &format!("p{w}_{metric}_ms")),
-            );
-        }
+        latency_lines(&mut out, o, metric, percentiles);
     }
     let _ = writeln!(out, "{}", "=".repeat(50));
     out

@@ -229,11 +229,13 @@ fn https_through_an_openssl_proxy_counts_the_same_tokens_as_http() {
     assert!(p.get("connections").is_none(), "{p}");
     let c = &t["connections"];
     let count = c["count"].as_u64().expect("count");
-    // One per stream of --max-concurrency 4, and the initial test request's, which may not be
-    // back in the pool when the burst starts (as over plain HTTP).
+    // Connections are reused: 13 requests (the initial test request and 12 measured, 4 at a
+    // time) over at most two connections per stream. A stream's next request can be released
+    // before the connection of its last one is back in the pool (hyper's connection task hands
+    // it back), so a loaded machine sees a few more than the four streams, as over plain HTTP.
     assert!(
-        (1..=5).contains(&count),
-        "at most one connection per stream: {c}"
+        (1..=8).contains(&count),
+        "at most two connections per stream of 4: {c}"
     );
     assert_eq!(c["protocol"], "http/1.1", "{c}");
     assert!(
