@@ -1151,6 +1151,7 @@ fn throughput_16_prompts_writes_vllms_json() {
 /// the shared engine runs (`REAL_ENGINE_PID`'s executable, `REAL_ENGINE_MODEL_PATH`).
 #[test]
 fn sweep_serve_restarts_llama_server_per_slot_count() {
+    let _exclusive = crate::common::exclusive();
     let Some(engine) = engine("sweep_serve_restarts_llama_server_per_slot_count") else {
         return;
     };
@@ -1231,6 +1232,7 @@ fn sweep_serve_restarts_llama_server_per_slot_count() {
 /// engine's name (`--served-model-name`), so the run is not refused before it starts.
 #[test]
 fn an_image_part_to_a_text_model_is_a_recorded_error() {
+    let _exclusive = crate::common::exclusive();
     let Some(engine) = engine("an_image_part_to_a_text_model_is_a_recorded_error") else {
         return;
     };
