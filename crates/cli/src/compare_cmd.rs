@@ -11,15 +11,15 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
-use servebench_analysis::compare::{
-    clock_warning, mann_whitney_u, parse_gates, Clock, Gate, GateOutcome, MannWhitney,
-};
+use servebench_analysis::compare::{clock_warning, parse_gates, Clock, Gate, GateOutcome};
 use servebench_metrics::{aggregate, RunSummary};
-use servebench_report::render::charts::{point_label, samples_ms};
+use servebench_report::render::charts::point_label;
 use servebench_report::render::format::{load, ms, rate};
 use servebench_report::{ExperimentReport, RunData};
 
 use crate::experiment::load_experiment;
+pub use crate::significance::MetricTest;
+use crate::significance::{finish_test, latency_test, p_text, LATENCY};
 
 /// `servebench compare` flags.
 #[derive(Debug, Clone, Args)]
@@ -62,22 +62,6 @@ pub struct Axis {
     /// The latency test this axis belongs to (`ttft`, ...), if any.
     pub test: Option<String>,
     /// Was the difference significant (latency axes: that metric's test)?
-    pub significant: Option<bool>,
-}
-
-/// A Mann–Whitney U test of one metric's samples.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MetricTest {
-    /// `ttft`, `tpot`, `itl`, `e2el` (per-request samples, ITL per gap) or a throughput
-    /// name (per-run samples, needs repeats).
-    pub metric: String,
-    /// What one sample is.
-    pub sample: String,
-    /// The test (`None` when a side had no samples).
-    pub result: Option<MannWhitney>,
-    /// Probability that a sample of B exceeds one of A (ties count half).
-    pub p_b_greater: Option<f64>,
-    /// `p_value < alpha`.
     pub significant: Option<bool>,
 }
 
@@ -194,13 +178,6 @@ fn gpus_of(runs: &[RunData], flag: Option<u32>) -> Option<u32> {
     })
 }
 
-const LATENCY: [(&str, &str); 4] = [
-    ("ttft", "TTFT"),
-    ("tpot", "TPOT"),
-    ("itl", "ITL"),
-    ("e2el", "E2EL"),
-];
-
 /// The figures of a group of runs under the names gates use (`p99_ttft_ms`,
 /// `output_throughput`, ...); repeats give their mean.
 pub fn gate_figures(runs: &[RunData], gpus: Option<u32>) -> BTreeMap<String, f64> {
@@ -234,48 +211,6 @@ pub fn gate_figures(runs: &[RunData], gpus: Option<u32>) -> BTreeMap<String, f64
         }
     }
     doc
-}
-
-/// Per-request samples of a latency metric, ms. ITL gaps within one request are strongly
-/// correlated (one batch paces them all), so pooling every gap would make a test see
-/// "significant" differences between two repeats of one configuration; ITL is therefore
-/// tested on each request's median gap, like the other metrics on one value per request.
-pub fn test_samples(runs: &[RunData], metric: &str) -> Vec<f64> {
-    if metric != "itl" {
-        return runs
-            .iter()
-            .flat_map(|r| samples_ms(&r.records, metric))
-            .collect();
-    }
-    runs.iter()
-        .flat_map(|r| r.records.iter().filter(|x| x.is_success()))
-        .filter_map(|r| {
-            let gaps: Vec<f64> = r.itls_ns().map(|g| g as f64 / 1e6).collect();
-            servebench_metrics::stats::median(&gaps)
-        })
-        .collect()
-}
-
-fn latency_test(a: &[RunData], b: &[RunData], metric: &str, alpha: f64) -> MetricTest {
-    let sa = test_samples(a, metric);
-    let sb = test_samples(b, metric);
-    let sample = if metric == "itl" {
-        "request (median gap)"
-    } else {
-        "request"
-    };
-    finish_test(metric, sample, &sa, &sb, alpha)
-}
-
-fn finish_test(metric: &str, sample: &str, a: &[f64], b: &[f64], alpha: f64) -> MetricTest {
-    let result = mann_whitney_u(a, b).ok();
-    MetricTest {
-        metric: metric.to_owned(),
-        sample: sample.to_owned(),
-        p_b_greater: result.map(|r| 1.0 - r.effect_size),
-        significant: result.map(|r| r.p_value < alpha),
-        result,
-    }
 }
 
 fn compare_pair(pair: &Pair<'_>, args: &CompareArgs, gates: &[Gate]) -> Result<PairComparison> {
@@ -480,14 +415,6 @@ fn fmt_value(metric: &str, v: Option<f64>) -> String {
         Some(v) if metric.ends_with("_ms") => ms(v),
         Some(v) if metric == "completed" || metric == "failed" => load(v),
         Some(v) => rate(v),
-    }
-}
-
-fn p_text(p: f64) -> String {
-    if p < 1e-3 {
-        format!("{p:.1e}")
-    } else {
-        format!("{p:.3}")
     }
 }
 

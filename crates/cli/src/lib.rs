@@ -17,6 +17,7 @@ mod predict_cmd;
 mod report_cmd;
 mod run;
 mod server_proc;
+mod significance;
 mod sim_cmd;
 mod sim_fidelity_cmd;
 mod sweep_cmd;

@@ -58,7 +58,11 @@ pub fn welch_t_test(a: &[f64], b: &[f64]) -> Result<Welch, AnalysisError> {
             n1: a.len(),
             n2: b.len(),
             difference,
-            t: if same { 0.0 } else { difference.signum() * f64::INFINITY },
+            t: if same {
+                0.0
+            } else {
+                difference.signum() * f64::INFINITY
+            },
             df: n1 + n2 - 2.0,
             p_value: if same { 1.0 } else { 0.0 },
         });
@@ -201,7 +205,10 @@ mod tests {
         assert!((r.p_value - 0.021_312).abs() < 1e-5, "{r:?}");
         assert_eq!(r.difference, 3.0);
         let same = welch_t_test(&[1.0, 2.0, 3.0], &[3.0, 1.0, 2.0]).unwrap();
-        assert!((same.p_value - 1.0).abs() < 1e-12 && same.t == 0.0, "{same:?}");
+        assert!(
+            (same.p_value - 1.0).abs() < 1e-12 && same.t == 0.0,
+            "{same:?}"
+        );
     }
 
     #[test]

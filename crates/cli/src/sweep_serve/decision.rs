@@ -1,6 +1,7 @@
 //! `decision.md` of a `sweep serve`: every combination on every axis (mean over its runs),
-//! its change against the first combination judged against that combination's run-to-run
-//! noise, the verdict against `--slo`, and the accepted configuration.
+//! its change against the baseline tested for significance as `compare` tests (per-request
+//! samples where the runs kept them) and held against the baseline's run-to-run noise, the
+//! verdict against `--slo`, and the accepted configuration.
 
 use std::fmt::Write as _;
 
@@ -9,14 +10,15 @@ use servebench_analysis::frontier::Slo;
 
 use super::runner::CombRecord;
 
-/// An axis of the table: the result key, its heading, and whether higher is better.
-const AXES: [(&str, &str, bool); 6] = [
-    ("output_throughput", "output tok/s", true),
-    ("request_throughput", "req/s", true),
-    ("p99_ttft_ms", "p99 TTFT ms", false),
-    ("p99_tpot_ms", "p99 TPOT ms", false),
-    ("p99_itl_ms", "p99 ITL ms", false),
-    ("p99_e2el_ms", "p99 E2EL ms", false),
+/// An axis of the table: the result key, its heading, whether higher is better, and the
+/// latency metric whose per-request samples test it.
+const AXES: [(&str, &str, bool, Option<&str>); 6] = [
+    ("output_throughput", "output tok/s", true, None),
+    ("request_throughput", "req/s", true, None),
+    ("p99_ttft_ms", "p99 TTFT ms", false, Some("ttft")),
+    ("p99_tpot_ms", "p99 TPOT ms", false, Some("tpot")),
+    ("p99_itl_ms", "p99 ITL ms", false, Some("itl")),
+    ("p99_e2el_ms", "p99 E2EL ms", false, Some("e2el")),
 ];
 
 /// Mean and sample standard deviation of one result key over a combination's runs.
@@ -88,11 +90,99 @@ fn values(runs: &[Value], key: &str) -> Vec<f64> {
         .collect()
 }
 
+/// How one axis of a change was judged.
+#[derive(Debug, Clone, PartialEq)]
+struct Judgement {
+    /// The test and its sample sizes, as the table shows them.
+    test: String,
+    /// Two-sided p-value (`None`: no test was possible).
+    p: Option<f64>,
+    /// Twice the baseline's run-to-run standard deviation (`None`: one baseline run).
+    floor: Option<f64>,
+    verdict: String,
+}
+
+/// One axis of a change: the runs' values of the axis on both sides (its percentile per run)
+/// and, for latency axes, the per-request samples pooled over each side's runs.
+struct AxisData<'a> {
+    base_runs: &'a [f64],
+    runs: &'a [f64],
+    /// `(metric, baseline's requests, the change's requests)`.
+    requests: Option<(&'a str, &'a [f64], &'a [f64])>,
+    higher_better: bool,
+}
+
+/// Judges one axis: significant (p < `alpha`) by the per-request Mann–Whitney test where the
+/// requests are there, else by Welch's t-test over the runs; and beyond the noise floor.
+/// Only a change that is both is better or worse.
+fn judge(d: &AxisData<'_>, alpha: f64) -> Option<Judgement> {
+    let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
+    if d.base_runs.is_empty() || d.runs.is_empty() {
+        return None;
+    }
+    let (b, v) = (mean(d.base_runs), mean(d.runs));
+    let floor = (d.base_runs.len() >= 2).then(|| {
+        let sd = (d.base_runs.iter().map(|x| (x - b).powi(2)).sum::<f64>()
+            / (d.base_runs.len() - 1) as f64)
+            .sqrt();
+        2.0 * sd
+    });
+    let per_request = d.requests.and_then(|(metric, a, c)| {
+        let t = crate::significance::finish_test(
+            metric,
+            crate::significance::sample_name(metric),
+            a,
+            c,
+            alpha,
+        );
+        let r = t.result?;
+        Some((
+            format!("Mann–Whitney per {} ({}/{})", t.sample, r.n1, r.n2),
+            r.p_value,
+        ))
+    });
+    let tested = per_request.or_else(|| {
+        let r = servebench_analysis::compare::welch_t_test(d.base_runs, d.runs).ok()?;
+        Some((format!("Welch t per run ({}/{})", r.n1, r.n2), r.p_value))
+    });
+    let (test, p) = match tested {
+        Some((t, p)) => (t, Some(p)),
+        None => (
+            format!(
+                "none: needs 2 runs a side ({}/{})",
+                d.base_runs.len(),
+                d.runs.len()
+            ),
+            None,
+        ),
+    };
+    let direction = if (v > b) == d.higher_better {
+        "better"
+    } else {
+        "worse"
+    };
+    let beyond = floor.map(|f| (v - b).abs() > f);
+    let verdict = match (p.map(|p| p < alpha), beyond) {
+        (Some(true), Some(true)) => format!("beyond noise, {direction}"),
+        (Some(true), None) => {
+            format!("significant, {direction} (no noise floor: 1 baseline run)")
+        }
+        (Some(true), Some(false)) => "within noise (significant, inside the noise floor)".into(),
+        (Some(false), _) => "within noise".into(),
+        (None, _) => "not judged (no test)".into(),
+    };
+    Some(Judgement {
+        test,
+        p,
+        floor,
+        verdict,
+    })
+}
+
 /// Each combination against the baseline of its benchmark combination (the server
 /// combination named `baseline`, else the first one measured): the change on every axis,
-/// whether it clears the baseline's noise floor (twice its run-to-run standard deviation),
-/// and a Mann–Whitney p-value over the runs.
-fn effects(md: &mut String, measured: &[&CombRecord]) {
+/// the test that judged it, and the verdict.
+fn effects(md: &mut String, measured: &[&CombRecord], alpha: f64) {
     let mut header = false;
     for c in measured {
         let base = measured
@@ -107,56 +197,61 @@ fn effects(md: &mut String, measured: &[&CombRecord]) {
             header = true;
             let _ = writeln!(
                 md,
-                "\n## Effects against the baseline\n\nThe noise floor is twice the baseline's run-to-run standard deviation (--num-runs ≥ 2 measures it); p is the two-sided Mann–Whitney test over the runs' values.\n"
+                "\n## Effects against the baseline\n\n\
+                 Latency axes are tested with the two-sided Mann–Whitney U test over the \
+                 per-request samples pooled over each side's runs (ITL: each request's median \
+                 gap; exact or normal approximation as `servebench compare` picks), where the \
+                 runs kept their requests; other axes, one value per run, with Welch's t-test \
+                 over the runs (2 runs a side at least). The noise floor is twice the baseline's \
+                 run-to-run standard deviation of the axis (--num-runs ≥ 2 measures it). A change \
+                 is better or worse only when p < {alpha} (--alpha) and the effect is beyond the \
+                 noise floor; otherwise it is within noise.\n"
             );
-            md.push_str("| change | against | axis | baseline | value | effect | noise floor | p | verdict |\n|---|---|---|---|---|---|---|---|---|\n");
+            md.push_str("| change | against | axis | baseline | value | effect | noise floor | test (n per side) | p | verdict |\n|---|---|---|---|---|---|---|---|---|---|\n");
         }
-        for (k, name, higher_better) in AXES {
-            let (Some((b, bsd, bn)), Some((v, _, vn))) = (stat(&base.runs, k), stat(&c.runs, k))
-            else {
+        for (k, name, higher_better, metric) in AXES {
+            let (base_runs, runs) = (values(&base.runs, k), values(&c.runs, k));
+            let samples = metric
+                .filter(|_| !base.details.is_empty() && !c.details.is_empty())
+                .map(|m| {
+                    (
+                        m,
+                        crate::significance::test_samples(&base.details, m),
+                        crate::significance::test_samples(&c.details, m),
+                    )
+                });
+            let data = AxisData {
+                base_runs: &base_runs,
+                runs: &runs,
+                requests: samples.as_ref().map(|(m, a, b)| (*m, &a[..], &b[..])),
+                higher_better,
+            };
+            let Some(j) = judge(&data, alpha) else {
                 continue;
             };
+            let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
+            let (b, v) = (mean(&base_runs), mean(&runs));
             let change = if b != 0.0 {
                 (v - b) / b * 100.0
             } else {
                 f64::NAN
             };
-            let floor = 2.0 * bsd;
-            let p = if bn >= 2 && vn >= 2 {
-                servebench_analysis::compare::mann_whitney_u(
-                    &values(&base.runs, k),
-                    &values(&c.runs, k),
-                )
-                .map(|t| format!("{:.3}", t.p_value))
-                .unwrap_or_else(|_| "–".to_owned())
-            } else {
-                "–".to_owned()
-            };
-            let verdict = if bn < 2 {
-                "no noise floor (1 baseline run)".to_owned()
-            } else if (v - b).abs() > floor {
-                let better = (v > b) == higher_better;
-                format!("beyond noise, {}", if better { "better" } else { "worse" })
-            } else {
-                "within noise".to_owned()
-            };
-            let floor_text = if bn < 2 {
-                "–".to_owned()
-            } else {
-                format!("±{floor:.1}")
-            };
+            let floor = j.floor.map_or("–".to_owned(), |f| format!("±{f:.1}"));
+            let p = j.p.map_or("–".to_owned(), crate::significance::p_text);
             let _ = writeln!(
                 md,
-                "| {} | {} | {name} | {b:.1} | {v:.1} | {change:+.1} % | {floor_text} | {p} | {verdict} |",
+                "| {} | {} | {name} | {b:.1} | {v:.1} | {change:+.1} % | {floor} | {} | {p} | {} |",
                 label(c),
-                label(base)
+                label(base),
+                j.test,
+                j.verdict
             );
         }
     }
 }
 
 /// The markdown.
-pub fn render(combs: &[CombRecord], slos: &[Slo]) -> String {
+pub fn render(combs: &[CombRecord], slos: &[Slo], alpha: f64) -> String {
     let mut md = String::from("# Decision: sweep serve\n\n");
     let contract = if slos.is_empty() {
         "none given (--slo); the highest output throughput is accepted".to_owned()
@@ -213,7 +308,7 @@ pub fn render(combs: &[CombRecord], slos: &[Slo]) -> String {
         }
         let cells: Vec<String> = AXES
             .iter()
-            .map(|(k, _, _)| match stat(&c.runs, k) {
+            .map(|(k, _, _, _)| match stat(&c.runs, k) {
                 Some((m, sd, n)) if n > 1 => format!("{m:.1} ± {sd:.1}"),
                 Some((m, _, _)) => format!("{m:.1}"),
                 None => "–".to_owned(),
@@ -238,7 +333,7 @@ pub fn render(combs: &[CombRecord], slos: &[Slo]) -> String {
             cells.join(" | ")
         );
     }
-    effects(&mut md, &measured);
+    effects(&mut md, &measured, alpha);
     let failures: Vec<&CombRecord> = combs.iter().filter(|c| c.status == "failed").collect();
     if !failures.is_empty() {
         md.push_str("\n## Failed combinations\n");
@@ -260,4 +355,122 @@ pub fn render(combs: &[CombRecord], slos: &[Slo]) -> String {
         }
     }
     md
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// `runs` runs of `per_run` requests each, spread evenly over `low..low + width` ms.
+    fn requests(runs: usize, per_run: usize, low: f64, width: f64) -> Vec<f64> {
+        let n = runs * per_run;
+        (0..n)
+            .map(|i| low + width * (i as f64 + 0.5) / n as f64)
+            .collect()
+    }
+
+    fn ttft<'a>(base_runs: &'a [f64], runs: &'a [f64], a: &'a [f64], b: &'a [f64]) -> AxisData<'a> {
+        AxisData {
+            base_runs,
+            runs,
+            requests: Some(("ttft", a, b)),
+            higher_better: false,
+        }
+    }
+
+    #[test]
+    fn a_clear_shift_over_three_runs_a_side_is_significant_per_request() {
+        let base = requests(3, 30, 100.0, 30.0);
+        let fast = requests(3, 30, 60.0, 30.0);
+        let (base_p99, fast_p99) = ([129.0, 130.5, 128.0], [89.0, 90.0, 88.5]);
+        let j = judge(&ttft(&base_p99, &fast_p99, &base, &fast), 0.01).unwrap();
+        assert!(j.p.unwrap() < 0.01, "{j:?}");
+        assert_eq!(j.verdict, "beyond noise, better");
+        assert!(
+            j.test.starts_with("Mann–Whitney per request (90/90)"),
+            "{j:?}"
+        );
+        // Over the three runs' values alone, Mann–Whitney cannot get below p = 0.1.
+        let runs_only = servebench_analysis::compare::mann_whitney_u(&base_p99, &fast_p99).unwrap();
+        assert!(runs_only.p_value >= 0.1, "{runs_only:?}");
+        // The other way round it is worse.
+        let j = judge(&ttft(&fast_p99, &base_p99, &fast, &base), 0.01).unwrap();
+        assert_eq!(j.verdict, "beyond noise, worse");
+    }
+
+    #[test]
+    fn the_same_configuration_twice_is_within_noise() {
+        // Interleaved requests of one distribution, and p99s that differ by run-to-run noise.
+        let all = requests(6, 30, 100.0, 30.0);
+        let a: Vec<f64> = all.iter().copied().step_by(2).collect();
+        let b: Vec<f64> = all.iter().copied().skip(1).step_by(2).collect();
+        let j = judge(
+            &ttft(&[129.0, 131.0, 127.0], &[130.0, 128.0, 129.5], &a, &b),
+            0.01,
+        )
+        .unwrap();
+        assert!(j.p.unwrap() > 0.5, "{j:?}");
+        assert_eq!(j.verdict, "within noise");
+        assert_eq!(j.floor, Some(4.0));
+    }
+
+    #[test]
+    fn a_significant_change_inside_the_noise_floor_is_within_noise() {
+        let base = requests(3, 30, 100.0, 30.0);
+        let fast = requests(3, 30, 60.0, 30.0);
+        // The baseline's p99 wanders by ±40 ms from run to run: 40 ms less is not beyond it.
+        let j = judge(
+            &ttft(&[90.0, 130.0, 170.0], &[89.0, 90.0, 91.0], &base, &fast),
+            0.01,
+        )
+        .unwrap();
+        assert!(j.p.unwrap() < 0.01);
+        assert_eq!(
+            j.verdict,
+            "within noise (significant, inside the noise floor)"
+        );
+    }
+
+    #[test]
+    fn throughput_is_tested_over_the_runs_with_welch() {
+        let d = AxisData {
+            base_runs: &[1000.0, 1010.0, 990.0],
+            runs: &[1500.0, 1510.0, 1490.0],
+            requests: None,
+            higher_better: true,
+        };
+        let j = judge(&d, 0.01).unwrap();
+        assert_eq!(j.test, "Welch t per run (3/3)");
+        assert!(j.p.unwrap() < 1e-4, "{j:?}");
+        assert_eq!(j.verdict, "beyond noise, better");
+        let d = AxisData {
+            base_runs: &[1000.0, 1010.0, 990.0],
+            runs: &[1004.0, 996.0, 1001.0],
+            requests: None,
+            higher_better: true,
+        };
+        assert_eq!(judge(&d, 0.01).unwrap().verdict, "within noise");
+    }
+
+    #[test]
+    fn single_runs_are_tested_per_request_or_not_judged() {
+        let base = requests(1, 64, 1000.0, 2000.0);
+        let fast = requests(1, 64, 50.0, 100.0);
+        let j = judge(&ttft(&[2990.0], &[149.0], &base, &fast), 0.01).unwrap();
+        assert_eq!(j.floor, None);
+        assert_eq!(
+            j.verdict,
+            "significant, better (no noise floor: 1 baseline run)"
+        );
+        let d = AxisData {
+            base_runs: &[1000.0],
+            runs: &[1500.0],
+            requests: None,
+            higher_better: true,
+        };
+        let j = judge(&d, 0.01).unwrap();
+        assert_eq!((j.p, j.verdict.as_str()), (None, "not judged (no test)"));
+        assert!(j.test.contains("needs 2 runs a side (1/1)"), "{j:?}");
+    }
 }

@@ -5,6 +5,7 @@
 
 mod bench_cmd;
 mod decision;
+mod details;
 mod params;
 mod runner;
 mod vary;
@@ -87,6 +88,14 @@ pub struct SweepServeArgs {
         help_heading = "servebench"
     )]
     pub server_stop_timeout: f64,
+    /// Significance level of the tests decision.md judges each change with (as `compare`).
+    #[arg(
+        long,
+        default_value_t = 0.01,
+        value_name = "ALPHA",
+        help_heading = "servebench"
+    )]
+    pub alpha: f64,
 }
 
 /// `servebench sweep serve`.
@@ -96,6 +105,9 @@ pub async fn sweep_serve(args: SweepServeArgs, command_line: Vec<String>) -> Res
     }
     if !(args.server_stop_timeout.is_finite() && args.server_stop_timeout >= 0.0) {
         bail!("--server-stop-timeout must be a non-negative number of seconds");
+    }
+    if !(args.alpha > 0.0 && args.alpha < 1.0) {
+        bail!("--alpha must be in (0, 1), got {}", args.alpha);
     }
     let plan = runner::Plan::from_args(&args)?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

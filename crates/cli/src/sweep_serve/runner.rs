@@ -28,6 +28,7 @@ pub struct Plan {
     links: Vec<(String, String)>,
     pub experiment_dir: PathBuf,
     slos: Vec<Slo>,
+    alpha: f64,
     lifecycle: Lifecycle,
     exe: String,
 }
@@ -102,6 +103,7 @@ impl Plan {
             links,
             experiment_dir,
             slos,
+            alpha: args.alpha,
             lifecycle: Lifecycle {
                 ready_timeout: Duration::from_secs(args.server_ready_timeout),
                 grace: Duration::from_secs_f64(args.server_stop_timeout),
@@ -179,6 +181,10 @@ pub struct CombRecord {
     /// The measured runs' results (vLLM's JSON with the run number and parameters).
     #[serde(skip)]
     pub runs: Vec<Value>,
+    /// The same runs' servebench results with their per-request records, when every run has
+    /// one (`servebench run` as the benchmark); empty otherwise.
+    #[serde(skip)]
+    pub details: Vec<servebench_report::RunData>,
 }
 
 #[derive(Default)]
@@ -202,6 +208,7 @@ impl CombRecord {
             error: None,
             log_tail: None,
             runs: Vec::new(),
+            details: Vec::new(),
         }
     }
 }
@@ -240,6 +247,7 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
             for b in plan.benches_for(serve) {
                 let mut rec = CombRecord::new(plan, serve, b);
                 rec.runs = load_summary(&plan.comb_dir(serve, b))?;
+                rec.details = super::details::load(&plan.comb_dir(serve, b), &rec.runs);
                 rec.status = "resumed";
                 state.combs.push(rec);
             }
@@ -293,6 +301,7 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
             match run_comb(plan, args, &mut server, serve, bench).await {
                 Ok((runs, resumed)) => {
                     rec.status = if resumed { "resumed" } else { "ok" };
+                    rec.details = super::details::load(&plan.comb_dir(serve, bench), &runs);
                     rec.runs = runs;
                     state.combs.push(rec);
                 }
@@ -506,6 +515,7 @@ async fn run_one(
     }
     let dir = out.parent().unwrap_or(Path::new("."));
     let bench_log = dir.join("bench.log");
+    let started = std::time::SystemTime::now();
     let mut child = KillOnDrop(logged::spawn(&argv, &bench_log, args.show_stdout, false)?);
     let mut server_exit = None;
     let status = loop {
@@ -555,6 +565,9 @@ async fn run_one(
         }
         _ => read_result(out)?,
     };
+    if plan.bench.kind == BenchKind::Run && run >= 0 {
+        super::details::adopt(dir, run, started)?;
+    }
     let v = with_params(v, serve, bench, run);
     write_json(out, &v)?;
     println!("[END BENCHMARK]");
@@ -625,7 +638,7 @@ fn write_records(plan: &Plan, state: &State, command_line: &[String]) -> Result<
     )?;
     std::fs::write(
         plan.experiment_dir.join("decision.md"),
-        decision::render(&state.combs, &plan.slos),
+        decision::render(&state.combs, &plan.slos, plan.alpha),
     )
     .context("writing decision.md")
 }
