@@ -124,6 +124,29 @@ fn two_server_configurations_run_in_turn_and_64_sequences_are_accepted() {
         decision.contains("rejected: p99_ttft_ms"),
         "4 sequences miss the contract: {decision}"
     );
+    // One run a side: the per-request test still finds the TTFT change significant, and
+    // says that no noise floor was measured.
+    let ttft_row: Vec<&str> = decision
+        .lines()
+        .find(|l| l.starts_with("| max_num_seqs=64") && l.contains("| p99 TTFT ms |"))
+        .unwrap_or_else(|| panic!("{decision}"))
+        .split('|')
+        .map(str::trim)
+        .collect();
+    // ["", change, against, axis, baseline, value, effect, floor, test, p, verdict, ""]
+    assert_eq!(
+        ttft_row[8], "Mann–Whitney per request (64/64)",
+        "{decision}"
+    );
+    let p: f64 = ttft_row[9].parse().unwrap();
+    assert!(p < 0.01, "{decision}");
+    assert_eq!(
+        ttft_row[10], "significant, better (no noise floor: 1 baseline run)",
+        "{decision}"
+    );
+    assert!(exp
+        .join("SERVE--max_num_seqs=64-BENCH--num_prompts=64-random_input_len=256-random_output_len=32/run=0.servebench.json")
+        .is_file());
     // vLLM's files: the result with its parameters, the combination's summary, the table.
     let run0 = read_json(&exp.join(
         "SERVE--max_num_seqs=64-BENCH--num_prompts=64-random_input_len=256-random_output_len=32/run=0.json",
@@ -533,6 +556,11 @@ fn the_decision_judges_a_knob_against_the_baseline_noise_floor() {
         .find(|l| l.starts_with("| max_num_seqs=4") && l.contains("| p99 TTFT ms |"))
         .unwrap_or_else(|| panic!("{decision}"));
     assert!(ttft_row.contains("beyond noise, worse"), "{decision}");
+    // Both runs' requests on each side, pooled: each run kept its own records.
+    assert!(
+        ttft_row.contains("| Mann–Whitney per request (96/96) |"),
+        "{decision}"
+    );
     assert!(decision.contains("**Accepted: baseline"), "{decision}");
     let _ = std::fs::remove_dir_all(&dir);
 }
