@@ -53,6 +53,7 @@ pub async fn start(
     });
     let how = Lifecycle {
         ready_timeout: Duration::from_secs(args.server_ready_timeout),
+        api_key: target.api_key.clone(),
         ..Lifecycle::default()
     };
     let server = ServerProcess::start(&argv, &log, &how).await?;

@@ -22,7 +22,7 @@ pub use port::Addressed;
 pub const TAIL_LINES: usize = 30;
 
 /// How a server is started and stopped.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Lifecycle {
     /// How long the server may take to become ready.
     pub ready_timeout: Duration,
@@ -30,6 +30,9 @@ pub struct Lifecycle {
     pub grace: Duration,
     /// Copy the server's output to our stderr as well as its log.
     pub echo: bool,
+    /// The runs' API key: a server that demands one (`vllm serve --api-key`) answers the
+    /// readiness checks and the prefix-cache reset only with it.
+    pub api_key: Option<String>,
 }
 
 impl Default for Lifecycle {
@@ -38,7 +41,20 @@ impl Default for Lifecycle {
             ready_timeout: Duration::from_secs(300),
             grace: Duration::from_secs(10),
             echo: false,
+            api_key: None,
         }
+    }
+}
+
+impl std::fmt::Debug for Lifecycle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The key stays out of every log line.
+        f.debug_struct("Lifecycle")
+            .field("ready_timeout", &self.ready_timeout)
+            .field("grace", &self.grace)
+            .field("echo", &self.echo)
+            .field("api_key", &self.api_key.as_ref().map(|_| "***"))
+            .finish()
     }
 }
 
@@ -51,6 +67,7 @@ pub struct ServerProcess {
     pub log: PathBuf,
     grace: Duration,
     exit: Option<ExitStatus>,
+    api_key: Option<String>,
 }
 
 impl std::fmt::Debug for ServerProcess {
@@ -73,7 +90,7 @@ impl ServerProcess {
             bail!(
                 "port {} is already in use before the server starts ({})",
                 addressed.port,
-                shell_words(&addressed.argv)
+                shell_words(&crate::redact_argv(&addressed.argv))
             );
         }
         if let Some(dir) = log.parent() {
@@ -86,11 +103,12 @@ impl ServerProcess {
             log: log.to_path_buf(),
             grace: how.grace,
             exit: None,
+            api_key: how.api_key.clone(),
         };
         eprintln!(
             "Server started (pid {}): {}",
             server.pid(),
-            shell_words(&server.addressed.argv)
+            shell_words(&crate::redact_argv(&server.addressed.argv))
         );
         if let Err(e) = server.wait_ready(how.ready_timeout).await {
             server.stop().await;
@@ -129,7 +147,7 @@ impl ServerProcess {
             api: ApiKind::Completions,
             model: String::new(),
             headers: Vec::new(),
-            api_key: None,
+            api_key: self.api_key.clone(),
             extra_body: serde_json::Map::new(),
             ignore_eos: false,
             transport: Default::default(),
@@ -303,6 +321,7 @@ mod tests {
             ready_timeout: Duration::from_millis(600),
             grace: Duration::from_secs(2),
             echo: false,
+            api_key: None,
         };
         let e = ServerProcess::start(
             &argv(&[
@@ -328,6 +347,146 @@ mod tests {
 /// vLLM's `shlex.split` reads `--serve-cmd`.
 pub fn split_words(line: &str) -> Result<Vec<String>> {
     servebench_sim::args::split_shell_words(line).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// A server that answers only with `Authorization: Bearer <key>`, as `vllm serve --api-key`
+/// guards its routes: 401 otherwise. It listens on `port` once `delay` has passed (so that
+/// the lifecycle's check that the port is free comes first), for `lifetime` (a stop waits for
+/// the port to be free), and records every request's path and whether it carried the key.
+#[cfg(test)]
+mod auth_tests {
+    use std::sync::{Arc, Mutex};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    type Seen = Arc<Mutex<Vec<(String, bool)>>>;
+
+    fn guarded_server(port: u16, key: &'static str, delay: Duration, lifetime: Duration) -> Seen {
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+                .await
+                .expect("the test port");
+            let until = tokio::time::Instant::now() + lifetime;
+            loop {
+                let accepted = tokio::time::timeout_at(until, listener.accept()).await;
+                let Ok(accepted) = accepted else {
+                    return;
+                };
+                let Ok((mut sock, _)) = accepted else {
+                    return;
+                };
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let head = String::from_utf8_lossy(&buf).to_string();
+                    let path = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+                    let authorized = head.lines().any(|l| {
+                        l.to_ascii_lowercase().starts_with("authorization:")
+                            && l.trim_end().ends_with(&format!("Bearer {key}"))
+                    });
+                    log.lock().expect("log").push((path.clone(), authorized));
+                    let (status, body) = match (authorized, path.as_str()) {
+                        (false, _) => ("401 Unauthorized", r#"{"error":"Unauthorized"}"#),
+                        (true, "/v1/models") => (
+                            "200 OK",
+                            r#"{"object":"list","data":[{"id":"m","object":"model"}]}"#,
+                        ),
+                        (true, _) => ("200 OK", "{}"),
+                    };
+                    let reply = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(reply.as_bytes()).await;
+                });
+            }
+        });
+        seen
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free port")
+    }
+
+    fn placeholder(port: u16) -> Vec<String> {
+        ["sh", "-c", "exec sleep 30", "x", "--port"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([port.to_string()])
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn ready_checks_and_the_cache_reset_send_the_api_key() {
+        let dir = std::env::temp_dir().join(format!("servebench-srv-auth-{}", std::process::id()));
+        let port = free_port();
+        let seen = guarded_server(
+            port,
+            "sk-test",
+            Duration::from_millis(300),
+            // Long enough for the checks and the reset on a loaded machine; the stop then
+            // waits until the port is free.
+            Duration::from_secs(5),
+        );
+        let how = Lifecycle {
+            ready_timeout: Duration::from_secs(20),
+            grace: Duration::from_secs(2),
+            api_key: Some("sk-test".to_owned()),
+            ..Lifecycle::default()
+        };
+        assert!(!format!("{how:?}").contains("sk-test"), "{how:?}");
+        let mut server = ServerProcess::start(&placeholder(port), &dir.join("server.log"), &how)
+            .await
+            .expect("ready with the key");
+        assert!(!format!("{server:?}").contains("sk-test"));
+        server.reset_prefix_cache().await;
+        server.stop().await;
+        let seen = seen.lock().expect("log").clone();
+        for path in ["/health", "/v1/models", "/reset_prefix_cache"] {
+            assert!(seen.contains(&(path.to_owned(), true)), "{path}: {seen:?}");
+        }
+        assert!(seen.iter().all(|(_, authorized)| *authorized), "{seen:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn without_the_key_a_guarded_server_is_never_ready() {
+        let dir =
+            std::env::temp_dir().join(format!("servebench-srv-noauth-{}", std::process::id()));
+        let port = free_port();
+        let seen = guarded_server(
+            port,
+            "sk-test",
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+        );
+        let how = Lifecycle {
+            ready_timeout: Duration::from_millis(1500),
+            grace: Duration::from_secs(2),
+            ..Lifecycle::default()
+        };
+        let e = ServerProcess::start(&placeholder(port), &dir.join("server.log"), &how)
+            .await
+            .expect_err("401 is not ready");
+        assert!(format!("{e:#}").contains("not ready within"), "{e:#}");
+        assert!(seen.lock().expect("log").iter().any(|(_, a)| !a));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[cfg(test)]

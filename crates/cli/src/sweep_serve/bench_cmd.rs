@@ -52,6 +52,12 @@ impl BenchCmd {
         }
     }
 
+    /// The API key the runs send, resolved as `servebench run` resolves its `--api-key`: the
+    /// flag in the command, else `OPENAI_API_KEY` (which the benchmark process inherits).
+    pub fn api_key(&self) -> Option<String> {
+        api_key_of(&self.words, std::env::var("OPENAI_API_KEY").ok())
+    }
+
     /// The command of one run: `params` already applied to `words`; pointed at `base_url`,
     /// its result at `out` (a `run=N.json` file) and its own files in `out`'s directory.
     /// `exe` is our binary.
@@ -117,6 +123,13 @@ impl BenchCmd {
     }
 }
 
+fn api_key_of(words: &[String], env: Option<String>) -> Option<String> {
+    flag_value(words, &["--api-key"])
+        .map(str::to_owned)
+        .or(env)
+        .filter(|k| !k.is_empty())
+}
+
 /// The flags vLLM's sweep adds to every benchmark run.
 fn vllm_result_flags(dir: &Path, file: &str) -> Vec<String> {
     vec![
@@ -136,6 +149,19 @@ mod tests {
 
     fn argv(s: &str) -> Vec<String> {
         s.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_api_key_is_the_flag_else_the_environment() {
+        let env = Some("sk-env".to_owned());
+        let with = argv("vllm bench serve --api-key sk-flag --model m");
+        assert_eq!(api_key_of(&with, env.clone()).as_deref(), Some("sk-flag"));
+        let eq = argv("servebench run --api-key=sk-eq");
+        assert_eq!(api_key_of(&eq, None).as_deref(), Some("sk-eq"));
+        let without = argv("vllm bench serve --model m");
+        assert_eq!(api_key_of(&without, env).as_deref(), Some("sk-env"));
+        assert_eq!(api_key_of(&without, Some(String::new())), None);
+        assert_eq!(api_key_of(&without, None), None);
     }
 
     #[test]

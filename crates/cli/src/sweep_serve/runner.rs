@@ -94,9 +94,11 @@ impl Plan {
             .context("cannot locate the servebench binary")?
             .display()
             .to_string();
+        let bench = BenchCmd::new(bench_words);
+        let api_key = bench.api_key();
         Ok(Plan {
             serve_cmd,
-            bench: BenchCmd::new(bench_words),
+            bench,
             after_bench,
             serve_params,
             bench_params,
@@ -108,6 +110,7 @@ impl Plan {
                 ready_timeout: Duration::from_secs(args.server_ready_timeout),
                 grace: Duration::from_secs_f64(args.server_stop_timeout),
                 echo: args.show_stdout,
+                api_key,
             },
             exe,
         })
@@ -233,7 +236,10 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
         let server_cmd = serve.apply_to(&plan.serve_cmd);
         println!("[BEGIN SERVER]");
         println!("Server overrides: {}", serve.as_text(", "));
-        println!("Server command: {}", shell_words(&server_cmd));
+        println!(
+            "Server command: {}",
+            shell_words(&crate::redact_argv(&server_cmd))
+        );
         if args.dry_run {
             print_dry_run(plan, args, serve);
             println!("[END SERVER]");
@@ -288,7 +294,7 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
         };
         state.servers.push(ServerRecord {
             serve: serve.to_json(),
-            command: server.addressed.argv.clone(),
+            command: crate::redact_argv(&server.addressed.argv),
             pid: server.pid(),
             port: server.addressed.port,
             log: log.display().to_string(),
@@ -375,7 +381,10 @@ fn print_dry_run(plan: &Plan, args: &SweepServeArgs, serve: &ParamItem) {
             println!("[BEGIN BENCHMARK]");
             println!("Benchmark overrides: {}", bench.as_text(", "));
             println!("Run Number: {r}");
-            println!("Benchmark command: {}", shell_words(&argv));
+            println!(
+                "Benchmark command: {}",
+                shell_words(&crate::redact_argv(&argv))
+            );
             println!("Output file: {}", out.display());
             println!("[END BENCHMARK]");
         }
@@ -498,7 +507,10 @@ async fn run_one(
     println!("[BEGIN BENCHMARK]");
     println!("Benchmark overrides: {}", bench.as_text(", "));
     println!("Run Number: {run}");
-    println!("Benchmark command: {}", shell_words(&argv));
+    println!(
+        "Benchmark command: {}",
+        shell_words(&crate::redact_argv(&argv))
+    );
     println!("Output file: {}", out.display());
     if out.exists() {
         println!("Found existing results.");
@@ -630,8 +642,8 @@ fn write_records(plan: &Plan, state: &State, command_line: &[String]) -> Result<
         &plan.experiment_dir.join("sweep_serve.json"),
         &serde_json::json!({
             "command_line": crate::redact_argv(command_line),
-            "serve_cmd": plan.serve_cmd,
-            "bench_cmd": plan.bench.words,
+            "serve_cmd": crate::redact_argv(&plan.serve_cmd),
+            "bench_cmd": crate::redact_argv(&plan.bench.words),
             "servers": state.servers,
             "combinations": state.combs,
         }),
