@@ -262,7 +262,11 @@ pub fn render(combs: &[CombRecord], slos: &[Slo], alpha: f64) -> String {
             .join(", ")
     };
     let _ = writeln!(md, "Contract: {contract}\n");
-    let measured: Vec<&CombRecord> = combs.iter().filter(|c| c.status != "failed").collect();
+    // An interrupted combination's runs are too few to weigh against the others.
+    let measured: Vec<&CombRecord> = combs
+        .iter()
+        .filter(|c| c.status == "ok" || c.status == "resumed")
+        .collect();
     let accepted = measured
         .iter()
         .filter(|c| misses(c, slos).is_empty() && failed_requests(c) == 0.0)
@@ -291,17 +295,19 @@ pub fn render(combs: &[CombRecord], slos: &[Slo], alpha: f64) -> String {
     md.push_str(&"---|".repeat(AXES.len() + 2));
     md.push('\n');
     for c in combs {
-        if c.status == "failed" {
+        if c.status == "failed" || c.status == "interrupted" {
             let why = c
                 .error
                 .as_deref()
                 .and_then(|e| e.lines().next())
-                .unwrap_or("failed");
+                .unwrap_or(c.status);
             let _ = writeln!(
                 md,
-                "| {} | 0 | {} | – | failed: {} |",
+                "| {} | {} | {} | – | {}: {} |",
                 label(c),
+                c.runs.len(),
                 vec!["–"; AXES.len()].join(" | "),
+                c.status,
                 why.replace('|', "/")
             );
             continue;

@@ -11,9 +11,13 @@ use anyhow::{Context, Result};
 use serde_json::Value;
 use servebench_report::RunData;
 
-/// `run=N.servebench.json`.
-fn result_name(run: i64) -> String {
-    format!("run={run}.servebench.json")
+/// `run=N.servebench.json` (`run=N.partial.servebench.json` for a run stopped early).
+fn result_name(run: i64, tag: &str) -> String {
+    if tag.is_empty() {
+        format!("run={run}.servebench.json")
+    } else {
+        format!("run={run}.{tag}.servebench.json")
+    }
 }
 
 /// The servebench result the run that started at `started` wrote into `dir` (the newest one
@@ -44,8 +48,9 @@ fn written_since(dir: &Path, started: SystemTime) -> Result<Option<PathBuf>> {
 }
 
 /// Renames the result (and its records) that run `run` just wrote into `dir` to
-/// `run=N.servebench.json` and `run=N.requests.jsonl`. A run that wrote none is left alone.
-pub fn adopt(dir: &Path, run: i64, started: SystemTime) -> Result<()> {
+/// `run=N.servebench.json` and `run=N.requests.jsonl` (with `tag` before the extensions when
+/// given). A run that wrote none is left alone.
+pub fn adopt(dir: &Path, run: i64, started: SystemTime, tag: &str) -> Result<()> {
     let Some(path) = written_since(dir, started)? else {
         return Ok(());
     };
@@ -55,14 +60,18 @@ pub fn adopt(dir: &Path, run: i64, started: SystemTime) -> Result<()> {
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
     if let Some(records) = doc.get("records_path").and_then(Value::as_str) {
         let from = dir.join(records);
-        let name = format!("run={run}.requests.jsonl");
+        let name = if tag.is_empty() {
+            format!("run={run}.requests.jsonl")
+        } else {
+            format!("run={run}.{tag}.requests.jsonl")
+        };
         if from.exists() {
             std::fs::rename(&from, dir.join(&name))
                 .with_context(|| format!("renaming {}", from.display()))?;
             doc["records_path"] = Value::from(name);
         }
     }
-    let to = dir.join(result_name(run));
+    let to = dir.join(result_name(run, tag));
     let body = serde_json::to_string_pretty(&doc)? + "\n";
     std::fs::write(&to, body).with_context(|| format!("writing {}", to.display()))?;
     std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))
@@ -76,11 +85,11 @@ pub fn load(dir: &Path, runs: &[Value]) -> Vec<RunData> {
         let Some(n) = r.get("run_number").and_then(Value::as_i64) else {
             return Vec::new();
         };
-        let path = dir.join(result_name(n));
+        let path = dir.join(result_name(n, ""));
         if !path.exists() {
             return Vec::new();
         }
-        match crate::experiment::load_run(&path, &result_name(n)) {
+        match crate::experiment::load_run(&path, &result_name(n, "")) {
             Ok(d) if !d.records.is_empty() => out.push(d),
             Ok(_) => return Vec::new(),
             Err(e) => {
@@ -109,7 +118,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.join("x-1qps.requests.jsonl"), "{}\n").unwrap();
-        adopt(&dir, 2, started).unwrap();
+        adopt(&dir, 2, started, "").unwrap();
         assert!(!dir.join("x-1qps.servebench.json").exists());
         assert!(dir.join("run=2.requests.jsonl").exists());
         let doc: Value = serde_json::from_str(
@@ -118,7 +127,7 @@ mod tests {
         .unwrap();
         assert_eq!(doc["records_path"], "run=2.requests.jsonl");
         // Nothing new since: nothing renamed, no error.
-        adopt(&dir, 3, started).unwrap();
+        adopt(&dir, 3, started, "").unwrap();
         assert!(!dir.join("run=3.servebench.json").exists());
         // A run without its result: no details for the combination.
         let runs = [serde_json::json!({"run_number": 7})];

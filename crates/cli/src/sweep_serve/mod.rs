@@ -6,6 +6,7 @@
 mod bench_cmd;
 mod decision;
 mod details;
+mod interrupt;
 mod params;
 mod runner;
 mod vary;
@@ -110,17 +111,8 @@ pub async fn sweep_serve(args: SweepServeArgs, command_line: Vec<String>) -> Res
         bail!("--alpha must be in (0, 1), got {}", args.alpha);
     }
     let plan = runner::Plan::from_args(&args)?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot watch for SIGTERM")?;
     // The server leads a process group of its own, so a terminal's Ctrl-C does not reach it:
-    // ending the sweep drops it, and dropping it kills its group.
-    let cause = tokio::select! {
-        r = runner::run(&plan, &args, &command_line) => return r,
-        _ = tokio::signal::ctrl_c() => "SIGINT (Ctrl-C)",
-        _ = term.recv() => "SIGTERM",
-    };
-    bail!(
-        "interrupted by {cause}: the server was stopped; `--resume` continues {}",
-        plan.experiment_dir.display()
-    )
+    // the loop passes the signal on to the benchmark, stops the server and writes its records.
+    let interrupt = interrupt::Interrupt::watch_signals().context("cannot watch for signals")?;
+    runner::run(&plan, &args, &command_line, &interrupt).await
 }

@@ -12,6 +12,7 @@ use servebench_analysis::frontier::{parse_slos, Slo};
 
 use super::bench_cmd::{BenchCmd, BenchKind};
 use super::decision;
+use super::interrupt::{Interrupt, Interrupted};
 use super::params::{linked, parse_link_vars, ParamItem, ParamSweep};
 use super::SweepServeArgs;
 use crate::server_proc::{
@@ -169,7 +170,8 @@ pub struct CombRecord {
     pub serve: Map<String, Value>,
     pub bench: Map<String, Value>,
     pub dir: String,
-    /// `ok`, `resumed` (results found), or `failed`.
+    /// `ok`, `resumed` (results found), `failed`, or `interrupted` (by a signal; its finished
+    /// runs kept, no `summary.json`, so `--resume` measures it again).
     pub status: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_pid: Option<u32>,
@@ -217,7 +219,12 @@ impl CombRecord {
 }
 
 /// Runs the sweep (or prints it with `--dry-run`).
-pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) -> Result<ExitCode> {
+pub async fn run(
+    plan: &Plan,
+    args: &SweepServeArgs,
+    command_line: &[String],
+    interrupt: &Interrupt,
+) -> Result<ExitCode> {
     if !args.dry_run {
         std::fs::create_dir_all(&plan.experiment_dir)
             .with_context(|| format!("cannot create {}", plan.experiment_dir.display()))?;
@@ -232,7 +239,12 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
     }
     let mut state = State::default();
     let mut stopped: Option<anyhow::Error> = None;
+    let mut interrupted: Option<&'static str> = None;
     for serve in &plan.serve_params.0 {
+        if let Some(s) = interrupt.signalled() {
+            interrupted = Some(s.cause);
+            break;
+        }
         let server_cmd = serve.apply_to(&plan.serve_cmd);
         println!("[BEGIN SERVER]");
         println!("Server overrides: {}", serve.as_text(", "));
@@ -261,7 +273,23 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
             continue;
         }
         let log = plan.server_log(serve);
-        let mut server = match ServerProcess::start(&server_cmd, &log, &plan.lifecycle).await {
+        // A signal while the server loads drops the start, which kills the server's group.
+        let started = tokio::select! {
+            r = ServerProcess::start(&server_cmd, &log, &plan.lifecycle) => r,
+            s = interrupt.wait() => {
+                for b in plan.benches_for(serve) {
+                    let mut rec = CombRecord::new(plan, serve, b);
+                    rec.status = "interrupted";
+                    rec.error = Some(format!("interrupted by {} before the server was ready", s.cause));
+                    rec.server_log = Some(log.display().to_string());
+                    state.combs.push(rec);
+                }
+                println!("[END SERVER]");
+                interrupted = Some(s.cause);
+                break;
+            }
+        };
+        let mut server = match started {
             Ok(s) => s,
             Err(e) => {
                 let text = format!("{e:#}");
@@ -304,7 +332,23 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
             rec.server_pid = Some(server.pid());
             rec.port = Some(server.addressed.port);
             rec.server_log = Some(log.display().to_string());
-            match run_comb(plan, args, &mut server, serve, bench).await {
+            match run_comb(plan, args, &mut server, serve, bench, interrupt).await {
+                Err(e) if e.is::<Interrupted>() => {
+                    let Ok(i) = e.downcast::<Interrupted>() else {
+                        unreachable!("checked just above")
+                    };
+                    println!("[INTERRUPTED COMBINATION] {}: {i}", rec.dir);
+                    rec.status = "interrupted";
+                    rec.error = Some(format!(
+                        "{i} after {} of {} run(s)",
+                        i.done.len(),
+                        args.num_runs
+                    ));
+                    rec.runs = i.done;
+                    state.combs.push(rec);
+                    interrupted = Some(i.cause);
+                    break;
+                }
                 Ok((runs, resumed)) => {
                     rec.status = if resumed { "resumed" } else { "ok" };
                     rec.details = super::details::load(&plan.comb_dir(serve, bench), &runs);
@@ -327,7 +371,7 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
         server.stop().await;
         println!("[END SERVER]");
         write_records(plan, &state, command_line)?;
-        if stopped.is_some() {
+        if stopped.is_some() || interrupted.is_some() {
             break;
         }
     }
@@ -339,6 +383,13 @@ pub async fn run(plan: &Plan, args: &SweepServeArgs, command_line: &[String]) ->
         return Ok(ExitCode::SUCCESS);
     }
     write_records(plan, &state, command_line)?;
+    if let Some(cause) = interrupted {
+        eprintln!(
+            "Interrupted by {cause}: the server was stopped; what was done is recorded in {}; `--resume` continues it",
+            plan.experiment_dir.join("sweep_serve.json").display()
+        );
+        return Ok(ExitCode::from(crate::run::EXIT_INTERRUPTED));
+    }
     let failed = state.combs.iter().filter(|c| c.status == "failed").count();
     if let Some(e) = stopped {
         return Err(e.context(format!(
@@ -416,6 +467,7 @@ async fn run_comb(
     server: &mut ServerProcess,
     serve: &ParamItem,
     bench: &ParamItem,
+    interrupt: &Interrupt,
 ) -> Result<(Vec<Value>, bool)> {
     let dir = plan.comb_dir(serve, bench);
     if dir.join("summary.json").exists() {
@@ -427,7 +479,10 @@ async fn run_comb(
         let mut warm = bench.clone();
         warm.set("num_prompts", Value::from(args.warmup_num_prompts));
         let out = dir.join("warmup.json");
-        if let Err(e) = run_one(plan, args, server, serve, &warm, -1, &out, 0).await {
+        if let Err(e) = run_one(plan, args, server, serve, &warm, -1, &out, 0, interrupt).await {
+            if e.is::<Interrupted>() {
+                return Err(e);
+            }
             if server.exited().is_some() || !args.continue_on_error {
                 return Err(e.context("warm-up run"));
             }
@@ -443,8 +498,15 @@ async fn run_comb(
     let mut last_error = None;
     for r in 0..args.num_runs {
         let out = dir.join(format!("run={r}.json"));
-        match run_one(plan, args, server, serve, bench, r as i64, &out, warmups).await {
+        match run_one(plan, args, server, serve, bench, r as i64, &out, warmups, interrupt).await {
             Ok(v) => runs.push(v),
+            Err(e) if e.is::<Interrupted>() => {
+                let Ok(mut i) = e.downcast::<Interrupted>() else {
+                    unreachable!("checked just above")
+                };
+                i.done = runs;
+                return Err(i.into());
+            }
             Err(e) => {
                 write_json(
                     &dir.join(format!("run={r}.failure.json")),
@@ -494,6 +556,7 @@ async fn run_one(
     run: i64,
     out: &Path,
     warmups: usize,
+    interrupt: &Interrupt,
 ) -> Result<Value> {
     let applied = bench.apply_to(&plan.bench.words);
     let argv = plan.bench.argv(
@@ -525,14 +588,39 @@ async fn run_one(
             server.log_tail()
         );
     }
+    if let Some(s) = interrupt.signalled() {
+        println!("[INTERRUPTED BENCHMARK] not started");
+        return Err(Interrupted {
+            cause: s.cause,
+            done: Vec::new(),
+        }
+        .into());
+    }
     let dir = out.parent().unwrap_or(Path::new("."));
     let bench_log = dir.join("bench.log");
     let started = std::time::SystemTime::now();
-    let mut child = KillOnDrop(logged::spawn(&argv, &bench_log, args.show_stdout, false)?);
+    // In a group of its own, the benchmark hears a terminal's Ctrl-C only through us: once.
+    let mut child = KillOnDrop(logged::spawn(&argv, &bench_log, args.show_stdout, true)?);
     let mut server_exit = None;
+    let mut passed_on: Option<std::time::Instant> = None;
     let status = loop {
         if let Some(s) = child.0.try_wait().context("waiting for the benchmark")? {
             break s;
+        }
+        if let Some(s) = interrupt.signalled() {
+            let pid = nix::unistd::Pid::from_raw(child.0.id() as i32);
+            match passed_on {
+                None => {
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+                    passed_on = Some(std::time::Instant::now());
+                }
+                // A run given SIGINT finishes within its grace for requests in flight; a
+                // second signal, or a run that does not stop, is killed.
+                Some(at) if s.force || at.elapsed() > BENCH_STOP_GRACE => {
+                    let _ = child.0.kill();
+                }
+                Some(_) => {}
+            }
         }
         if server_exit.is_none() {
             server_exit = server.exited();
@@ -544,6 +632,22 @@ async fn run_one(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    if let (Some(s), Some(_)) = (interrupt.signalled(), passed_on) {
+        // What the run measured before the signal stays for inspection, under names
+        // --resume does not take for a finished run.
+        if out.exists() {
+            let _ = std::fs::rename(out, out.with_extension("partial.json"));
+        }
+        if plan.bench.kind == BenchKind::Run && run >= 0 {
+            let _ = super::details::adopt(dir, run, started, "partial");
+        }
+        println!("[INTERRUPTED BENCHMARK]");
+        return Err(Interrupted {
+            cause: s.cause,
+            done: Vec::new(),
+        }
+        .into());
+    }
     if let Some(st) = server_exit.or_else(|| server.exited()) {
         // The partial result stays for inspection, under a name --resume does not take for
         // a finished run.
@@ -578,13 +682,17 @@ async fn run_one(
         _ => read_result(out)?,
     };
     if plan.bench.kind == BenchKind::Run && run >= 0 {
-        super::details::adopt(dir, run, started)?;
+        super::details::adopt(dir, run, started, "")?;
     }
     let v = with_params(v, serve, bench, run);
     write_json(out, &v)?;
     println!("[END BENCHMARK]");
     Ok(v)
 }
+
+/// How long a benchmark given SIGINT may take to write its results before it is killed
+/// (`servebench run` waits up to 5 s for requests in flight).
+const BENCH_STOP_GRACE: Duration = Duration::from_secs(30);
 
 /// A benchmark process that does not outlive an interrupted sweep.
 struct KillOnDrop(std::process::Child);
