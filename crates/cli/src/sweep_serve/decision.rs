@@ -183,6 +183,20 @@ fn judge(d: &AxisData<'_>, alpha: f64) -> Option<Judgement> {
 /// combination named `baseline`, else the first one measured): the change on every axis,
 /// the test that judged it, and the verdict.
 fn effects(md: &mut String, measured: &[&CombRecord], alpha: f64) {
+    // A change is always against the baseline of its own benchmark combination, so the
+    // server side names it unless several benchmark combinations share the table.
+    let one_bench = measured.iter().all(|c| {
+        measured
+            .first()
+            .is_some_and(|f| f.bench_name == c.bench_name)
+    });
+    let name = |c: &CombRecord| {
+        if one_bench && !c.serve_name.is_empty() {
+            c.serve_name.clone()
+        } else {
+            label(c)
+        }
+    };
     let mut header = false;
     for c in measured {
         let base = measured
@@ -209,7 +223,7 @@ fn effects(md: &mut String, measured: &[&CombRecord], alpha: f64) {
             );
             md.push_str("| change | against | axis | baseline | value | effect | noise floor | test (n per side) | p | verdict |\n|---|---|---|---|---|---|---|---|---|---|\n");
         }
-        for (k, name, higher_better, metric) in AXES {
+        for (k, axis, higher_better, metric) in AXES {
             let (base_runs, runs) = (values(&base.runs, k), values(&c.runs, k));
             let samples = metric
                 .filter(|_| !base.details.is_empty() && !c.details.is_empty())
@@ -240,9 +254,9 @@ fn effects(md: &mut String, measured: &[&CombRecord], alpha: f64) {
             let p = j.p.map_or("–".to_owned(), crate::significance::p_text);
             let _ = writeln!(
                 md,
-                "| {} | {} | {name} | {b:.1} | {v:.1} | {change:+.1} % | {floor} | {} | {p} | {} |",
-                label(c),
-                label(base),
+                "| {} | {} | {axis} | {b:.1} | {v:.1} | {change:+.1} % | {floor} | {} | {p} | {} |",
+                name(c),
+                name(base),
                 j.test,
                 j.verdict
             );

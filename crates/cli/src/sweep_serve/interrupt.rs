@@ -23,8 +23,7 @@ pub struct Interrupt(watch::Receiver<Option<Signalled>>);
 impl Interrupt {
     /// Watches SIGINT and SIGTERM from now on (a library never does this; the command does).
     pub fn watch_signals() -> std::io::Result<Interrupt> {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let (tx, rx) = watch::channel(None);
         tokio::spawn(async move {
             let mut first: Option<&'static str> = None;

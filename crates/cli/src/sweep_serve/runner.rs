@@ -498,7 +498,11 @@ async fn run_comb(
     let mut last_error = None;
     for r in 0..args.num_runs {
         let out = dir.join(format!("run={r}.json"));
-        match run_one(plan, args, server, serve, bench, r as i64, &out, warmups, interrupt).await {
+        match run_one(
+            plan, args, server, serve, bench, r as i64, &out, warmups, interrupt,
+        )
+        .await
+        {
             Ok(v) => runs.push(v),
             Err(e) if e.is::<Interrupted>() => {
                 let Ok(mut i) = e.downcast::<Interrupted>() else {

@@ -39,6 +39,7 @@ mod sim_fidelity;
 mod sweep_cli;
 mod sweep_search;
 mod sweep_serve;
+mod sweep_serve_interrupt;
 mod throughput_cli;
 mod timed_trace;
 mod tls;
