@@ -381,7 +381,8 @@ fn coefficients(
             // A tree all-reduce (NCCL's choice for small messages) goes up and down a tree of
             // depth log2(tp); a one-shot all-reduce has `allreduce_step_us` 0.
             us_to_s(
-                2.0 * layers * (ovh.allreduce_latency_us + 2.0 * tpf.log2() * ovh.allreduce_step_us),
+                2.0 * layers
+                    * (ovh.allreduce_latency_us + 2.0 * tpf.log2() * ovh.allreduce_step_us),
             ),
             2.0 * layers * 2.0 * (tpf - 1.0) / tpf * 2.0 * d / link,
         )

@@ -237,8 +237,7 @@ pub fn run_point(point: &Point, catalog: &Catalog) -> Result<PointOutcome, SimEr
     let mut args = SimArgs::parse_spec(&spec)?;
     let natural_stops = point.output_mean_tokens.is_some();
     if let Some(mean) = point.output_mean_tokens {
-        args.eos_len_median =
-            median_for_capped_mean(mean, point.output_tokens, args.eos_len_sigma);
+        args.eos_len_median = median_for_capped_mean(mean, point.output_tokens, args.eos_len_sigma);
     }
     let resolved = args
         .resolve_with(catalog.clone())
@@ -333,7 +332,8 @@ fn std_normal_cdf(x: f64) -> f64 {
     let t = 1.0 / (1.0 + 0.327_591_1 * z);
     let poly = t
         * (0.254_829_592
-            + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
     let erfc = poly * (-z * z).exp();
     if x >= 0.0 {
         1.0 - erfc / 2.0
