@@ -51,6 +51,14 @@ pub struct Overheads {
     pub allreduce_latency_us: f64,
     /// Effective all-reduce bandwidth, GB/s.
     pub link_gbps: f64,
+    /// Latency of one tree step of an all-reduce, µs: `2·log2(tp)` steps are added to `α`
+    /// (0 = one-shot all-reduce, `α` only).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub allreduce_step_us: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 /// Per-step constants derived once, so `step_time` is a handful of multiplications.
@@ -125,6 +133,7 @@ pub struct DeploymentBuilder {
     cpu_floor_us: Option<f64>,
     allreduce_latency_us: Option<f64>,
     link_gbps: Option<f64>,
+    allreduce_step_us: Option<f64>,
     async_scheduling: bool,
     graph_sizes: Vec<u32>,
 }
@@ -197,6 +206,9 @@ impl DeploymentBuilder {
         allreduce_latency_us,
         /// All-reduce bandwidth, GB/s (default: the GPU's `link_gbps`).
         link_gbps,
+        /// Latency of one tree step of an all-reduce, µs (default: the GPU's
+        /// `allreduce_step_us`, else 0).
+        allreduce_step_us,
     );
 
     /// Validates and resolves the deployment.
@@ -267,6 +279,10 @@ impl DeploymentBuilder {
                 .allreduce_latency_us
                 .unwrap_or(DEFAULT_ALLREDUCE_LATENCY_US),
             link_gbps: self.link_gbps.unwrap_or(self.gpu.link_gbps),
+            allreduce_step_us: self
+                .allreduce_step_us
+                .or(self.gpu.allreduce_step_us)
+                .unwrap_or(0.0),
         };
         for (name, v) in [
             ("step_overhead_us", overheads.step_overhead_us),
@@ -274,6 +290,7 @@ impl DeploymentBuilder {
             ("req_overhead_us", overheads.req_overhead_us),
             ("cpu_floor_us", overheads.cpu_floor_us),
             ("allreduce_latency_us", overheads.allreduce_latency_us),
+            ("allreduce_step_us", overheads.allreduce_step_us),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(RooflineError::Invalid(format!(
@@ -361,7 +378,12 @@ fn coefficients(
     let (t_ar_latency, t_ar_per_token) = if tp > 1 {
         let link = ovh.link_gbps * 1e9;
         (
-            us_to_s(2.0 * layers * ovh.allreduce_latency_us),
+            // A tree all-reduce (NCCL's choice for small messages) goes up and down a tree of
+            // depth log2(tp); a one-shot all-reduce has `allreduce_step_us` 0.
+            us_to_s(
+                2.0 * layers
+                    * (ovh.allreduce_latency_us + 2.0 * tpf.log2() * ovh.allreduce_step_us),
+            ),
             2.0 * layers * 2.0 * (tpf - 1.0) / tpf * 2.0 * d / link,
         )
     } else {
@@ -413,6 +435,7 @@ impl Deployment {
             cpu_floor_us: None,
             allreduce_latency_us: None,
             link_gbps: None,
+            allreduce_step_us: None,
             async_scheduling: false,
             graph_sizes: Vec::new(),
         }
@@ -845,6 +868,34 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(tp16.kv_bytes_per_token(), 2.0 * 80.0 * 128.0 * 2.0);
+    }
+
+    #[test]
+    fn tree_all_reduce_steps_grow_with_log2_of_the_ranks() {
+        let plan = decode(1, 16);
+        let t_ar = |tp: u32, step: Option<f64>| {
+            deployment("h100", "llama-3.1-70b")
+                .tensor_parallel(tp)
+                .allreduce_step_us(step)
+                .build()
+                .unwrap()
+                .step_time(&plan)
+                .t_ar
+        };
+        // Absent = 0: the one-shot model, unchanged.
+        assert_eq!(t_ar(4, None), t_ar(4, Some(0.0)));
+        // 2·L all-reduces, each 2·log2(tp) steps of 10 µs more: tp 2 → 2 steps, tp 8 → 6.
+        for (tp, steps) in [(2, 2.0), (4, 4.0), (8, 6.0)] {
+            let extra = t_ar(tp, Some(10.0)) - t_ar(tp, None);
+            let want = 2.0 * 80.0 * steps * 10e-6;
+            assert!(close(extra, want, 1e-12), "tp {tp}: {extra} vs {want}");
+        }
+        let e = deployment("h100", "llama-3.1-70b")
+            .allreduce_step_us(-1.0)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("allreduce_step_us"), "{e}");
     }
 
     #[test]

@@ -59,6 +59,12 @@ pub struct GpuSpec {
     /// `mbu` (one efficiency for every byte).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mbu_kv: Option<f64>,
+    /// Latency of one step of a tree all-reduce between this GPU and its peers, µs; an
+    /// all-reduce over `tp` ranks takes `2·log2(tp)` such steps on top of its fixed `α`.
+    /// Absent means 0: GPUs whose engines all-reduce small messages in one shot over a full
+    /// NVLink/xGMI mesh (vLLM's custom all-reduce) pay only `α` (docs/simulator.md §12.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allreduce_step_us: Option<f64>,
 }
 
 impl GpuSpec {
@@ -115,6 +121,7 @@ impl GpuSpec {
             mbu: SPEC_DEFAULT_MBU,
             calibrated: false,
             mbu_kv: None,
+            allreduce_step_us: None,
         })
     }
 
@@ -173,6 +180,14 @@ impl GpuSpec {
                         self.id
                     )));
                 }
+            }
+        }
+        if let Some(v) = self.allreduce_step_us {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(RooflineError::Invalid(format!(
+                    "GPU '{}': allreduce_step_us must be a non-negative number, got {v}",
+                    self.id
+                )));
             }
         }
         Ok(())

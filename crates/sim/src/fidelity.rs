@@ -91,6 +91,11 @@ pub struct Point {
     pub requests: u32,
     /// Client-side cap on requests in flight (none = all at once).
     pub concurrency: Option<u32>,
+    /// Mean output tokens per request when the source let requests stop naturally (no
+    /// `--ignore-eos`): the requests then stop at a log-normal natural length (the simulator's
+    /// `--eos-len-sigma`) whose median is solved so the mean of `min(length, output_tokens)`
+    /// is this; absent = every request generates exactly `output_tokens`.
+    pub output_mean_tokens: Option<f64>,
     pub published: Figures,
     pub tolerance: Option<f64>,
     /// Per-figure bounds that replace `tolerance` for one metric (a known, explained miss).
@@ -136,6 +141,17 @@ impl Fixture {
                     &p.id,
                     "requests, input_tokens and output_tokens must be positive".into(),
                 ));
+            }
+            if let Some(mean) = p.output_mean_tokens {
+                if !(mean.is_finite() && mean >= 1.0 && mean < f64::from(p.output_tokens)) {
+                    return Err(bad(
+                        &p.id,
+                        format!(
+                            "output_mean_tokens must be at least 1 and below output_tokens ({}), got {mean}",
+                            p.output_tokens
+                        ),
+                    ));
+                }
             }
             if p.concurrency == Some(0) {
                 return Err(bad(&p.id, "concurrency must be positive".into()));
@@ -213,11 +229,16 @@ pub fn fidelity_catalog() -> Result<Catalog, SimError> {
     Ok(catalog)
 }
 
-/// Runs one point in virtual time (jitter off, natural stops off: every request generates
-/// exactly `output_tokens`, as the sources' fixed-length benchmarks do).
+/// Runs one point in virtual time (jitter off; natural stops off, so every request generates
+/// exactly `output_tokens` as the sources' fixed-length benchmarks do, unless the point gives
+/// `output_mean_tokens`).
 pub fn run_point(point: &Point, catalog: &Catalog) -> Result<PointOutcome, SimError> {
     let spec = format!("{} --jitter 0", point.sim);
-    let args = SimArgs::parse_spec(&spec)?;
+    let mut args = SimArgs::parse_spec(&spec)?;
+    let natural_stops = point.output_mean_tokens.is_some();
+    if let Some(mean) = point.output_mean_tokens {
+        args.eos_len_median = median_for_capped_mean(mean, point.output_tokens, args.eos_len_sigma);
+    }
     let resolved = args
         .resolve_with(catalog.clone())
         .map_err(|e| SimError::Config(format!("point '{}': {e}", point.id)))?;
@@ -230,7 +251,7 @@ pub fn run_point(point: &Point, catalog: &Catalog) -> Result<PointOutcome, SimEr
                 prompt: random_prompt(id, point.input_tokens, vocab),
                 max_tokens: point.output_tokens,
                 min_tokens: 0,
-                ignore_eos: true,
+                ignore_eos: !natural_stops,
                 seed: None,
                 cache_salt: None,
                 arrival_ns: 0,
@@ -277,6 +298,48 @@ pub fn run_all(fixture: &Fixture) -> Result<Vec<PointOutcome>, SimError> {
         .iter()
         .map(|p| run_point(p, &catalog))
         .collect()
+}
+
+/// The median of a log-normal length law of shape `sigma` whose mean, capped at `cap`
+/// (`E[min(L, cap)]`), is `mean`. The capped mean grows with the median, so bisection on
+/// the log of the median converges; `mean` must be below `cap`.
+fn median_for_capped_mean(mean: f64, cap: u32, sigma: f64) -> f64 {
+    let cap = f64::from(cap);
+    let capped_mean = |median: f64| {
+        if sigma <= 0.0 {
+            return median.min(cap);
+        }
+        let z = (cap / median).ln() / sigma;
+        median * (sigma * sigma / 2.0).exp() * std_normal_cdf(z - sigma)
+            + cap * (1.0 - std_normal_cdf(z))
+    };
+    let (mut lo, mut hi) = (0.0f64, (cap * 1e3).ln());
+    for _ in 0..200 {
+        let mid = (lo + hi) / 2.0;
+        if capped_mean(mid.exp()) < mean {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    ((lo + hi) / 2.0).exp()
+}
+
+/// Φ(x), from the complementary error function's Abramowitz–Stegun 7.1.26 form (|error| <
+/// 1.5e-7, far below what an output length needs).
+fn std_normal_cdf(x: f64) -> f64 {
+    let z = x.abs() / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.327_591_1 * z);
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let erfc = poly * (-z * z).exp();
+    if x >= 0.0 {
+        1.0 - erfc / 2.0
+    } else {
+        erfc / 2.0
+    }
 }
 
 /// Prompt ids from a per-request stream, so no two prompts share a cached block.
@@ -413,6 +476,17 @@ mod tests {
         );
         let err = Fixture::parse(&text, "x.toml").unwrap_err().to_string();
         assert!(err.contains("x.toml") && err.contains("'nowhere'"), "{err}");
+    }
+
+    #[test]
+    fn the_median_gives_the_capped_mean() {
+        // Solved against the closed form independently: median 124.5 with σ 0.8 and a cap
+        // of 128 has a capped mean of 100.3.
+        let m = median_for_capped_mean(100.3, 128, 0.8);
+        assert!((m - 124.5).abs() < 0.2, "{m}");
+        assert!((std_normal_cdf(0.0) - 0.5).abs() < 1e-7);
+        assert!((std_normal_cdf(1.96) - 0.975).abs() < 1e-4);
+        assert!((median_for_capped_mean(50.0, 128, 0.0) - 50.0).abs() < 1e-6);
     }
 
     #[test]
