@@ -7,7 +7,9 @@
 //! client that learns of first tokens only when requests end sees at most an older wait than
 //! there is, never a younger one. The warm-up ramp of a healthy server (in flight rising
 //! from zero while the first requests are served) is told apart by waiting until a share of
-//! the schedule and several of the fastest request's latency have passed.
+//! the schedule has passed, and, when first tokens are not known live (so a ramp of long
+//! requests would look like a growing wait), until several of the fastest request's latency
+//! have passed.
 
 use crate::search::{OverSaturation, Sample, SaturationTest};
 
@@ -32,17 +34,30 @@ impl Default for LiveWatch {
             test: SaturationTest::default(),
             period_ns: 1_000_000_000,
             min_fraction: 0.2,
-            min_latencies: 4.0,
+            min_latencies: 3.0,
             min_finished: 10,
         }
     }
 }
 
 impl LiveWatch {
+    /// Schedule time between checks for a schedule spanning `span_ns`: the period, or a
+    /// twentieth of a shorter schedule (at least 10 ms).
+    pub fn period_for(&self, span_ns: u64) -> u64 {
+        self.period_ns.min(span_ns / 20).max(10_000_000)
+    }
+
     /// The verdict at `now` (ns on the run's clock) on `known` (every request intended by
     /// now, with what was known of it then), for a schedule spanning `span_ns` from its first
-    /// intended send. `None` while the point is not (or not yet clearly) over-saturated.
-    pub fn check_at(&self, known: &[Sample], now: u64, span_ns: u64) -> Option<OverSaturation> {
+    /// intended send; `first_tokens_known` when requests in flight carry their first token as
+    /// soon as it came. `None` while the point is not (or not yet clearly) over-saturated.
+    pub fn check_at(
+        &self,
+        known: &[Sample],
+        now: u64,
+        span_ns: u64,
+        first_tokens_known: bool,
+    ) -> Option<OverSaturation> {
         let start = known.iter().map(|s| s.intended).min()?;
         let elapsed = now.checked_sub(start).filter(|e| *e > 0)?;
         if (elapsed as f64) < self.min_fraction * span_ns as f64 {
@@ -53,8 +68,9 @@ impl LiveWatch {
             .filter_map(|s| s.done.filter(|d| *d <= now).map(|d| d - s.intended));
         let (finished, fastest) =
             latencies.fold((0usize, u64::MAX), |(n, m), l| (n + 1, m.min(l)));
-        if finished < self.min_finished
-            || (elapsed as f64) < self.min_latencies * fastest as f64
+        if !first_tokens_known
+            && (finished < self.min_finished
+                || (elapsed as f64) < self.min_latencies * fastest as f64)
         {
             return None;
         }
@@ -131,7 +147,7 @@ mod tests {
         let now = (now_s * 1e9) as u64;
         let (schedule, finished) = fifo(rate, 60.0, service_ms, now);
         let span = *schedule.last().unwrap();
-        LiveWatch::default().check_at(&known_at(&schedule, &finished, now), now, span)
+        LiveWatch::default().check_at(&known_at(&schedule, &finished, now), now, span, false)
     }
 
     #[test]
@@ -156,13 +172,16 @@ mod tests {
         // Over-saturated, but only 5 % of the schedule has passed.
         assert_eq!(verdict(10.0, 200, 3.0), None);
         // Nothing known at all.
-        assert_eq!(LiveWatch::default().check_at(&[], 10, 100), None);
+        assert_eq!(LiveWatch::default().check_at(&[], 10, 100, true), None);
         // Requests so long that none has finished: a ramp looks like growth.
         let schedule: Vec<u64> = (0..600).map(|i| i * 100 * MS).collect();
         let now = 30_000 * MS;
         let known = known_at(&schedule, &[], now);
         assert_eq!(known.len(), 301);
-        assert_eq!(LiveWatch::default().check_at(&known, now, 60_000 * MS), None);
+        assert_eq!(
+            LiveWatch::default().check_at(&known, now, 60_000 * MS, false),
+            None
+        );
     }
 
     #[test]
@@ -184,9 +203,33 @@ mod tests {
                 .collect();
             let known = known_at(&schedule, &finished, n as u64);
             assert_eq!(
-                LiveWatch::default().check_at(&known, n as u64, 59_900 * MS),
+                LiveWatch::default().check_at(&known, n as u64, 59_900 * MS, false),
                 None,
                 "at {now} s"
+            );
+        }
+    }
+
+    #[test]
+    fn a_ramp_of_long_requests_with_first_tokens_known_does_not_fire() {
+        // The same 8 s requests, their first tokens 50 ms after the send known live: in
+        // flight rises, but nobody waits.
+        let schedule: Vec<u64> = (0..600).map(|i| i * 100 * MS).collect();
+        for now_s in [6u64, 12, 20] {
+            let now = now_s * 1000 * MS;
+            let known: Vec<Sample> = schedule
+                .iter()
+                .filter(|&&t| t <= now)
+                .map(|&t| Sample {
+                    intended: t,
+                    first_token: Some(t + 50 * MS).filter(|f| *f <= now),
+                    done: Some(t + 8_000 * MS).filter(|d| *d <= now),
+                })
+                .collect();
+            assert_eq!(
+                LiveWatch::default().check_at(&known, now, 59_900 * MS, true),
+                None,
+                "at {now_s} s"
             );
         }
     }

@@ -16,6 +16,7 @@ pub mod prefix_hit;
 pub mod random_mm;
 pub mod scale_out;
 pub mod sessions_run;
+pub mod saturation_stop;
 pub mod sessions_virtual;
 pub mod target;
 pub mod trace_replay;
@@ -109,6 +110,8 @@ pub struct RunOutcome {
     pub jsonl_path: std::path::PathBuf,
     pub vllm_path: Option<std::path::PathBuf>,
     pub exit: ExitCode,
+    /// The run stopped itself as over-saturated (`--stop-when-saturated`).
+    pub stopped_early: Option<servebench_metrics::result::StoppedEarly>,
 }
 
 /// `servebench run`: validate the flags into a plan, resolve the target (starting a
