@@ -300,7 +300,9 @@ pub async fn run_search(
     let headline = headline(sweep, kind, &search, answer, first_failing, throughput);
     let gpus = args.search.gpus;
 
-    let analysis = if points.is_empty() {
+    // Loads whose runs all stopped early before a request completed measured nothing to
+    // draw: with only those, there is no frontier.
+    let analysis = if points.is_empty() || tried.iter().all(|t| t.slo_values.is_empty()) {
         None
     } else {
         Some(analyze_sweep(&points, sweep.stat, &sweep.slos, kind)?)
