@@ -25,7 +25,7 @@ use crate::matrix::layout::{self, ExperimentFile, PointEntry, RowEntry, SweepEnt
 use crate::matrix::plan::{MatrixPlan, Rate, Scale};
 use crate::matrix::render;
 use crate::matrix::repeat::{run_repeated, Repeated};
-use crate::sweep_cmd::{plan_toml, run_validity, Ctx, Sweep, SweepArgs, Variable};
+use crate::sweep_cmd::{create_experiment, run_validity, Ctx, Sweep, SweepArgs, Variable};
 
 /// `servebench sweep` flags of the operating-point search and the frontier's per-GPU axis.
 #[derive(Debug, Clone, Default, Args)]
@@ -196,14 +196,7 @@ pub async fn run_search(
         base: &base,
     };
     sweep.plan(&ctx, &sweep.row, 0, 0, Path::new("."))?;
-    let dir = layout::create_experiment_dir(&args.results_dir, bench)?;
-    eprintln!("Experiment directory: {}", dir.display());
-    std::fs::write(
-        dir.join("plan.toml"),
-        plan_toml(sweep, args, plan, command_line)?,
-    )
-    .context("writing plan.toml")?;
-    layout::write_environment(&dir, bench, command_line)?;
+    let dir = create_experiment(sweep, args, plan, bench, command_line)?;
 
     let mut search = Search::new(kind, start, cap, args.search.search_tolerance);
     let mut measured: Vec<Measured> = Vec::new();
