@@ -66,8 +66,7 @@ impl LiveWatch {
         let latencies = known
             .iter()
             .filter_map(|s| s.done.filter(|d| *d <= now).map(|d| d - s.intended));
-        let (finished, fastest) =
-            latencies.fold((0usize, u64::MAX), |(n, m), l| (n + 1, m.min(l)));
+        let (finished, fastest) = latencies.fold((0usize, u64::MAX), |(n, m), l| (n + 1, m.min(l)));
         if !first_tokens_known
             && (finished < self.min_finished
                 || (elapsed as f64) < self.min_latencies * fastest as f64)

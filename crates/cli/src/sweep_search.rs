@@ -103,12 +103,7 @@ fn interval(v: &MeanInterval) -> [f64; 3] {
 /// Judges one load: the SLO bounds over its repeats, the client's pace, and the
 /// over-saturation test (live, when a run stopped itself early, else on each run's records);
 /// `point` of the entry is left 0.
-fn judge(
-    sweep: &Sweep,
-    dir: &Path,
-    rep: &Repeated,
-    point: &SweepPoint,
-) -> SearchPointEntry {
+fn judge(sweep: &Sweep, dir: &Path, rep: &Repeated, point: &SweepPoint) -> SearchPointEntry {
     let (runs, summaries) = (&rep.runs, &rep.summaries);
     let mut broken = Vec::new();
     let mut values = Vec::new();

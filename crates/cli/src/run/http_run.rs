@@ -152,12 +152,35 @@ impl Executor for HttpTarget {
         };
         let gpu = super::gpu_telemetry::GpuWatch::start(plan.gpu_metrics_url.as_deref())?;
         let watching = super::saturation_stop::watch_for(plan, &spec.schedule).map(|w| {
-            super::saturation_stop::RealTimeWatch::start(w, &spec.schedule, Arc::clone(&client), stop)
+            super::saturation_stop::RealTimeWatch::start(
+                w,
+                &spec.schedule,
+                Arc::clone(&client),
+                stop,
+            )
         });
         let mut outcome = match &watching {
-            None => drive(Arc::clone(&client), feed, prepared, spec, sink, stop.clone()).await?,
+            None => {
+                drive(
+                    Arc::clone(&client),
+                    feed,
+                    prepared,
+                    spec,
+                    sink,
+                    stop.clone(),
+                )
+                .await?
+            }
             Some((_, watched, inner)) => {
-                drive(Arc::clone(watched), feed, prepared, spec, sink, inner.clone()).await?
+                drive(
+                    Arc::clone(watched),
+                    feed,
+                    prepared,
+                    spec,
+                    sink,
+                    inner.clone(),
+                )
+                .await?
             }
         };
         finish.stopped_early = watching.and_then(|(w, _, _)| w.finish());
@@ -205,34 +228,34 @@ async fn drive<B: Backend<Request = Prepared>>(
     stop: StopSignal,
 ) -> Result<LoadOutcome> {
     Ok(match feed {
-            Some(PromptFeed { receiver, error }) => {
-                let outcome = run_load_feed(
-                    Arc::clone(&client),
-                    receiver,
-                    spec,
-                    Some(sink),
-                    stop.clone(),
-                )
-                .await?;
-                if let Some(e) = error.lock().ok().and_then(|e| e.clone()) {
-                    anyhow::bail!(
-                        "building the trace's prompts failed after {} requests: {e}",
-                        outcome.finished
-                    );
-                }
-                outcome
+        Some(PromptFeed { receiver, error }) => {
+            let outcome = run_load_feed(
+                Arc::clone(&client),
+                receiver,
+                spec,
+                Some(sink),
+                stop.clone(),
+            )
+            .await?;
+            if let Some(e) = error.lock().ok().and_then(|e| e.clone()) {
+                anyhow::bail!(
+                    "building the trace's prompts failed after {} requests: {e}",
+                    outcome.finished
+                );
             }
-            None => {
-                run_load(
-                    Arc::clone(&client),
-                    prepared,
-                    spec,
-                    Some(sink),
-                    stop.clone(),
-                )
-                .await?
-            }
-        })
+            outcome
+        }
+        None => {
+            run_load(
+                Arc::clone(&client),
+                prepared,
+                spec,
+                Some(sink),
+                stop.clone(),
+            )
+            .await?
+        }
+    })
 }
 
 /// Prompts built on a thread of their own, each into its HTTP body, a bounded channel ahead

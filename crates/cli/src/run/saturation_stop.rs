@@ -268,3 +268,83 @@ pub fn cut_virtual(records: Vec<RequestRecord>, stop: &VirtualStop) -> Vec<Reque
         })
         .collect()
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use servebench_metrics::{CountSource, TokenEvent};
+
+    use super::*;
+
+    fn record(id: u64, intended: u64, sent: u64, tokens: &[u64]) -> RequestRecord {
+        RequestRecord {
+            id,
+            intended,
+            released: sent,
+            sent,
+            started: None,
+            bare_events: Vec::new(),
+            first_token: tokens.first().copied(),
+            end: tokens.last().copied(),
+            done: tokens.last().copied(),
+            waited_for_slot: false,
+            events: tokens.iter().map(|&t| TokenEvent { t, chars: 6 }).collect(),
+            input_tokens: 16,
+            input_source: CountSource::Usage,
+            output_tokens: tokens.len() as u64,
+            output_source: CountSource::Usage,
+            intended_input_tokens: 16,
+            max_tokens: Some(4),
+            cached_tokens: None,
+            finish_reason: Some("length".into()),
+            text: None,
+            failure: None,
+            resent: 0,
+            answer_checked: false,
+            output_split: None,
+            session_id: None,
+            turn: None,
+            stamp_clock: None,
+            images: None,
+            lora: None,
+            served_by: None,
+        }
+    }
+
+    /// Stopped at 100: a request done by then stays as it was; one in flight is cancelled
+    /// with the tokens it had; one not yet due, or due but still held by the client, is no
+    /// request at all.
+    #[test]
+    fn a_virtual_stop_keeps_what_a_real_stop_would_have() {
+        let stop = VirtualStop {
+            at_ns: 100,
+            over: OverSaturation {
+                at_s: 0.0,
+                span_s: 0.0,
+                reason: String::new(),
+            },
+            unsent: [3].into_iter().collect(),
+        };
+        let done = record(0, 0, 0, &[10, 20, 30, 40]);
+        let cut = cut_virtual(
+            vec![
+                done.clone(),
+                record(1, 50, 50, &[90, 95, 110, 120]),
+                record(2, 150, 150, &[160, 170, 180, 190]),
+                record(3, 60, 0, &[]),
+            ],
+            &stop,
+        );
+        assert_eq!(cut.len(), 2);
+        assert_eq!(cut[0], done);
+        let flying = &cut[1];
+        assert_eq!(flying.id, 1);
+        assert_eq!(
+            flying.failure.as_ref().map(|f| f.kind),
+            Some(FailureKind::Cancelled)
+        );
+        assert_eq!((flying.done, flying.end), (Some(100), Some(95)));
+        assert_eq!((flying.events.len(), flying.output_tokens), (2, 2));
+        assert_eq!(flying.finish_reason, None);
+    }
+}

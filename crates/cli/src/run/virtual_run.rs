@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use servebench_analysis::saturation_watch::LiveWatch;
 use servebench_answer::Expected;
 use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_metrics::{CountSource, OutputSplit, RequestRecord, TokenEvent};
@@ -15,7 +16,6 @@ use servebench_sim::virtual_time::{
     run_virtual, run_virtual_keeping_output, RequestTrace, VirtualArrival, VirtualDriver,
     VirtualRun, VirtualWorkload,
 };
-use servebench_analysis::saturation_watch::LiveWatch;
 use servebench_sim::ResolvedSim;
 use servebench_workload::RequestSpec;
 
@@ -109,6 +109,9 @@ impl Executor for VirtualTarget {
         print: bool,
     ) -> anyhow::Result<RunOutcome> {
         let watch = super::saturation_stop::watch_for(plan, &work.schedule);
+        if watch.is_some() && self.sim.fleet.is_some() {
+            eprintln!("note: --stop-when-saturated does not watch a fleet of simulators; this run goes to the end of its schedule");
+        }
         let (records, duration_ns, telemetry, stopped) = simulate_watched(
             &self.sim,
             plan,

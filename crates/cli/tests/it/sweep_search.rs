@@ -422,14 +422,26 @@ fn plain_runs_stop_early_only_when_asked() {
             .map(|e| e.path())
             .find(|p| p.to_string_lossy().ends_with(".servebench.json"))
             .expect("a result");
-        (String::from_utf8_lossy(&out.stdout).into_owned(), read_json(&file))
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            read_json(&file),
+        )
     };
     let (stdout, full) = run("full", None);
-    assert!(full.get("stopped_early").is_none(), "{}", full["stopped_early"]);
+    assert!(
+        full.get("stopped_early").is_none(),
+        "{}",
+        full["stopped_early"]
+    );
     assert_eq!(full["summary"]["completed"], 2000);
     assert!(!stdout.contains("STOPPED EARLY"), "{stdout}");
     let (stdout, stopped) = run("stopped", Some("--stop-when-saturated"));
-    assert!(stopped["stopped_early"]["at_s"].as_f64().unwrap_or(f64::NAN) < 5.0);
+    assert!(
+        stopped["stopped_early"]["at_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+            < 5.0
+    );
     assert!(
         stdout.contains("STOPPED EARLY: over-saturated") && stdout.contains(" s of 10.0 s"),
         "{stdout}"
