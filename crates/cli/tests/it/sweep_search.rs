@@ -358,6 +358,16 @@ fn a_load_far_past_capacity_stops_early_and_skips_its_repeats() {
         stdout.contains("FAILS (over-saturated, stopped early)"),
         "{stdout}"
     );
+    // The HTML report says so too, in the search table and the notes.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let html = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("report: "))
+        .find(|p| p.ends_with(".html"))
+        .unwrap_or_else(|| panic!("no HTML report: {stderr}"));
+    let html = std::fs::read_to_string(html).expect("the HTML report");
+    assert!(html.contains("over-saturated (stopped early)"));
+    assert!(html.contains(" s of 10.0 s"));
     std::fs::remove_dir_all(dir).ok();
 }
 
