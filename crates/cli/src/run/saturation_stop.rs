@@ -167,6 +167,13 @@ impl RealTimeWatch {
     }
 }
 
+impl Drop for RealTimeWatch {
+    /// A run that failed never reaches `finish`; its watch must not tick on.
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 /// Where a virtual run stopped itself.
 #[derive(Debug, Clone)]
 pub struct VirtualStop {
