@@ -21,6 +21,7 @@ mod figures;
 pub mod frontier;
 pub mod predict;
 mod rules;
+pub mod saturation_watch;
 pub mod search;
 mod stats;
 pub mod thresholds;

@@ -218,18 +218,38 @@ fn fit(ys: &[f64]) -> (f64, f64) {
     (slope, r2)
 }
 
+/// What was known about one request at some instant: when it was meant to go out, and its
+/// first token and end if they had happened by then (`None` while still awaited).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub intended: u64,
+    pub first_token: Option<u64>,
+    pub done: Option<u64>,
+}
+
+impl From<&RequestRecord> for Sample {
+    fn from(r: &RequestRecord) -> Self {
+        Sample {
+            intended: r.intended,
+            first_token: r.first_token,
+            done: r.done.or(r.end),
+        }
+    }
+}
+
 impl SaturationTest {
     /// The first check at which `records` show unbounded queue growth, or `None`.
     pub fn check(&self, records: &[RequestRecord]) -> Option<OverSaturation> {
-        let start = records.iter().map(|r| r.intended).min()?;
-        let end = records.iter().map(|r| r.intended).max()?;
-        if records.len() < 4 * self.windows || end <= start {
+        let samples: Vec<Sample> = records.iter().map(Sample::from).collect();
+        let start = samples.iter().map(|r| r.intended).min()?;
+        let end = samples.iter().map(|r| r.intended).max()?;
+        if samples.len() < 4 * self.windows || end <= start {
             return None;
         }
         let width = (end - start) as f64 / self.windows as f64;
         let edge = |k: usize| start + (width * (k + 1) as f64) as u64;
         for k in self.min_windows..=self.windows {
-            if let Some(reason) = self.fires(records, &edge, k) {
+            if let Some(reason) = self.fires(&samples, &edge, k) {
                 return Some(OverSaturation {
                     at_s: (edge(k - 1) - start) as f64 / 1e9,
                     span_s: (end - start) as f64 / 1e9,
@@ -242,9 +262,9 @@ impl SaturationTest {
 
     /// Whether the test fires on the first `k` spans, knowing only what happened by the end of
     /// span `k`.
-    fn fires(
+    pub(crate) fn fires(
         &self,
-        records: &[RequestRecord],
+        samples: &[Sample],
         edge: &dyn Fn(usize) -> u64,
         k: usize,
     ) -> Option<String> {
@@ -252,9 +272,9 @@ impl SaturationTest {
         let mut queue = Vec::with_capacity(k);
         for w in 0..k {
             let at = edge(w);
-            let flying = records
+            let flying = samples
                 .iter()
-                .filter(|r| r.intended <= at && r.done.or(r.end).is_none_or(|d| d > at));
+                .filter(|r| r.intended <= at && r.done.is_none_or(|d| d > at));
             in_flight.push(flying.clone().count() as f64);
             // The oldest request still waiting for its first token, known at `at`.
             let oldest = flying

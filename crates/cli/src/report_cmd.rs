@@ -230,6 +230,7 @@ pub fn rebuild_from_records(records_path: &Path, dir: Option<&Path>) -> Result<R
         by_turn: servebench_metrics::by_turn(&records),
         by_lora: Vec::new(),
         gpu_telemetry: None,
+        stopped_early: None,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the rebuilt result")?;
     std::fs::write(&paths.native, text)

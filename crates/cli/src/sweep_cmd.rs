@@ -389,9 +389,29 @@ pub async fn sweep(mut args: SweepArgs, command_line: Vec<String>) -> Result<Exi
     Ok(crate::run::final_exit(exit))
 }
 
+/// A sweep's experiment directory, created and announced, with its `plan.toml` and
+/// environment written before any run.
+pub(crate) fn create_experiment(
+    sweep: &Sweep,
+    args: &SweepArgs,
+    plan: &MatrixPlan,
+    bench: &Bench,
+    command_line: &[String],
+) -> Result<PathBuf> {
+    let dir = layout::create_experiment_dir(&args.results_dir, bench)?;
+    eprintln!("Experiment directory: {}", dir.display());
+    std::fs::write(
+        dir.join("plan.toml"),
+        plan_toml(sweep, args, plan, command_line)?,
+    )
+    .context("writing plan.toml")?;
+    layout::write_environment(&dir, bench, command_line)?;
+    Ok(dir)
+}
+
 /// The plan.toml of a sweep: the swept row (at its first point) as a one-row matrix, and the
 /// sweep itself as a comment, so the row re-runs with `servebench matrix --matrix plan.toml`.
-pub(crate) fn plan_toml(
+fn plan_toml(
     sweep: &Sweep,
     args: &SweepArgs,
     plan: &MatrixPlan,
@@ -430,14 +450,7 @@ async fn run_sweep(
     };
     sweep.plan(&ctx, &sweep.row, 0, 0, Path::new("."))?;
 
-    let dir = layout::create_experiment_dir(&args.results_dir, bench)?;
-    eprintln!("Experiment directory: {}", dir.display());
-    std::fs::write(
-        dir.join("plan.toml"),
-        plan_toml(sweep, args, plan, command_line)?,
-    )
-    .context("writing plan.toml")?;
-    layout::write_environment(&dir, bench, command_line)?;
+    let dir = create_experiment(sweep, args, plan, bench, command_line)?;
 
     let mut notes = Vec::new();
     let quick = args.scale == Scale::Quick;

@@ -16,7 +16,7 @@ use clap::Args;
 use servebench_analysis::frontier::{analyze_sweep, LoadKind, SloStat, SweepPoint};
 use servebench_analysis::search::{MeanInterval, SaturationTest, Search};
 use servebench_loadgen::StopSignal;
-use servebench_metrics::result::{SearchEntry, SearchPointEntry};
+use servebench_metrics::result::{SearchEntry, SearchPointEntry, StoppedEarly};
 use servebench_metrics::RunSummary;
 
 use crate::matrix::bench::Bench;
@@ -24,8 +24,8 @@ use crate::matrix::frontier::{sweep_point, user_latency};
 use crate::matrix::layout::{self, ExperimentFile, PointEntry, RowEntry, SweepEntry};
 use crate::matrix::plan::{MatrixPlan, Rate, Scale};
 use crate::matrix::render;
-use crate::matrix::repeat::run_repeated;
-use crate::sweep_cmd::{plan_toml, run_validity, Ctx, Sweep, SweepArgs, Variable};
+use crate::matrix::repeat::{run_repeated, Repeated};
+use crate::sweep_cmd::{create_experiment, run_validity, Ctx, Sweep, SweepArgs, Variable};
 
 /// `servebench sweep` flags of the operating-point search and the frontier's per-GPU axis.
 #[derive(Debug, Clone, Default, Args)]
@@ -50,6 +50,10 @@ pub struct SearchArgs {
     /// simulator's tensor-parallel size, else 1].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..), help_heading = "Search")]
     pub gpus: Option<u32>,
+    /// Run every searched load to the end of its schedule, even one that is clearly
+    /// over-saturated (by default such a run stops early and the load fails at once).
+    #[arg(long, help_heading = "Search")]
+    pub search_full_runs: bool,
 }
 
 /// One measured load.
@@ -97,14 +101,10 @@ fn interval(v: &MeanInterval) -> [f64; 3] {
 }
 
 /// Judges one load: the SLO bounds over its repeats, the client's pace, and the
-/// over-saturation test on each run's records (`point` of the entry is left 0).
-fn judge(
-    sweep: &Sweep,
-    dir: &Path,
-    runs: &[String],
-    summaries: &[RunSummary],
-    point: &SweepPoint,
-) -> SearchPointEntry {
+/// over-saturation test (live, when a run stopped itself early, else on each run's records);
+/// `point` of the entry is left 0.
+fn judge(sweep: &Sweep, dir: &Path, rep: &Repeated, point: &SweepPoint) -> SearchPointEntry {
+    let (runs, summaries) = (&rep.runs, &rep.summaries);
     let mut broken = Vec::new();
     let mut values = Vec::new();
     for slo in &sweep.slos {
@@ -132,16 +132,29 @@ fn judge(
             None => broken.push(format!("{} was not measured", slo.stat())),
         }
     }
-    let over = runs.iter().find_map(|rel| {
-        let run = crate::experiment::load_run(&dir.join(rel), rel).ok()?;
-        let o = SaturationTest::default().check(&run.records)?;
-        Some(format!(
+    let stopped = rep.stopped_early.as_ref();
+    let over = match stopped {
+        Some(s) => Some(format!(
             "{}; the test fired {:.1} s into the {:.1} s schedule",
-            o.reason, o.at_s, o.span_s
-        ))
-    });
-    if let Some(o) = &over {
-        broken.push(o.clone());
+            s.reason, s.at_s, s.span_s
+        )),
+        None => runs.iter().find_map(|rel| {
+            let run = crate::experiment::load_run(&dir.join(rel), rel).ok()?;
+            let o = SaturationTest::default().check(&run.records)?;
+            Some(format!(
+                "{}; the test fired {:.1} s into the {:.1} s schedule",
+                o.reason, o.at_s, o.span_s
+            ))
+        }),
+    };
+    match (&over, stopped) {
+        (Some(o), Some(_)) if rep.skipped > 0 => broken.push(format!(
+            "stopped early: {o}; {} more runs skipped",
+            rep.skipped
+        )),
+        (Some(o), Some(_)) => broken.push(format!("stopped early: {o}")),
+        (Some(o), None) => broken.push(o.clone()),
+        (None, _) => {}
     }
     if point.overloaded {
         broken.push("the client could not keep up with the offered load".to_owned());
@@ -154,6 +167,8 @@ fn judge(
         reason: (!passed).then(|| broken.join("; ")),
         over_saturated: over,
         slo_values: values,
+        stopped_early: stopped.map(StoppedEarly::describe),
+        skipped_runs: rep.skipped,
     }
 }
 
@@ -176,14 +191,7 @@ pub async fn run_search(
         base: &base,
     };
     sweep.plan(&ctx, &sweep.row, 0, 0, Path::new("."))?;
-    let dir = layout::create_experiment_dir(&args.results_dir, bench)?;
-    eprintln!("Experiment directory: {}", dir.display());
-    std::fs::write(
-        dir.join("plan.toml"),
-        plan_toml(sweep, args, plan, command_line)?,
-    )
-    .context("writing plan.toml")?;
-    layout::write_environment(&dir, bench, command_line)?;
+    let dir = create_experiment(sweep, args, plan, bench, command_line)?;
 
     let mut search = Search::new(kind, start, cap, args.search.search_tolerance);
     let mut measured: Vec<Measured> = Vec::new();
@@ -213,7 +221,14 @@ pub async fn run_search(
             &dir,
             &dir.join("points").join(i.to_string()),
             args.repeat,
-            |k, run_dir: &Path| sweep.plan(&ctx, &row, i, k, run_dir),
+            |k, run_dir: &Path| {
+                let (mut plan, mut command_line) = sweep.plan(&ctx, &row, i, k, run_dir)?;
+                if !args.search.search_full_runs {
+                    plan.stop_when_saturated = true;
+                    command_line.push("--stop-when-saturated".to_owned());
+                }
+                Ok((plan, command_line))
+            },
             stop,
             &format!("point {i}"),
         )
@@ -227,7 +242,7 @@ pub async fn run_search(
         }
         let validity: Vec<_> = rep.runs.iter().map(|r| run_validity(&dir, r)).collect();
         let point = sweep_point(value, &rep.summaries, &validity, &sweep.stats());
-        let verdict = judge(sweep, &dir, &rep.runs, &rep.summaries, &point);
+        let verdict = judge(sweep, &dir, &rep, &point);
         eprintln!(
             "  {}: {}",
             kind.describe(value),
@@ -273,7 +288,9 @@ pub async fn run_search(
     let headline = headline(sweep, kind, &search, answer, first_failing, throughput);
     let gpus = args.search.gpus;
 
-    let analysis = if points.is_empty() {
+    // Loads whose runs all stopped early before a request completed measured nothing to
+    // draw: with only those, there is no frontier.
+    let analysis = if points.is_empty() || tried.iter().all(|t| t.slo_values.is_empty()) {
         None
     } else {
         Some(analyze_sweep(&points, sweep.stat, &sweep.slos, kind)?)
@@ -286,8 +303,15 @@ pub async fn run_search(
         );
     }
     for t in &tried {
-        if let Some(o) = &t.over_saturated {
-            notes.push(format!("{}: {o}", kind.describe(t.value)));
+        match (&t.stopped_early, &t.over_saturated) {
+            (Some(s), _) if t.skipped_runs > 0 => notes.push(format!(
+                "{}: {s}; {} more runs skipped",
+                kind.describe(t.value),
+                t.skipped_runs
+            )),
+            (Some(s), _) => notes.push(format!("{}: {s}", kind.describe(t.value))),
+            (None, Some(o)) => notes.push(format!("{}: {o}", kind.describe(t.value))),
+            (None, None) => {}
         }
     }
     let experiment = ExperimentFile {
@@ -440,6 +464,8 @@ fn search_table(kind: LoadKind, tried: &[SearchPointEntry], measured: &[Measured
             slos.join("  "),
             if t.passed {
                 "meets".to_owned()
+            } else if t.stopped_early.is_some() {
+                "FAILS (over-saturated, stopped early)".to_owned()
             } else if t.over_saturated.is_some() {
                 "FAILS (over-saturated)".to_owned()
             } else {

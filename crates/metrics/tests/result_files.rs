@@ -182,6 +182,7 @@ fn run_result() -> RunResult {
         by_turn: Vec::new(),
         by_lora: Vec::new(),
         gpu_telemetry: None,
+        stopped_early: None,
     }
 }
 

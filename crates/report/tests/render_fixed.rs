@@ -498,6 +498,7 @@ fn html_shows_a_search_with_its_steps_and_answer() {
         reason: (!passed).then(|| over.unwrap_or("p99 TTFT 400.0 ms breaks").to_owned()),
         over_saturated: over.map(str::to_owned),
         slo_values: vec![("p99 TTFT < 300 ms".into(), [250.0, 240.0, 260.0])],
+        ..SearchPointEntry::default()
     };
     s.search = Some(SearchEntry {
         tolerance: 0.05,

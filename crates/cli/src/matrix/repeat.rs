@@ -25,6 +25,11 @@ pub struct Repeated {
     pub repeat_summary: Option<String>,
     /// Some run failed every request.
     pub all_failed_run: bool,
+    /// A run stopped itself as over-saturated (`--stop-when-saturated`): its summary is the
+    /// last one, and the repeats after it were not run.
+    pub stopped_early: Option<servebench_metrics::result::StoppedEarly>,
+    /// Repeats skipped because a run stopped early.
+    pub skipped: usize,
 }
 
 impl Repeated {
@@ -36,7 +41,8 @@ impl Repeated {
 
 /// Runs `repeat` measured runs under `base` (`base/repeat-<k>/` when repeating), the plan
 /// and recorded command line of run `k` given by `plan_for(k, its directory)`. Stops early
-/// (keeping what ran) once `stop` fires.
+/// (keeping what ran) once `stop` fires, or once a run stopped itself as over-saturated (the
+/// load is written off; measuring it again would only spend the time the stop saved).
 pub async fn run_repeated(
     bench: &Bench,
     experiment_dir: &Path,
@@ -63,6 +69,18 @@ pub async fn run_repeated(
         out.runs
             .push(relative(experiment_dir, &outcome.native_path));
         out.summaries.push(outcome.summary);
+        if let Some(s) = outcome.stopped_early {
+            out.skipped = repeat - k - 1;
+            if out.skipped > 0 {
+                eprintln!(
+                    "  {label}: {}; the other {} runs are skipped",
+                    s.describe(),
+                    out.skipped
+                );
+            }
+            out.stopped_early = Some(s);
+            break;
+        }
     }
     if repeat > 1 && !out.summaries.is_empty() {
         let path = base.join("repeat.json");

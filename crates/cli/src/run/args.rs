@@ -546,6 +546,12 @@ pub struct RunArgs {
     /// Prometheus endpoint (e.g. http://node:9400/metrics) instead of `nvidia-smi` on PATH.
     #[arg(long, value_name = "URL", help_heading = "Output")]
     pub gpu_metrics_url: Option<String>,
+    // ---- stopping an over-saturated run ----
+    /// Stop the run as soon as it is clearly over-saturated (requests in flight and the
+    /// oldest wait rising linearly without levelling off, judged every second of the
+    /// schedule); the result records why and when. Off by default; `sweep --search` sets it.
+    #[arg(long, help_heading = "Traffic")]
+    pub stop_when_saturated: bool,
 }
 
 /// `--lora-assignment`.

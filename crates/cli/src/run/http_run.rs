@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use servebench_loadgen::client::Prepared;
 use servebench_loadgen::{
-    run_load, run_load_feed, warm_up, BackendClient, ClientOptions, LoadSpec, Progress, StopSignal,
-    Target,
+    run_load, run_load_feed, warm_up, Backend, BackendClient, ClientOptions, JsonlSink,
+    LoadOutcome, LoadSpec, Progress, StopSignal, Target,
 };
 use servebench_workload::PrefixMode;
 
@@ -150,35 +151,39 @@ impl Executor for HttpTarget {
             schedule,
         };
         let gpu = super::gpu_telemetry::GpuWatch::start(plan.gpu_metrics_url.as_deref())?;
-        let mut outcome = match feed {
-            Some(PromptFeed { receiver, error }) => {
-                let outcome = run_load_feed(
-                    Arc::clone(&client),
-                    receiver,
-                    spec,
-                    Some(sink),
-                    stop.clone(),
-                )
-                .await?;
-                if let Some(e) = error.lock().ok().and_then(|e| e.clone()) {
-                    anyhow::bail!(
-                        "building the trace's prompts failed after {} requests: {e}",
-                        outcome.finished
-                    );
-                }
-                outcome
-            }
+        let watching = super::saturation_stop::watch_for(plan, &spec.schedule).map(|w| {
+            super::saturation_stop::RealTimeWatch::start(
+                w,
+                &spec.schedule,
+                Arc::clone(&client),
+                stop,
+            )
+        });
+        let mut outcome = match &watching {
             None => {
-                run_load(
+                drive(
                     Arc::clone(&client),
+                    feed,
                     prepared,
                     spec,
-                    Some(sink),
+                    sink,
                     stop.clone(),
                 )
                 .await?
             }
+            Some((_, watched, inner)) => {
+                drive(
+                    Arc::clone(watched),
+                    feed,
+                    prepared,
+                    spec,
+                    sink,
+                    inner.clone(),
+                )
+                .await?
+            }
         };
+        finish.stopped_early = watching.and_then(|(w, _, _)| w.finish());
         gpu.finish(&mut outcome).await;
         if let Some(e) = &outcome.write_error {
             eprintln!(
@@ -210,6 +215,47 @@ impl Executor for HttpTarget {
             simulated,
         )
     }
+}
+
+/// Runs the load on `client`: the requests built before the run, or those `feed` builds
+/// while it goes.
+async fn drive<B: Backend<Request = Prepared>>(
+    client: Arc<B>,
+    feed: Option<PromptFeed>,
+    prepared: Vec<Prepared>,
+    spec: LoadSpec,
+    sink: JsonlSink,
+    stop: StopSignal,
+) -> Result<LoadOutcome> {
+    Ok(match feed {
+        Some(PromptFeed { receiver, error }) => {
+            let outcome = run_load_feed(
+                Arc::clone(&client),
+                receiver,
+                spec,
+                Some(sink),
+                stop.clone(),
+            )
+            .await?;
+            if let Some(e) = error.lock().ok().and_then(|e| e.clone()) {
+                anyhow::bail!(
+                    "building the trace's prompts failed after {} requests: {e}",
+                    outcome.finished
+                );
+            }
+            outcome
+        }
+        None => {
+            run_load(
+                Arc::clone(&client),
+                prepared,
+                spec,
+                Some(sink),
+                stop.clone(),
+            )
+            .await?
+        }
+    })
 }
 
 /// Prompts built on a thread of their own, each into its HTTP body, a bounded channel ahead

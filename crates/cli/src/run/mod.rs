@@ -14,6 +14,7 @@ pub mod plan;
 pub mod pooling;
 pub mod prefix_hit;
 pub mod random_mm;
+pub mod saturation_stop;
 pub mod scale_out;
 pub mod sessions_run;
 pub mod sessions_virtual;
@@ -109,6 +110,8 @@ pub struct RunOutcome {
     pub jsonl_path: std::path::PathBuf,
     pub vllm_path: Option<std::path::PathBuf>,
     pub exit: ExitCode,
+    /// The run stopped itself as over-saturated (`--stop-when-saturated`).
+    pub stopped_early: Option<servebench_metrics::result::StoppedEarly>,
 }
 
 /// `servebench run`: validate the flags into a plan, resolve the target (starting a
@@ -253,6 +256,9 @@ pub async fn execute(
     // A run that could not keep its results must not send a single request.
     output_check::check_outputs(plan)?;
     if let Some(mt) = plan.multi_turn {
+        if plan.stop_when_saturated {
+            eprintln!("note: --stop-when-saturated does not watch --multi-turn runs; this one goes to the end of its schedule");
+        }
         return sessions_run::execute(plan, mt, target, command_line, stop, print).await;
     }
     let tokenizer = load_tokenizer(plan.tokenizer.as_deref(), print)?;

@@ -183,6 +183,8 @@ pub struct Finish<'a> {
     pub merged: Option<(ClientHealth, ClockAnchor)>,
     /// The run's new connections (TLS or HTTP/2 runs only).
     pub connections: Option<servebench_metrics::ConnectionSummary>,
+    /// The run stopped itself as over-saturated (`--stop-when-saturated`).
+    pub stopped_early: Option<servebench_metrics::result::StoppedEarly>,
 }
 
 impl<'a> Finish<'a> {
@@ -221,6 +223,7 @@ impl<'a> Finish<'a> {
             shard: None,
             merged: None,
             connections: None,
+            stopped_early: None,
         };
         Ok((finish, sink))
     }
@@ -391,6 +394,13 @@ pub fn write_results(
                 i.reason
             );
         }
+        if let Some(s) = &f.stopped_early {
+            let _ = writeln!(
+                stdout,
+                "STOPPED EARLY: {} at {:.1} s of {:.1} s; the figures cover only the requests measured before it",
+                s.reason, s.at_s, s.span_s
+            );
+        }
         let _ = stdout.flush();
     }
 
@@ -444,6 +454,7 @@ pub fn write_results(
         by_turn,
         by_lora,
         gpu_telemetry: load.and_then(|o| o.gpu.clone()),
+        stopped_early: f.stopped_early.clone(),
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     std::fs::write(&native_path, text)
@@ -455,7 +466,8 @@ pub fn write_results(
 
     let summary = native.summary;
     let mut exit = ExitCode::SUCCESS;
-    if summary.completed == 0 {
+    // A run that stopped itself early did what it was asked: its requests were cancelled.
+    if summary.completed == 0 && native.stopped_early.is_none() {
         let reasons: Vec<String> = summary
             .failures_by_kind
             .iter()
@@ -479,6 +491,7 @@ pub fn write_results(
         jsonl_path: f.jsonl_path.clone(),
         vllm_path,
         exit,
+        stopped_early: native.stopped_early,
     })
 }
 

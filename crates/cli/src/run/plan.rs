@@ -271,6 +271,8 @@ pub struct RunPlan {
     pub transport: servebench_loadgen::Transport,
     /// `--gpu-metrics-url`: a DCGM exporter to read GPU telemetry from (else `nvidia-smi`).
     pub gpu_metrics_url: Option<String>,
+    /// `--stop-when-saturated`: stop as soon as the live over-saturation test fires.
+    pub stop_when_saturated: bool,
 }
 
 /// How conversations are replayed (`--multi-turn`).
@@ -389,6 +391,7 @@ impl RunPlan {
             lora,
             transport,
             gpu_metrics_url: super::gpu_telemetry::checked_url(a.gpu_metrics_url.as_ref())?,
+            stop_when_saturated: a.stop_when_saturated,
         })
     }
 
@@ -597,6 +600,7 @@ impl RunPlan {
                 _ => Default::default(),
             },
             gpu_metrics_url: self.gpu_metrics_url.clone(),
+            stop_when_saturated: self.stop_when_saturated,
         };
         super::transport_plan::set_flags(&mut args, &self.transport);
         args

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use servebench_analysis::saturation_watch::LiveWatch;
 use servebench_answer::Expected;
 use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_metrics::{CountSource, OutputSplit, RequestRecord, TokenEvent};
@@ -44,13 +45,39 @@ impl VirtualTarget {
         duration_ns: u64,
         telemetry: &ServerTelemetry,
     ) -> anyhow::Result<RunOutcome> {
+        self.write_stopped(
+            plan,
+            tokenizer,
+            command_line,
+            print,
+            records,
+            duration_ns,
+            telemetry,
+            None,
+        )
+    }
+
+    /// [`VirtualTarget::write`] of a run that may have stopped itself early.
+    #[allow(clippy::too_many_arguments)]
+    fn write_stopped(
+        &self,
+        plan: &RunPlan,
+        tokenizer: &servebench_tokenizer::Tokenizer,
+        command_line: Vec<String>,
+        print: bool,
+        records: &[RequestRecord],
+        duration_ns: u64,
+        telemetry: &ServerTelemetry,
+        stopped: Option<servebench_metrics::result::StoppedEarly>,
+    ) -> anyhow::Result<RunOutcome> {
         let model_id = plan
             .model
             .clone()
             .unwrap_or_else(|| self.sim.served_model_name.clone());
         let report_args = plan.to_args();
-        let (finish, mut sink) =
+        let (mut finish, mut sink) =
             output::Finish::open(&report_args, model_id, tokenizer, command_line, print)?;
+        finish.stopped_early = stopped;
         for r in records {
             sink.append(r)?;
         }
@@ -81,15 +108,20 @@ impl Executor for VirtualTarget {
         _stop: &servebench_loadgen::StopSignal,
         print: bool,
     ) -> anyhow::Result<RunOutcome> {
-        let (records, duration_ns, telemetry) = simulate_checked(
+        let watch = super::saturation_stop::watch_for(plan, &work.schedule);
+        if watch.is_some() && self.sim.fleet.is_some() {
+            eprintln!("note: --stop-when-saturated does not watch a fleet of simulators; this run goes to the end of its schedule");
+        }
+        let (records, duration_ns, telemetry, stopped) = simulate_watched(
             &self.sim,
             plan,
             &work.requests,
             &work.expected,
             &work.schedule,
             work.trace_blocks.as_ref(),
+            watch.as_ref(),
         )?;
-        self.write(
+        self.write_stopped(
             plan,
             &work.tokenizer,
             command_line,
@@ -97,6 +129,7 @@ impl Executor for VirtualTarget {
             &records,
             duration_ns,
             &telemetry,
+            stopped,
         )
     }
 }
@@ -209,14 +242,25 @@ pub fn trace_prompt_ids(
 /// `expected` (by position; `expected` may be empty). The answer is the text the simulator's
 /// server would stream for the same tokens (its filler words), rebuilt only when a check
 /// needs it.
-pub fn simulate_checked(
+///
+/// Under the live over-saturation watch (`--stop-when-saturated`), when one is given, a run
+/// it stops keeps the records a real run stopped then would have, and says why and when. A
+/// fleet of simulators is not watched.
+#[allow(clippy::type_complexity)]
+pub fn simulate_watched(
     sim: &ResolvedSim,
     plan: &RunPlan,
     requests: &[RequestSpec],
     expected: &[Option<Expected>],
     schedule: &[u64],
     blocks: Option<&TraceBlocks>,
-) -> anyhow::Result<(Vec<RequestRecord>, u64, ServerTelemetry)> {
+    watch: Option<&LiveWatch>,
+) -> anyhow::Result<(
+    Vec<RequestRecord>,
+    u64,
+    ServerTelemetry,
+    Option<servebench_metrics::result::StoppedEarly>,
+)> {
     let checks = &plan.answer.checks;
     let keep_output = !checks.is_empty() || expected.iter().any(Option::is_some);
     let ignore_eos = plan.ignore_eos();
@@ -261,19 +305,25 @@ pub fn simulate_checked(
         arrivals,
         max_concurrency,
     };
-    let (run, served) = match &sim.fleet {
+    let span = schedule.iter().max().unwrap_or(&0) - schedule.iter().min().unwrap_or(&0);
+    let (run, served, stop) = match &sim.fleet {
         Some(fleet) => {
             let f = super::virtual_fleet::run(fleet, workload, num_warmups, cold, keep_output)?;
-            (f.run, f.served)
+            (f.run, f.served, None)
         }
-        None => (
-            match (num_warmups, keep_output) {
-                (0, false) => run_virtual(sim.engine.clone(), workload)?,
-                (0, true) => run_virtual_keeping_output(sim.engine.clone(), workload)?,
-                _ => warmed_up(sim, workload, num_warmups, cold, keep_output)?,
-            },
-            Vec::new(),
-        ),
+        None => match (num_warmups, keep_output, watch) {
+            (0, false, None) => (run_virtual(sim.engine.clone(), workload)?, Vec::new(), None),
+            (0, true, None) => (
+                run_virtual_keeping_output(sim.engine.clone(), workload)?,
+                Vec::new(),
+                None,
+            ),
+            _ => {
+                let watch = watch.map(|w| (w, span));
+                let (run, stop) = warmed_up(sim, workload, num_warmups, cold, keep_output, watch)?;
+                (run, Vec::new(), stop)
+            }
+        },
     };
     let answers = keep_output.then(|| SimulatedAnswers::new(sim));
     let records: Vec<RequestRecord> = run
@@ -306,8 +356,13 @@ pub fn simulate_checked(
             rec
         })
         .collect();
+    let records = match &stop {
+        Some(s) => super::saturation_stop::cut_virtual(records, s),
+        None => records,
+    };
     let (duration, telemetry) = run_totals(&records, &run);
-    Ok((records, duration, telemetry))
+    let stopped = stop.map(|s| super::saturation_stop::stopped_early(&s.over));
+    Ok((records, duration, telemetry, stopped))
 }
 
 /// A virtual run's duration (the last request's end) and the simulator's counters as the
@@ -346,13 +401,16 @@ pub fn run_totals(
 /// concurrency cap) run to completion first, so a warm prefix is cached before the measured
 /// window; then the measured arrivals follow, and their times are shifted back so the run
 /// starts at 0. Engine counters include the warm-ups. `cold` resets the prefix cache after them.
+/// With `watch` (and the schedule's span), the measured arrivals run under the live
+/// over-saturation watch, and stepping stops where it fires.
 fn warmed_up(
     sim: &ResolvedSim,
     workload: VirtualWorkload,
     num_warmups: usize,
     cold: bool,
     keep_output: bool,
-) -> anyhow::Result<VirtualRun> {
+    watch: Option<(&LiveWatch, u64)>,
+) -> anyhow::Result<(VirtualRun, Option<super::saturation_stop::VirtualStop>)> {
     let VirtualWorkload {
         arrivals,
         max_concurrency,
@@ -374,7 +432,7 @@ fn warmed_up(
     }
     driver.run_until_idle()?;
     // Cold rows stay cold, as over HTTP where the prefix cache is reset after warm-up.
-    if cold {
+    if cold && num_warmups > 0 {
         driver.reset_prefix_cache();
     }
     let offset = driver.now_ns();
@@ -383,7 +441,15 @@ fn warmed_up(
         a.request.arrival_ns += offset;
         driver.submit(a);
     }
-    driver.run_until_idle()?;
+    let stop = match watch {
+        Some((w, span)) => {
+            super::saturation_stop::drive_virtual(&mut driver, offset, num_warmups, span, w)?
+        }
+        None => {
+            driver.run_until_idle()?;
+            None
+        }
+    };
     let mut run = driver.finish();
     run.traces.drain(..num_warmups.min(run.traces.len()));
     for t in &mut run.traces {
@@ -400,7 +466,7 @@ fn warmed_up(
         }
     }
     run.end_ns = run.end_ns.saturating_sub(offset);
-    Ok(run)
+    Ok((run, stop))
 }
 
 /// Rebuilds the answer the simulator's server would have streamed for a simulated request

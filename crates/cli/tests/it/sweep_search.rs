@@ -129,6 +129,9 @@ fn a_load_past_capacity_is_written_off_as_over_saturated() {
             "--search",
             "--repeat",
             "2",
+            // Every run goes to the end of its schedule: the test held after the run is the
+            // one judged here (stopping during the run is tested below).
+            "--search-full-runs",
         ],
     );
     let found = experiment(&out);
@@ -209,5 +212,249 @@ fn search_misuse_is_refused_with_the_flag_named() {
             text(&out)
         );
     }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// A search over a longer schedule (2000 requests per run, 512 → 128 tokens, virtual time):
+/// long enough for the live over-saturation watch to judge a point before its end.
+fn long_search(results: &PathBuf, rates: &str, max_points: &str) -> Output {
+    bin()
+        .arg("sweep")
+        .args([
+            "--input-len",
+            "512",
+            "--output-len",
+            "128",
+            "--num-prompts",
+            "2000",
+            "--num-warmups",
+            "0",
+            "--virtual-time",
+            "--max-concurrency",
+            "none",
+            "--request-rate",
+            rates,
+            "--slo",
+            "ttft:p99:60000",
+            "--search",
+            "--search-max-points",
+            max_points,
+            "--repeat",
+            "2",
+            "--results-dir",
+        ])
+        .arg(results)
+        .output()
+        .expect("spawn servebench")
+}
+
+/// The `*.servebench.json` of each run of point `i` (in load order) of a sweep experiment.
+fn point_results(o: &Output, found: &Value, i: usize) -> Vec<(PathBuf, Value)> {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let dir = out
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("experiment: "))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("{}", text(o)));
+    found["sweep"]["points"][i]["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter_map(Value::as_str)
+        .map(|rel| {
+            let path = dir.join(rel);
+            let v = read_json(&path);
+            (path, v)
+        })
+        .collect()
+}
+
+fn records_in(result_path: &std::path::Path, result: &Value) -> Vec<Value> {
+    let name = result["records_path"].as_str().expect("records_path");
+    let path = result_path.parent().expect("run dir").join(name);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a record per line"))
+        .collect()
+}
+
+/// Issue 14, "an over-saturated point stops early with the reason recorded": 200 req/s is
+/// four times what the simulated H100 serves for this shape, so its run stops well before
+/// its 10 s schedule ends, the load fails at once with the reason, and its second repeat is
+/// never run.
+#[test]
+fn a_load_far_past_capacity_stops_early_and_skips_its_repeats() {
+    let dir = common::tempdir("sweep-search", "stops-early");
+    let out = long_search(&dir, "200,400", "2");
+    let found = experiment(&out);
+    let tried = found["sweep"]["search"]["tried"]
+        .as_array()
+        .expect("tried")
+        .clone();
+    let first = &tried[0];
+    assert_eq!(first["value"], 200.0, "{first}");
+    assert_eq!(first["passed"], false, "{first}");
+    let stopped = first["stopped_early"].as_str().unwrap_or_default();
+    assert!(
+        stopped.starts_with("stopped early: over-saturated: in flight rose linearly")
+            && stopped.contains(" s of 10.0 s"),
+        "{first}"
+    );
+    assert!(
+        first["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("stopped early: over-saturated"),
+        "{first}"
+    );
+    assert_eq!(first["skipped_runs"], 1, "{first}");
+    assert!(
+        found["notes"]
+            .as_array()
+            .expect("notes")
+            .iter()
+            .any(|n| n.as_str().unwrap_or_default().contains(stopped)),
+        "{}",
+        found["notes"]
+    );
+
+    // The run itself: one run (the repeat was skipped), stopped in its first half, its
+    // measured records kept and those in flight recorded as cancelled.
+    let index = first["point"].as_u64().expect("point") as usize;
+    let runs = point_results(&out, &found, index);
+    assert_eq!(runs.len(), 1, "the second repeat must be skipped");
+    let (path, result) = &runs[0];
+    let s = &result["stopped_early"];
+    let (at, span) = (
+        s["at_s"].as_f64().unwrap_or(f64::NAN),
+        s["span_s"].as_f64().unwrap_or(f64::NAN),
+    );
+    assert!(at < 0.5 * span && span > 9.9, "{s}");
+    assert!(
+        s["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("rose linearly"),
+        "{s}"
+    );
+    let records = records_in(path, result);
+    assert!(
+        !records.is_empty() && records.len() < 1000,
+        "{} records of a 2000-request schedule",
+        records.len()
+    );
+    let cancelled = records
+        .iter()
+        .filter(|r| r["failure"]["kind"] == "cancelled")
+        .count();
+    assert!(cancelled > 0, "nothing in flight was cancelled");
+    let command = result["metadata"]["command_line"].to_string();
+    assert!(command.contains("--stop-when-saturated"), "{command}");
+
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("FAILS (over-saturated, stopped early)"),
+        "{stdout}"
+    );
+    // The HTML report says so too, in the search table and the notes.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let html = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("report: "))
+        .find(|p| p.ends_with(".html"))
+        .unwrap_or_else(|| panic!("no HTML report: {stderr}"));
+    let html = std::fs::read_to_string(html).expect("the HTML report");
+    assert!(html.contains("over-saturated (stopped early)"));
+    assert!(html.contains(" s of 10.0 s"));
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// Below capacity the watch never fires: not during the warm-up ramp at the start of each
+/// run, not in the steady state after it, and not at 40 req/s, close to the ~50 req/s the
+/// simulated H100 serves for this shape. Every run goes to the end of its schedule.
+#[test]
+fn a_load_below_capacity_never_stops_early() {
+    let dir = common::tempdir("sweep-search", "never-early");
+    let out = long_search(&dir, "20,40", "2");
+    let found = experiment(&out);
+    let tried = found["sweep"]["search"]["tried"]
+        .as_array()
+        .expect("tried")
+        .clone();
+    let values: Vec<f64> = tried.iter().filter_map(|t| t["value"].as_f64()).collect();
+    assert_eq!(values, [20.0, 40.0], "{tried:#?}");
+    for (i, t) in tried.iter().enumerate() {
+        assert!(t.get("stopped_early").is_none(), "{t}");
+        assert_eq!(t["passed"], true, "{t}");
+        let runs = point_results(&out, &found, i);
+        assert_eq!(runs.len(), 2, "both repeats run");
+        for (path, result) in &runs {
+            assert!(result.get("stopped_early").is_none(), "{result}");
+            assert_eq!(records_in(path, result).len(), 2000);
+            assert_eq!(result["summary"]["completed"], 2000);
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// `run` stops only when asked: the same far-past-capacity load runs to the end without
+/// `--stop-when-saturated` and stops early with it, exiting 0 and saying so.
+#[test]
+fn plain_runs_stop_early_only_when_asked() {
+    let dir = common::tempdir("sweep-search", "run-flag");
+    let run = |sub: &str, flag: Option<&str>| {
+        let out = bin()
+            .arg("run")
+            .args([
+                "--input-len",
+                "512",
+                "--output-len",
+                "128",
+                "--num-prompts",
+                "2000",
+                "--num-warmups",
+                "0",
+                "--virtual-time",
+                "--request-rate",
+                "200",
+                "--output-dir",
+            ])
+            .arg(dir.join(sub))
+            .args(flag)
+            .output()
+            .expect("spawn servebench");
+        assert!(out.status.success(), "{}", text(&out));
+        let file = std::fs::read_dir(dir.join(sub))
+            .expect("output dir")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.to_string_lossy().ends_with(".servebench.json"))
+            .expect("a result");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            read_json(&file),
+        )
+    };
+    let (stdout, full) = run("full", None);
+    assert!(
+        full.get("stopped_early").is_none(),
+        "{}",
+        full["stopped_early"]
+    );
+    assert_eq!(full["summary"]["completed"], 2000);
+    assert!(!stdout.contains("STOPPED EARLY"), "{stdout}");
+    let (stdout, stopped) = run("stopped", Some("--stop-when-saturated"));
+    assert!(
+        stopped["stopped_early"]["at_s"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+            < 5.0
+    );
+    assert!(
+        stdout.contains("STOPPED EARLY: over-saturated") && stdout.contains(" s of 10.0 s"),
+        "{stdout}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }

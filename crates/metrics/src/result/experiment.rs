@@ -142,6 +142,17 @@ pub struct SearchPointEntry {
     pub over_saturated: Option<String>,
     /// Each SLO's percentile: mean over runs and the 95 % interval of that mean, ms.
     pub slo_values: Vec<(String, [f64; 3])>,
+    /// A run at this load stopped itself as over-saturated: "stopped early: <reason> at X s
+    /// of Y s".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<String>,
+    /// Repeats not run because a run at this load stopped early (the load had failed).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub skipped_runs: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One sweep point of `experiment.json`.

@@ -21,7 +21,7 @@ pub use gpu::{GpuSample, GpuSeries, GpuTelemetry, NO_GPU_TELEMETRY};
 pub use prefix_hit::PrefixHitCheck;
 pub use run::{
     ClientHealth, ClockAnchor, MeasuredHealth, PlanSection, RequestRate, RunMetadata, RunResult,
-    ServerReply, ShardInfo, TargetInfo,
+    ServerReply, ShardInfo, StoppedEarly, TargetInfo,
 };
 pub use sim::SimConfig;
 pub use telemetry::{ServerTelemetry, TelemetrySample};

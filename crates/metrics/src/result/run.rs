@@ -65,6 +65,31 @@ pub struct RunResult {
     /// exporter), or the note that there was no source; absent in virtual time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_telemetry: Option<super::GpuTelemetry>,
+    /// The run stopped itself before its schedule ended (`--stop-when-saturated`): why, and
+    /// when (absent for a run that went to the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_early: Option<StoppedEarly>,
+}
+
+/// Why and when a run stopped itself before the end of its schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoppedEarly {
+    /// One sentence.
+    pub reason: String,
+    /// Seconds into the schedule (from its first intended send) when it stopped.
+    pub at_s: f64,
+    /// Seconds the whole schedule spans.
+    pub span_s: f64,
+}
+
+impl StoppedEarly {
+    /// "stopped early: <reason> at X s of Y s".
+    pub fn describe(&self) -> String {
+        format!(
+            "stopped early: {} at {:.1} s of {:.1} s",
+            self.reason, self.at_s, self.span_s
+        )
+    }
 }
 
 impl RunResult {

@@ -124,6 +124,7 @@ fn search_table(
             .collect();
         let verdict = match (t.passed, t.over_saturated.is_some()) {
             (true, _) => "meets",
+            (false, true) if t.stopped_early.is_some() => "over-saturated (stopped early)",
             (false, true) => "over-saturated",
             (false, false) => "fails",
         };
