@@ -498,12 +498,11 @@ impl Exchange {
     /// of the read that delivered them, else now.
     #[inline]
     fn arrival(&mut self, clock: &RunClock, conn: Option<&WriteStamp>, frame: &[u8]) -> u64 {
-        // The lookup first: waiting for the connection's lock must not fall between the two
-        // clock readings.
-        let rx = conn.and_then(|c| c.rx_wall_ns(frame));
-        let (now, wall) = rxstamp::paired_reading(clock);
-        let kernel =
-            rx.and_then(|rx| rxstamp::kernel_to_run(rx, now, wall, self.written.unwrap_or(0)));
+        // The read's stamp was converted to the monotonic clock when it was read: no clock
+        // is read here unless the frame has no kernel stamp.
+        let kernel = conn
+            .and_then(|c| c.rx_at(frame))
+            .and_then(|at| rxstamp::instant_to_run(clock, at, self.written.unwrap_or(0)));
         let t = match kernel {
             Some(t) => {
                 self.kernel_stamped += 1;
@@ -511,7 +510,7 @@ impl Exchange {
             }
             None => {
                 self.user_stamped += 1;
-                now
+                clock.now_ns()
             }
         };
         self.last = self.last.max(t);
