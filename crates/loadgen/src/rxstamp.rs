@@ -110,30 +110,34 @@ impl RxLog {
     }
 }
 
-/// Bytes of HTTP framing before a body frame that are searched by direct comparison (a chunk
-/// trailer and size line are a few bytes): a general substring search costs more than the rest
-/// of the frame's handling, for every token.
+/// Bytes of HTTP framing before a body frame that are searched first (a chunk trailer and size
+/// line are a few bytes): almost every frame starts there.
 const FRAMING_PROBE: usize = 24;
 
 /// Where `frame` starts in `hay`: almost always right after a few framing bytes.
 ///
-/// The general search runs only when the frame could start past the probed bytes (the first
-/// frame after a response head): the rest of a consumed read is usually a few framing bytes or
-/// nothing, and building a searcher for it cost more than the whole lookup.
+/// Candidates are the positions of the frame's first byte, each checked by direct comparison.
+/// A general substring search (`memmem`) would first build a searcher from the whole frame,
+/// which for the 16 KiB frames of a fast stream cost more than the rest of its handling; a
+/// frame can start past the probe only after a response head, once per response.
 #[inline]
 fn find_after_framing(hay: &[u8], frame: &[u8]) -> Option<usize> {
     let first = *frame.first()?;
-    let probe = &hay[..hay.len().min(FRAMING_PROBE)];
+    // Every start at or before `hay.len() - frame.len()` could hold the frame; none after.
+    let last_start = hay.len().checked_sub(frame.len())?;
+    let probe = &hay[..=last_start.min(FRAMING_PROBE)];
     for off in memchr::memchr_iter(first, probe) {
         if hay[off..].starts_with(frame) {
             return Some(off);
         }
     }
-    // Every start at or before `hay.len() - frame.len()` lies in the probe: nothing else fits.
-    if hay.len() < frame.len() + FRAMING_PROBE {
+    if last_start <= FRAMING_PROBE {
         return None;
     }
-    memchr::memmem::find(&hay[FRAMING_PROBE..], frame).map(|off| off + FRAMING_PROBE)
+    let rest = &hay[FRAMING_PROBE + 1..=last_start];
+    memchr::memchr_iter(first, rest)
+        .map(|off| off + FRAMING_PROBE + 1)
+        .find(|&off| hay[off..].starts_with(frame))
 }
 
 /// The age of bytes the kernel received at `rx_wall_ns` (Unix ns), at `now_wall_ns`; `None`
@@ -310,6 +314,34 @@ mod tests {
         assert_eq!(find_after_framing(&far, b"data: x"), Some(300));
         assert_eq!(find_after_framing(b"data: y", b"data: x"), None);
         assert_eq!(find_after_framing(b"data", b"data: x"), None);
+    }
+
+    /// Every start position is found, on both sides of the probed bytes, and a frame is
+    /// found at its first occurrence; a frame longer than what is left is not.
+    #[test]
+    fn frames_are_found_at_every_offset_and_at_their_first_occurrence() {
+        let frame = b"data: {\"t\":\"x\"}\n\n";
+        for off in 0..80 {
+            let mut hay = vec![b'd'; off];
+            hay.extend_from_slice(frame);
+            hay.extend_from_slice(b"\r\n");
+            assert_eq!(find_after_framing(&hay, frame), Some(off), "offset {off}");
+            hay.truncate(off + frame.len() - 1);
+            assert_eq!(find_after_framing(&hay, frame), None, "cut at {off}");
+        }
+        let mut twice = b"1a\r\n".to_vec();
+        twice.extend_from_slice(frame);
+        twice.extend_from_slice(frame);
+        assert_eq!(find_after_framing(&twice, frame), Some(4));
+        assert_eq!(find_after_framing(frame, frame), Some(0));
+        assert_eq!(find_after_framing(b"", frame), None);
+        assert_eq!(find_after_framing(frame, b""), None);
+        // A 16 KiB frame after a response head.
+        let big = vec![b'z'; 16 * 1024];
+        let mut hay = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4000\r\n".to_vec();
+        let at = hay.len();
+        hay.extend_from_slice(&big);
+        assert_eq!(find_after_framing(&hay, &big), Some(at));
     }
 
     #[test]
