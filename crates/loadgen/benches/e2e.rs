@@ -96,7 +96,7 @@ fn parse_flags(args: &[String]) -> Flags {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if let Some(name) = a.strip_prefix("--") {
-            if name == "tls" {
+            if name == "tls" || name == "cold" {
                 flags.insert(name.to_owned(), String::new());
                 continue;
             }
