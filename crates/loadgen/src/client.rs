@@ -216,8 +216,14 @@ impl BackendClient {
         body: Bytes,
     ) -> Result<Request<Full<Bytes>>, http::Error> {
         let mut headers = http::HeaderMap::with_capacity(3 + self.headers.len());
-        headers.append(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        headers.append(header::ACCEPT, HeaderValue::from_static("text/event-stream"));
+        headers.append(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.append(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
         // The request id lets server logs be joined with the records (vLLM sends one too).
         headers.append(REQUEST_ID_HEADER, HeaderValue::try_from(request_id(id))?);
         for (name, value) in &self.headers {
@@ -731,7 +737,11 @@ mod tests {
         let mut buf = [0u8; 4096];
         while !got.ends_with(b"{\"p\":1}") {
             let n = sock.read(&mut buf).await.unwrap();
-            assert!(n > 0, "the request ended early: {}", String::from_utf8_lossy(&got));
+            assert!(
+                n > 0,
+                "the request ended early: {}",
+                String::from_utf8_lossy(&got)
+            );
             got.extend_from_slice(&buf[..n]);
         }
         sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")

@@ -78,9 +78,7 @@ impl EventShape {
         let text = data.get(self.before.len()..end)?;
         // A quote would end the string (and make another document); a backslash is an escape
         // the text would have to be decoded from; a control character is not valid JSON.
-        let plain = text
-            .bytes()
-            .all(|b| b != b'"' && b != b'\\' && b >= 0x20);
+        let plain = text.bytes().all(|b| b != b'"' && b != b'\\' && b >= 0x20);
         plain.then_some(text)
     }
 
@@ -227,7 +225,10 @@ mod tests {
         assert_eq!(shape.text_of(&completion("b\nc", "null")), None);
         assert_eq!(shape.text_of(&completion("", "null")), None);
         assert_eq!(shape.text_of(&completion("b", "\"stop\"")), None);
-        assert_eq!(shape.text_of(&completion("b", "null").replace("cmpl-1", "cmpl-2")), None);
+        assert_eq!(
+            shape.text_of(&completion("b", "null").replace("cmpl-1", "cmpl-2")),
+            None
+        );
         // Malformed input is the parser's to report, and forgets the shape.
         assert!(shape
             .classify(r#"{"choices":[{"text":"a""#, EndpointKind::Completions)

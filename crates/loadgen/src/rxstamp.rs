@@ -387,7 +387,10 @@ mod tests {
     fn run_clock_stamps_before_the_write_or_the_run_are_refused() {
         let clock = crate::clock::RunClock::starting_at(at(1_000));
         // 4.7 µs into the run.
-        assert_eq!(instant_to_run(&clock, at(1_004) + std::time::Duration::from_nanos(700), 0), Some(4_700));
+        assert_eq!(
+            instant_to_run(&clock, at(1_004) + std::time::Duration::from_nanos(700), 0),
+            Some(4_700)
+        );
         // Before the request was written (the wall clock stepped forward): refused.
         assert_eq!(instant_to_run(&clock, at(1_004), 4_800), None);
         // Older than the run itself: refused.
