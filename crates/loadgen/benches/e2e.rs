@@ -21,6 +21,9 @@
 //! ```
 //! With no mode, runs `ingest` and `accuracy` at 64 and 1,024 streams.
 //!
+//! `accuracy --cold` skips the warm-up requests: the burst meets no open connection but those
+//! the run opens ahead of it (`SERVEBENCH_OPEN_AHEAD=off`: none, each request connects).
+//!
 //! `--tls` (with `ingest` or `accuracy`) puts TLS between the client and the server: the
 //! server process terminates it (rustls, a self-signed certificate the client does not verify)
 //! in front of the scripted server, so the client's CPU per token over https can be set against
@@ -93,7 +96,7 @@ fn parse_flags(args: &[String]) -> Flags {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         if let Some(name) = a.strip_prefix("--") {
-            if name == "tls" {
+            if name == "tls" || name == "cold" {
                 flags.insert(name.to_owned(), String::new());
                 continue;
             }
@@ -327,15 +330,19 @@ async fn accuracy(flags: &Flags) {
     );
     let client = client(&server.url);
     let rss_before = rss_kib("VmRSS");
-    let warm = client.prepare(u64::MAX, "warm up", 2, Some(1));
-    warm_up(
-        Arc::clone(&client),
-        warm,
-        streams as usize,
-        Some(streams as usize),
-        &StopSignal::never(),
-    )
-    .await;
+    // `--cold`: no warm-up requests; the run opens its connections itself (ahead of the first
+    // burst unless SERVEBENCH_OPEN_AHEAD=off).
+    if !flags.contains_key("cold") {
+        let warm = client.prepare(u64::MAX, "warm up", 2, Some(1));
+        warm_up(
+            Arc::clone(&client),
+            warm,
+            streams as usize,
+            Some(streams as usize),
+            &StopSignal::never(),
+        )
+        .await;
+    }
 
     let prompt = prompt();
     let reqs = (0..requests)
@@ -405,6 +412,16 @@ async fn accuracy(flags: &Flags) {
     print_stats(
         "server lateness vs script",
         ErrorStats::from_errors_ns(&late),
+    );
+    // The client's own wait before a request's first byte went out (connect, CPU, socket).
+    let client_wait: Vec<i64> = out
+        .records
+        .iter()
+        .map(|r| r.sent as i64 - r.intended as i64)
+        .collect();
+    print_stats(
+        "client wait (intended -> sent)",
+        ErrorStats::from_errors_ns(&client_wait),
     );
     // Per token event: the client's stamp against the server's write, both on the wall clock.
     let anchor = out

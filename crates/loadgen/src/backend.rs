@@ -32,6 +32,13 @@ pub trait Backend: Send + Sync + 'static {
     fn telemetry_target(&self) -> Option<&Target> {
         None
     }
+
+    /// Opens up to `n` connections before the run, for requests released together at its
+    /// start; returns how many are ready. Not requests: nothing is sent on them.
+    fn open_ahead(&self, n: usize) -> impl Future<Output = usize> + Send {
+        let _ = n;
+        std::future::ready(0)
+    }
 }
 
 impl Backend for BackendClient {
@@ -59,5 +66,9 @@ impl Backend for BackendClient {
 
     fn telemetry_target(&self) -> Option<&Target> {
         Some(self.target())
+    }
+
+    fn open_ahead(&self, n: usize) -> impl Future<Output = usize> + Send {
+        BackendClient::open_ahead(self, n)
     }
 }

@@ -75,10 +75,14 @@ pub struct BackendClient {
     /// Built on first use: under `--http2 auto` over TLS the server's ALPN choice decides
     /// whether the pool speaks HTTP/2.
     http: tokio::sync::OnceCell<HttpClient>,
+    /// Whether the settled pool speaks HTTP/2 (one connection carries every request).
+    multiplexed: std::sync::OnceLock<bool>,
     connector: TransportConnector,
     target: Target,
     uri: Uri,
-    auth: Option<HeaderValue>,
+    /// The headers every request carries after its id (authorization, `--header`s), checked and
+    /// built once: a request's headers are then copies, not parses of the same strings again.
+    headers: Vec<(http::HeaderName, HeaderValue)>,
     options: ClientOptions,
 }
 
@@ -90,12 +94,18 @@ impl BackendClient {
         if uri.scheme_str() == Some("https") {
             connector.tls_config().map_err(LoadgenError::Config)?;
         }
+        let headers = auth
+            .iter()
+            .map(|a| (header::AUTHORIZATION, a.clone()))
+            .chain(target.headers.iter().cloned())
+            .collect();
         Ok(BackendClient {
             http: tokio::sync::OnceCell::new(),
+            multiplexed: std::sync::OnceLock::new(),
             connector,
             target,
             uri,
-            auth,
+            headers,
             options,
         })
     }
@@ -131,9 +141,28 @@ impl BackendClient {
                     }
                     Http2Mode::Auto => false,
                 };
+                let _ = self.multiplexed.set(h2);
                 build_client(self.connector.clone(), h2)
             })
             .await
+    }
+
+    /// Opens up to `n` HTTP/1.1 connections (each carries one request at a time) before the
+    /// requests that will use them, so a burst released at once does not pay the connects at
+    /// its intended time; returns how many are parked for the pool. Nothing on HTTP/2.
+    pub async fn open_ahead(&self, n: usize) -> usize {
+        if n == 0 {
+            return 0;
+        }
+        self.http().await;
+        if self.multiplexed.get().copied().unwrap_or(true) {
+            return 0;
+        }
+        let parked = self.connector.parked();
+        if parked >= n {
+            return parked;
+        }
+        self.connector.open_ahead(&self.uri, n - parked).await
     }
 
     /// The connections this client opened, with their connect and handshake times.
@@ -178,25 +207,33 @@ impl BackendClient {
         }
     }
 
+    /// The request for `body`: the headers every request shares were built with the client;
+    /// only the id's is made here. Same headers in the same order as a `Request::builder`
+    /// chain of them (the test compares the bytes).
     pub(crate) fn build_request(
         &self,
         id: u64,
         body: Bytes,
     ) -> Result<Request<Full<Bytes>>, http::Error> {
+        let mut headers = http::HeaderMap::with_capacity(3 + self.headers.len());
+        headers.append(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        headers.append(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
         // The request id lets server logs be joined with the records (vLLM sends one too).
-        let mut b = Request::builder()
-            .method(Method::POST)
-            .uri(self.uri.clone())
-            .header(header::CONTENT_TYPE, "application/json")
-            .header(header::ACCEPT, "text/event-stream")
-            .header(REQUEST_ID_HEADER, request_id(id));
-        if let Some(auth) = &self.auth {
-            b = b.header(header::AUTHORIZATION, auth.clone());
+        headers.append(REQUEST_ID_HEADER, HeaderValue::try_from(request_id(id))?);
+        for (name, value) in &self.headers {
+            headers.append(name.clone(), value.clone());
         }
-        for (k, v) in &self.target.headers {
-            b = b.header(k.clone(), v.clone());
-        }
-        b.body(Full::new(body))
+        let mut req = Request::new(Full::new(body));
+        *req.method_mut() = Method::POST;
+        *req.uri_mut() = self.uri.clone();
+        *req.headers_mut() = headers;
+        Ok(req)
     }
 
     /// Send one request and measure it. Never fails: every problem becomes a failed record.
@@ -498,12 +535,11 @@ impl Exchange {
     /// of the read that delivered them, else now.
     #[inline]
     fn arrival(&mut self, clock: &RunClock, conn: Option<&WriteStamp>, frame: &[u8]) -> u64 {
-        // The lookup first: waiting for the connection's lock must not fall between the two
-        // clock readings.
-        let rx = conn.and_then(|c| c.rx_wall_ns(frame));
-        let (now, wall) = rxstamp::paired_reading(clock);
-        let kernel =
-            rx.and_then(|rx| rxstamp::kernel_to_run(rx, now, wall, self.written.unwrap_or(0)));
+        // The read's stamp was converted to the monotonic clock when it was read: no clock
+        // is read here unless the frame has no kernel stamp.
+        let kernel = conn
+            .and_then(|c| c.rx_at(frame))
+            .and_then(|at| rxstamp::instant_to_run(clock, at, self.written.unwrap_or(0)));
         let t = match kernel {
             Some(t) => {
                 self.kernel_stamped += 1;
@@ -511,7 +547,7 @@ impl Exchange {
             }
             None => {
                 self.user_stamped += 1;
-                now
+                clock.now_ns()
             }
         };
         self.last = self.last.max(t);
@@ -643,5 +679,118 @@ pub fn api_for_endpoint(endpoint: &str) -> ApiKind {
         ApiKind::Chat
     } else {
         ApiKind::Completions
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// How a request was built at dispatch before the shared headers were built once.
+    fn by_builder(c: &BackendClient, id: u64, body: Bytes) -> Request<Full<Bytes>> {
+        let mut b = Request::builder()
+            .method(Method::POST)
+            .uri(c.uri.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "text/event-stream")
+            .header(REQUEST_ID_HEADER, request_id(id));
+        if let Some(auth) = c.target.auth_header().unwrap() {
+            b = b.header(header::AUTHORIZATION, auth);
+        }
+        for (k, v) in &c.target.headers {
+            b = b.header(k.clone(), v.clone());
+        }
+        b.body(Full::new(body)).unwrap()
+    }
+
+    fn client_for(base_url: String) -> BackendClient {
+        let target = Target {
+            base_url,
+            endpoint: "/v1/completions".into(),
+            api: ApiKind::Completions,
+            model: "m".into(),
+            headers: vec![
+                (
+                    http::HeaderName::from_static("x-tenant"),
+                    HeaderValue::from_static("a"),
+                ),
+                (header::ACCEPT, HeaderValue::from_static("*/*")),
+            ],
+            api_key: Some("sk-test".into()),
+            extra_body: serde_json::Map::new(),
+            ignore_eos: true,
+            transport: crate::Transport::default(),
+        };
+        BackendClient::new(target, ClientOptions::default()).unwrap()
+    }
+
+    /// The bytes a request puts on the wire, as a server reads them.
+    async fn wire_bytes(req: Request<Full<Bytes>>, listener: &tokio::net::TcpListener) -> Vec<u8> {
+        let client = http_client();
+        let send = tokio::spawn(async move {
+            let _ = client.request(req).await;
+        });
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.ends_with(b"{\"p\":1}") {
+            let n = sock.read(&mut buf).await.unwrap();
+            assert!(
+                n > 0,
+                "the request ended early: {}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&buf[..n]);
+        }
+        sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+        send.await.unwrap();
+        got
+    }
+
+    #[tokio::test]
+    async fn requests_built_from_the_shared_headers_are_the_same_bytes_as_before() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = client_for(format!("http://{}", listener.local_addr().unwrap()));
+        let body = Bytes::from_static(b"{\"p\":1}");
+        let before = wire_bytes(by_builder(&c, 42, body.clone()), &listener).await;
+        let now = wire_bytes(c.build_request(42, body).unwrap(), &listener).await;
+        assert_eq!(
+            String::from_utf8_lossy(&now),
+            String::from_utf8_lossy(&before)
+        );
+        let text = String::from_utf8_lossy(&now).to_lowercase();
+        assert!(text.contains("authorization: bearer sk-test"), "{text}");
+        assert!(text.contains("x-tenant: a"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn connections_opened_ahead_are_parked_and_handed_out_before_new_ones() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = client_for(format!("http://{}", listener.local_addr().unwrap()));
+        let accepted = tokio::spawn(async move {
+            let mut socks = Vec::new();
+            for _ in 0..5 {
+                socks.push(listener.accept().await.unwrap().0);
+            }
+            socks
+        });
+        assert_eq!(c.open_ahead(5).await, 5);
+        let socks = accepted.await.unwrap();
+        assert_eq!(socks.len(), 5);
+        assert_eq!(c.connections().snapshot().len(), 5);
+        // Asking again for as many opens none.
+        assert_eq!(c.open_ahead(5).await, 5);
+        assert_eq!(c.connections().snapshot().len(), 5);
+        // The pool takes the parked ones first: no connect happens.
+        for _ in 0..5 {
+            let conn = c.connector.open(c.uri.clone()).await.unwrap();
+            assert!(!conn.is_h2());
+        }
+        assert_eq!(c.connector.parked(), 0);
+        assert_eq!(c.connections().snapshot().len(), 5);
     }
 }

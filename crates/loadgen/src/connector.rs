@@ -63,10 +63,19 @@ pub struct TransportConnector {
     /// Built on first use (loading the platform's roots takes a while).
     tls: Arc<OnceLock<Result<Arc<ClientConfig>, String>>>,
     log: ConnectionLog,
-    /// A connection opened ahead of the first request (to learn the server's protocol),
-    /// handed to the pool on its first connect.
-    parked: Arc<Mutex<Option<Conn>>>,
+    /// Connections opened ahead of the requests (to learn the server's protocol, or for the
+    /// first burst), handed to the pool as it asks for connections, with when each was opened.
+    parked: Arc<Mutex<Vec<(Conn, Instant)>>>,
 }
+
+/// A connection opened ahead and not used within this long is closed instead of handed out: a
+/// server may drop a connection that carried no request (uvicorn's keep-alive timeout is 5 s),
+/// and a request on such a connection would fail as the server's fault.
+const PARKED_MAX_AGE: Duration = Duration::from_secs(4);
+
+/// Connections opened ahead at once: a burst's connects would otherwise queue in the accept
+/// backlog of the server together.
+const OPEN_AHEAD_AT_ONCE: usize = 64;
 
 impl TransportConnector {
     pub fn new(transport: Transport) -> Self {
@@ -81,7 +90,7 @@ impl TransportConnector {
             transport,
             tls: Arc::new(OnceLock::new()),
             log: ConnectionLog::default(),
-            parked: Arc::new(Mutex::new(None)),
+            parked: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -103,16 +112,64 @@ impl TransportConnector {
     /// Keeps `conn` for the pool's next connect.
     pub(crate) fn park(&self, conn: Conn) {
         if let Ok(mut p) = self.parked.lock() {
-            *p = Some(conn);
+            p.push((conn, Instant::now()));
         }
     }
 
-    /// Opens a connection to `uri`'s server.
+    /// A parked connection young enough to hand out; older ones are dropped (closed).
+    fn take_parked(&self) -> Option<Conn> {
+        let mut p = self.parked.lock().ok()?;
+        while let Some((conn, at)) = p.pop() {
+            if at.elapsed() <= PARKED_MAX_AGE {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// Connections parked and not yet handed out.
+    pub fn parked(&self) -> usize {
+        self.parked.lock().map(|p| p.len()).unwrap_or(0)
+    }
+
+    /// Opens up to `n` connections to `uri`'s server ahead of the requests that will use
+    /// them, `OPEN_AHEAD_AT_ONCE` at a time, and parks them for the pool; returns how many
+    /// are parked. A connection that fails to open is left to the request that needs it
+    /// (which then meets the failure and records it).
+    pub(crate) async fn open_ahead(&self, uri: &Uri, n: usize) -> usize {
+        let mut left = n;
+        while left > 0 {
+            let batch = left.min(OPEN_AHEAD_AT_ONCE);
+            left -= batch;
+            let mut opens = tokio::task::JoinSet::new();
+            for _ in 0..batch {
+                let (this, uri) = (self.clone(), uri.clone());
+                opens.spawn(async move { this.connect(uri).await });
+            }
+            let mut failed = false;
+            while let Some(r) = opens.join_next().await {
+                match r {
+                    Ok(Ok(conn)) => self.park(conn),
+                    _ => failed = true,
+                }
+            }
+            if failed {
+                break;
+            }
+        }
+        self.parked()
+    }
+
+    /// Opens a connection to `uri`'s server, or hands out one opened ahead.
     pub(crate) async fn open(&self, uri: Uri) -> Result<Conn, BoxError> {
-        let parked = self.parked.lock().ok().and_then(|mut p| p.take());
-        if let Some(conn) = parked {
+        if let Some(conn) = self.take_parked() {
             return Ok(conn);
         }
+        self.connect(uri).await
+    }
+
+    /// Opens a new connection to `uri`'s server.
+    async fn connect(&self, uri: Uri) -> Result<Conn, BoxError> {
         let https = uri.scheme_str() == Some("https");
         let authority = uri
             .authority()

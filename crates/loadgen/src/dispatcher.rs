@@ -139,6 +139,7 @@ async fn drive<B: Backend>(
         .max_concurrency
         .map(|n| Arc::new(Semaphore::new(n.max(1))));
 
+    open_ahead(&*client, &spec, &stop).await;
     let (started_at, clock) = match spec.start_at {
         None => (SystemTime::now(), RunClock::start_now()),
         Some(at) => {
@@ -315,6 +316,54 @@ impl LoadOutcome {
     }
 }
 
+/// Requests at most this far after the first one count as released together with it.
+const BURST_WINDOW_NS: u64 = 1_000_000;
+
+/// At most this many connections are opened ahead of a run.
+const MAX_OPEN_AHEAD: usize = 1024;
+
+/// How many connections the run's first burst needs at once: the requests intended within
+/// `BURST_WINDOW_NS` of the first, no more than the concurrency cap lets run, bounded.
+fn first_burst(schedule: &[u64], max_concurrency: Option<usize>) -> usize {
+    let Some(&first) = schedule.first() else {
+        return 0;
+    };
+    let together = schedule
+        .iter()
+        .take_while(|&&t| t <= first.saturating_add(BURST_WINDOW_NS))
+        .count();
+    together
+        .min(max_concurrency.unwrap_or(usize::MAX))
+        .min(MAX_OPEN_AHEAD)
+}
+
+/// Opens the connections of the first burst before time zero, so the burst does not pay
+/// connect time at its intended instant (a connect during the run is the client's wait, not
+/// TTFT, either way). A start too far ahead is left alone: the connections would idle.
+async fn open_ahead<B: Backend>(client: &B, spec: &LoadSpec, stop: &StopSignal) {
+    const OPEN_AHEAD_LEAD: Duration = Duration::from_secs(2);
+    if let Some(at) = spec.start_at {
+        if at.duration_since(SystemTime::now()).unwrap_or_default() > OPEN_AHEAD_LEAD {
+            return;
+        }
+    }
+    let n = first_burst(&spec.schedule, spec.max_concurrency);
+    if n < 2 || !open_ahead_wanted() {
+        return;
+    }
+    tokio::select! {
+        biased;
+        _ = stop.dispatch_stop() => {}
+        _ = client.open_ahead(n) => {}
+    }
+}
+
+/// Connections opened ahead unless `SERVEBENCH_OPEN_AHEAD=off` (to compare with a cold burst).
+fn open_ahead_wanted() -> bool {
+    static WANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| std::env::var_os("SERVEBENCH_OPEN_AHEAD").is_none_or(|v| v != "off"))
+}
+
 /// Start one request: `released` is now; the permit (if any) is held until it ends.
 #[allow(clippy::too_many_arguments)]
 fn spawn_request<B: Backend>(
@@ -383,6 +432,17 @@ mod tests {
     use crate::stop::stop_pair;
 
     const MS: u64 = 1_000_000;
+
+    #[test]
+    fn the_first_burst_is_what_is_released_together_at_the_start_within_the_cap() {
+        assert_eq!(first_burst(&[], None), 0);
+        assert_eq!(first_burst(&[5 * MS], None), 1);
+        assert_eq!(first_burst(&[0, 0, 0, MS, MS + 1, 10 * MS], None), 4);
+        assert_eq!(first_burst(&[0; 100], Some(8)), 8);
+        assert_eq!(first_burst(&[7 * MS; 5000], None), MAX_OPEN_AHEAD);
+        // Poisson-like arrivals: one at a time, nothing to open ahead.
+        assert_eq!(first_burst(&[0, 3 * MS, 9 * MS], Some(64)), 1);
+    }
 
     /// Answers every request after `service` of (paused) tokio time; cancellation cuts it
     /// short. Remembers when each request was released and how many ran at once.

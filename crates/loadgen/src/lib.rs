@@ -8,6 +8,7 @@ mod clock;
 mod collector;
 pub mod connector;
 mod dispatcher;
+mod event_shape;
 pub mod gpu;
 pub mod health;
 pub mod pooling;

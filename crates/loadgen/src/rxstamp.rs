@@ -9,10 +9,11 @@
 //! its bytes is consumed; the frame then takes the read's stamp.
 //!
 //! **Conversion to the run clock.** The run clock is monotonic (tokio's `Instant`), the stamp is
-//! wall-clock time. A frame's stamp is converted when the frame is consumed, with a paired
-//! reading of both clocks taken then: `t = now_run − (now_wall − rx_wall)`. Only the age of the
+//! wall-clock time. A read's stamp is converted once, right after the `recvmsg` that returned
+//! it, with a paired reading of both clocks taken then: `t = now_mono − (now_wall − rx_wall)`;
+//! every frame of the read then takes that instant (no clock read per frame). Only the age of the
 //! bytes (usually well under a second) goes through the wall clock, so the error is half the gap
-//! between the clock reads (at most 1 µs: `paired_reading` takes the pair again when a
+//! between the clock reads (at most 1 µs: `paired_instant` takes the pair again when a
 //! preemption split it) plus the wall clock's slew over that age (NTP slews at most 500 ppm:
 //! ≤ 0.05 ms per 100 ms of age; 4 ppm measured on the benchmark machine). A wall-clock step during the age would give an
 //! impossible time (before the request was written, or in the future): such a stamp is refused
@@ -20,14 +21,16 @@
 
 use std::collections::VecDeque;
 
+use tokio::time::Instant;
+
 /// Keeps the log of one connection small however its response is consumed (an error body
 /// read only in part, a response nobody reads).
 const MAX_LOGGED_BYTES: usize = 64 * 1024;
 
-/// One socket read and the kernel's receive time of its bytes.
+/// One socket read and the kernel's receive time of its bytes, on the monotonic clock.
 #[derive(Debug)]
 struct RxRead {
-    wall_ns: u64,
+    at: Instant,
     bytes: Vec<u8>,
 }
 
@@ -48,8 +51,8 @@ pub(crate) struct RxLog {
 }
 
 impl RxLog {
-    /// A read of `data` whose newest byte the kernel received at `wall_ns` (Unix ns).
-    pub(crate) fn push(&mut self, wall_ns: u64, data: &[u8]) {
+    /// A read of `data` whose newest byte the kernel received at `at`.
+    pub(crate) fn push(&mut self, at: Instant, data: &[u8]) {
         if data.is_empty() {
             return;
         }
@@ -60,7 +63,7 @@ impl RxLog {
         bytes.clear();
         bytes.extend_from_slice(data);
         self.logged += bytes.len();
-        self.reads.push_back(RxRead { wall_ns, bytes });
+        self.reads.push_back(RxRead { at, bytes });
     }
 
     /// A read the kernel gave no stamp for: earlier reads cannot hold later frames, so they go.
@@ -80,9 +83,9 @@ impl RxLog {
         self.pos = 0;
     }
 
-    /// The kernel receive time (Unix ns) of the read that delivered `frame`, consuming the log
-    /// up to the frame's end; `None` when no logged read holds it (its read had no stamp).
-    pub(crate) fn locate(&mut self, frame: &[u8]) -> Option<u64> {
+    /// The kernel receive time of the read that delivered `frame`, consuming the log up to the
+    /// frame's end; `None` when no logged read holds it (its read had no stamp).
+    pub(crate) fn locate(&mut self, frame: &[u8]) -> Option<Instant> {
         if frame.is_empty() {
             return None;
         }
@@ -94,48 +97,78 @@ impl RxLog {
                 0
             };
             if let Some(off) = find_after_framing(&r.bytes[start..], frame) {
-                found = Some((i, start + off + frame.len(), r.wall_ns));
+                found = Some((i, start + off + frame.len(), r.at));
                 break;
             }
         }
-        let (i, end, wall_ns) = found?;
+        let (i, end, at) = found?;
         for _ in 0..i {
             self.drop_front();
         }
         self.pos = end;
-        Some(wall_ns)
+        Some(at)
     }
 }
 
-/// Bytes of HTTP framing before a body frame that are searched by direct comparison (a chunk
-/// trailer and size line are a few bytes): a general substring search costs more than the rest
-/// of the frame's handling, for every token.
+/// Bytes of HTTP framing before a body frame that are searched first (a chunk trailer and size
+/// line are a few bytes): almost every frame starts there.
 const FRAMING_PROBE: usize = 24;
 
 /// Where `frame` starts in `hay`: almost always right after a few framing bytes.
+///
+/// Candidates are the positions of the frame's first byte, each checked by direct comparison.
+/// A general substring search (`memmem`) would first build a searcher from the whole frame,
+/// which for the 16 KiB frames of a fast stream cost more than the rest of its handling; a
+/// frame can start past the probe only after a response head, once per response.
 #[inline]
 fn find_after_framing(hay: &[u8], frame: &[u8]) -> Option<usize> {
     let first = *frame.first()?;
-    let probe = &hay[..hay.len().min(FRAMING_PROBE)];
+    // Every start at or before `hay.len() - frame.len()` could hold the frame; none after.
+    let last_start = hay.len().checked_sub(frame.len())?;
+    let probe = &hay[..=last_start.min(FRAMING_PROBE)];
     for off in memchr::memchr_iter(first, probe) {
         if hay[off..].starts_with(frame) {
             return Some(off);
         }
     }
-    memchr::memmem::find(hay, frame)
+    if last_start <= FRAMING_PROBE {
+        return None;
+    }
+    let rest = &hay[FRAMING_PROBE + 1..=last_start];
+    memchr::memchr_iter(first, rest)
+        .map(|off| off + FRAMING_PROBE + 1)
+        .find(|&off| hay[off..].starts_with(frame))
 }
 
-/// Converts a kernel stamp to the run clock with a paired reading of both clocks
-/// (`now_run_ns`, `now_wall_ns`, taken together), refusing a stamp from before `floor_run_ns`
-/// (when the request started to be written) or from the future: a wall-clock step happened.
-pub(crate) fn kernel_to_run(
-    rx_wall_ns: u64,
-    now_run_ns: u64,
-    now_wall_ns: u64,
+/// The age of bytes the kernel received at `rx_wall_ns` (Unix ns), at `now_wall_ns`; `None`
+/// for a stamp from the future (the wall clock stepped back) or the zero stamp.
+pub(crate) fn age_ns(rx_wall_ns: u64, now_wall_ns: u64) -> Option<u64> {
+    if rx_wall_ns == 0 {
+        return None;
+    }
+    now_wall_ns.checked_sub(rx_wall_ns)
+}
+
+/// A kernel stamp (Unix ns) as an instant of the monotonic clock, converted with a paired
+/// reading of both clocks taken now: once per read, right after the read returned it.
+/// `None` for a stamp from the future (the wall clock stepped back).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) fn kernel_to_instant(rx_wall_ns: u64) -> Option<Instant> {
+    let (now, wall) = paired_instant();
+    now.checked_sub(std::time::Duration::from_nanos(age_ns(rx_wall_ns, wall)?))
+}
+
+/// A read's receive instant on the run clock, refused when it lies before `floor_run_ns` (when
+/// the request started to be written) or before the run itself: a wall-clock step forward
+/// during the bytes' age would put it there.
+#[inline]
+pub(crate) fn instant_to_run(
+    clock: &crate::clock::RunClock,
+    at: Instant,
     floor_run_ns: u64,
 ) -> Option<u64> {
-    let age = now_wall_ns.checked_sub(rx_wall_ns)?;
-    let t = now_run_ns.checked_sub(age)?;
+    let since = at.checked_duration_since(clock.start())?;
+    let t = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
     (t >= floor_run_ns).then_some(t)
 }
 
@@ -146,25 +179,25 @@ pub(crate) fn wanted() -> bool {
     *WANTED.get_or_init(|| std::env::var_os("SERVEBENCH_RX_STAMPS").is_none_or(|v| v != "off"))
 }
 
-/// The run clock and the wall clock read together: `(run ns, Unix ns)`. A thread preempted
-/// between the two reads would shift every converted stamp by the preemption, so the run clock
-/// is read on both sides and the pair is taken again when they lie more than 2 µs apart. If it
-/// keeps failing, the wall reading is paired with the later run reading, which can only make a
-/// converted stamp later, never earlier than the bytes arrived.
-pub(crate) fn paired_reading(clock: &crate::clock::RunClock) -> (u64, u64) {
-    const PAIR_GAP_NS: u64 = 2_000;
-    let mut pair = (0, 0);
+/// The monotonic clock and the wall clock read together: `(now, Unix ns)`. A thread preempted
+/// between the two reads would shift every converted stamp by the preemption, so the monotonic
+/// clock is read on both sides and the pair is taken again when they lie more than 2 µs apart.
+/// If it keeps failing, the wall reading is paired with the later monotonic reading, which can
+/// only make a converted stamp later, never earlier than the bytes arrived.
+pub(crate) fn paired_instant() -> (Instant, u64) {
+    const PAIR_GAP: std::time::Duration = std::time::Duration::from_micros(2);
+    let mut pair = None;
     for _ in 0..3 {
-        let before = clock.now_ns();
+        let before = Instant::now();
         let wall = wall_now_ns();
-        let after = clock.now_ns();
-        let gap = after.saturating_sub(before);
-        if gap <= PAIR_GAP_NS {
+        let after = Instant::now();
+        let gap = after.saturating_duration_since(before);
+        if gap <= PAIR_GAP {
             return (before + gap / 2, wall);
         }
-        pair = (after, wall);
+        pair = Some((after, wall));
     }
-    pair
+    pair.unwrap_or_else(|| (Instant::now(), wall_now_ns()))
 }
 
 /// Unix ns now (the clock the kernel stamps with).
@@ -243,23 +276,29 @@ pub(crate) fn timespec_ns(sec: i64, nsec: i64) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// Instants `n` µs after one origin, standing for the reads' receive times.
+    fn at(n: u64) -> Instant {
+        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *ORIGIN.get_or_init(Instant::now) + std::time::Duration::from_micros(n)
+    }
+
     #[test]
     fn frames_take_the_stamp_of_the_read_that_delivered_them() {
         let mut log = RxLog::default();
         log.push(
-            100,
+            at(100),
             b"HTTP/1.1 200 OK\r\n\r\n1a\r\ndata: {\"t\":\"a\"}\n\n\r\n",
         );
         log.push(
-            200,
+            at(200),
             b"1a\r\ndata: {\"t\":\"a\"}\n\n\r\n1a\r\ndata: {\"t\":\"b\"}\n\n\r\n",
         );
         let frame_a = b"data: {\"t\":\"a\"}\n\n";
         let frame_b = b"data: {\"t\":\"b\"}\n\n";
         // The same bytes twice: the second copy is found after the first.
-        assert_eq!(log.locate(frame_a), Some(100));
-        assert_eq!(log.locate(frame_a), Some(200));
-        assert_eq!(log.locate(frame_b), Some(200));
+        assert_eq!(log.locate(frame_a), Some(at(100)));
+        assert_eq!(log.locate(frame_a), Some(at(200)));
+        assert_eq!(log.locate(frame_b), Some(at(200)));
         // Consumed: nothing left that holds it.
         assert_eq!(log.locate(frame_b), None);
     }
@@ -277,10 +316,38 @@ mod tests {
         assert_eq!(find_after_framing(b"data", b"data: x"), None);
     }
 
+    /// Every start position is found, on both sides of the probed bytes, and a frame is
+    /// found at its first occurrence; a frame longer than what is left is not.
+    #[test]
+    fn frames_are_found_at_every_offset_and_at_their_first_occurrence() {
+        let frame = b"data: {\"t\":\"x\"}\n\n";
+        for off in 0..80 {
+            let mut hay = vec![b'd'; off];
+            hay.extend_from_slice(frame);
+            hay.extend_from_slice(b"\r\n");
+            assert_eq!(find_after_framing(&hay, frame), Some(off), "offset {off}");
+            hay.truncate(off + frame.len() - 1);
+            assert_eq!(find_after_framing(&hay, frame), None, "cut at {off}");
+        }
+        let mut twice = b"1a\r\n".to_vec();
+        twice.extend_from_slice(frame);
+        twice.extend_from_slice(frame);
+        assert_eq!(find_after_framing(&twice, frame), Some(4));
+        assert_eq!(find_after_framing(frame, frame), Some(0));
+        assert_eq!(find_after_framing(b"", frame), None);
+        assert_eq!(find_after_framing(frame, b""), None);
+        // A 16 KiB frame after a response head.
+        let big = vec![b'z'; 16 * 1024];
+        let mut hay = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n4000\r\n".to_vec();
+        let at = hay.len();
+        hay.extend_from_slice(&big);
+        assert_eq!(find_after_framing(&hay, &big), Some(at));
+    }
+
     #[test]
     fn a_frame_of_an_unstamped_read_is_not_found() {
         let mut log = RxLog::default();
-        log.push(100, b"xxdata: 1\n\n");
+        log.push(at(100), b"xxdata: 1\n\n");
         log.unstamped();
         assert_eq!(log.locate(b"data: 2\n\n"), None);
         assert_eq!(log.locate(b"data: 1\n\n"), None);
@@ -291,23 +358,43 @@ mod tests {
         let mut log = RxLog::default();
         let read = vec![b'x'; 10_000];
         for i in 0..100 {
-            log.push(i, &read);
+            log.push(at(i), &read);
         }
         assert!(log.logged <= MAX_LOGGED_BYTES);
         assert!(log.reads.len() <= MAX_LOGGED_BYTES / read.len());
-        assert_eq!(log.reads.back().unwrap().wall_ns, 99);
+        assert_eq!(log.reads.back().unwrap().at, at(99));
     }
 
     #[test]
     fn conversion_subtracts_the_age_of_the_bytes() {
-        // Received at wall 1_000, read at wall 1_300 = run 5_000: it arrived at run 4_700.
-        assert_eq!(kernel_to_run(1_000, 5_000, 1_300, 0), Some(4_700));
+        // Received at wall 1_000, read at wall 1_300: 300 ns old.
+        assert_eq!(age_ns(1_000, 1_300), Some(300));
         // From the future (the wall clock stepped back): refused.
-        assert_eq!(kernel_to_run(1_400, 5_000, 1_300, 0), None);
+        assert_eq!(age_ns(1_400, 1_300), None);
+        // The zero stamp is no stamp.
+        assert_eq!(age_ns(0, 1_300), None);
+        // A stamp 5 ms old is an instant 5 ms ago (give or take the pairing of the clocks).
+        let before = Instant::now();
+        let t = kernel_to_instant(wall_now_ns() - 5_000_000).unwrap();
+        let after = Instant::now();
+        assert!(t <= after - std::time::Duration::from_micros(4_990));
+        assert!(t + std::time::Duration::from_micros(5_010) >= before);
+        // From the future: refused.
+        assert_eq!(kernel_to_instant(wall_now_ns() + 1_000_000_000), None);
+    }
+
+    #[test]
+    fn run_clock_stamps_before_the_write_or_the_run_are_refused() {
+        let clock = crate::clock::RunClock::starting_at(at(1_000));
+        // 4.7 µs into the run.
+        assert_eq!(
+            instant_to_run(&clock, at(1_004) + std::time::Duration::from_nanos(700), 0),
+            Some(4_700)
+        );
         // Before the request was written (the wall clock stepped forward): refused.
-        assert_eq!(kernel_to_run(1_000, 5_000, 1_300, 4_800), None);
+        assert_eq!(instant_to_run(&clock, at(1_004), 4_800), None);
         // Older than the run itself: refused.
-        assert_eq!(kernel_to_run(0, 5, 1_300, 0), None);
+        assert_eq!(instant_to_run(&clock, at(999), 0), None);
     }
 
     #[test]

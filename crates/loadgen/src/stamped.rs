@@ -38,7 +38,7 @@ struct StampState {
     /// Recent reads with their kernel receive times.
     rx: RxLog,
     /// Under TLS: the kernel stamp of the newest TCP read (`None` when it had none).
-    latest_rx: Option<u64>,
+    latest_rx: Option<Instant>,
 }
 
 /// Shared with every response of the connection (through the response extensions).
@@ -77,10 +77,10 @@ impl WriteStamp {
         }
     }
 
-    /// The kernel's receive time (Unix ns) of the bytes of a response body frame read on this
-    /// connection; `None` where the read that delivered them had none. Frames must be asked
-    /// for in the order they were received.
-    pub fn rx_wall_ns(&self, frame: &[u8]) -> Option<u64> {
+    /// The kernel's receive time of the bytes of a response body frame read on this
+    /// connection, on the monotonic clock; `None` where the read that delivered them had none.
+    /// Frames must be asked for in the order they were received.
+    pub fn rx_at(&self, frame: &[u8]) -> Option<Instant> {
         self.0.lock().ok().and_then(|mut s| s.rx.locate(frame))
     }
 
@@ -95,12 +95,12 @@ impl WriteStamp {
     }
 
     /// Under TLS: a TCP read of ciphertext, with its kernel stamp.
-    fn on_cipher_read(&self, n: usize, rx_wall_ns: Option<u64>) {
+    fn on_cipher_read(&self, n: usize, rx: Option<Instant>) {
         if n == 0 {
             return;
         }
         if let Ok(mut s) = self.0.lock() {
-            s.latest_rx = rx_wall_ns;
+            s.latest_rx = rx;
         }
     }
 
@@ -110,8 +110,8 @@ impl WriteStamp {
         self.on_read(data, rx);
     }
 
-    /// `data` was read; the kernel received its newest byte at `rx_wall_ns` (Unix ns).
-    fn on_read(&self, data: &[u8], rx_wall_ns: Option<u64>) {
+    /// `data` was read; the kernel received its newest byte at `rx`.
+    fn on_read(&self, data: &[u8], rx: Option<Instant>) {
         // An end of stream (0 bytes) is no answer and does not start a new request.
         if data.is_empty() {
             return;
@@ -119,8 +119,8 @@ impl WriteStamp {
         if let Ok(mut s) = self.0.lock() {
             s.armed = true;
             s.read_bytes += data.len() as u64;
-            match rx_wall_ns {
-                Some(w) => s.rx.push(w, data),
+            match rx {
+                Some(at) => s.rx.push(at, data),
                 None => s.rx.unstamped(),
             }
         }
@@ -171,7 +171,7 @@ impl StampedStream {
         self.inner.connected()
     }
 
-    fn on_read(&mut self, filled: &[u8], rx: Option<u64>) -> io::Result<()> {
+    fn on_read(&mut self, filled: &[u8], rx: Option<Instant>) -> io::Result<()> {
         if self.under_tls {
             self.stamp.on_cipher_read(filled.len(), rx);
             return Ok(());
@@ -215,6 +215,9 @@ impl Read for StampedStream {
                     crate::rxstamp::recv(tcp, dst, cmsg)
                 }) {
                     Ok((n, rx)) => {
+                        // Converted here, once per read and before any lock is taken, so a
+                        // wait between the two clock readings cannot shift the stamp.
+                        let rx = rx.and_then(crate::rxstamp::kernel_to_instant);
                         let mut scratch = std::mem::take(&mut this.scratch);
                         let filled = &scratch[..n];
                         buf.put_slice(filled);

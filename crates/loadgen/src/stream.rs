@@ -4,9 +4,10 @@
 //! benchmarked on its own.
 
 use servebench_metrics::{CountSource, Failure, FailureKind, OutputSplit, TokenEvent};
-use servebench_wire::chunk::{classify, is_done, EndpointKind};
+use servebench_wire::chunk::{is_done, EndpointKind};
 use servebench_wire::sse::SseParser;
 
+use crate::event_shape::EventShape;
 use crate::target::ApiKind;
 
 /// What the stream told us, accumulated event by event.
@@ -41,6 +42,8 @@ pub struct StreamAccumulator {
 pub struct StreamState {
     parser: SseParser,
     kind: EndpointKind,
+    /// The shape of the latest token event, so the next ones need no JSON parse.
+    shape: EventShape,
     pub acc: StreamAccumulator,
 }
 
@@ -55,6 +58,7 @@ impl StreamState {
                 }
                 ApiKind::Chat => EndpointKind::Chat,
             },
+            shape: EventShape::default(),
             acc: StreamAccumulator::default(),
         }
     }
@@ -65,7 +69,10 @@ impl StreamState {
     pub fn feed(&mut self, t: u64, bytes: &[u8]) {
         let kind = self.kind;
         let acc = &mut self.acc;
-        let result = self.parser.feed(bytes, |ev| acc.on_data(t, ev.data, kind));
+        let shape = &mut self.shape;
+        let result = self
+            .parser
+            .feed(bytes, |ev| acc.on_data(t, ev.data, kind, shape));
         if let Err(e) = result {
             acc.fail(FailureKind::Malformed, format!("invalid SSE stream: {e}"));
         }
@@ -89,12 +96,12 @@ impl StreamAccumulator {
     }
 
     #[inline]
-    fn on_data(&mut self, t: u64, data: &str, kind: EndpointKind) {
+    fn on_data(&mut self, t: u64, data: &str, kind: EndpointKind, shape: &mut EventShape) {
         if is_done(data) {
             self.saw_done = true;
             return;
         }
-        let info = match classify(data, kind) {
+        let info = match shape.classify(data, kind) {
             Ok(info) => info,
             Err(e) => {
                 let excerpt: String = data.chars().take(120).collect();
