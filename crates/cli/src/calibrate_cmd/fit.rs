@@ -162,8 +162,8 @@ pub struct Observation {
     pub observed: f64,
     /// Steps (indices into [`Dataset::steps`]).
     pub steps: Vec<u32>,
-    /// Weight in the fit: 1, as every observation's relative noise is alike (a class of a few
-    /// TTFTs must not pull as hard as thousands of gaps, or its noise moves the factors).
+    /// Weight in the fit: 1 over the number of observations spanning the same steps (those
+    /// are one measurement); otherwise every observation's relative noise is alike.
     pub weight: f64,
     /// Observations in its (run, metric) class.
     pub class_size: usize,
@@ -186,14 +186,27 @@ impl Dataset {
     }
 
     /// Sets each observation's weight and records the size of its (run, metric) class.
+    ///
+    /// Observations over the very same steps share those steps' noise (at saturation, every
+    /// request in flight sees the same gap): they are one measurement, so they share one
+    /// weight. Counted per observation, one step's jitter in a batch of 64 would pull as hard
+    /// as 64 independent steps, and the standard errors would count it 64 times.
     pub fn balance_weights(&mut self) {
         let mut counts = std::collections::HashMap::new();
+        let mut spans: std::collections::HashMap<(usize, Metric, &[u32]), usize> =
+            std::collections::HashMap::new();
         for o in &self.observations {
             *counts.entry((o.run, o.metric)).or_insert(0usize) += 1;
+            *spans.entry((o.run, o.metric, &o.steps)).or_insert(0) += 1;
         }
-        for o in &mut self.observations {
+        let weights: Vec<f64> = self
+            .observations
+            .iter()
+            .map(|o| 1.0 / spans[&(o.run, o.metric, o.steps.as_slice())] as f64)
+            .collect();
+        for (o, w) in self.observations.iter_mut().zip(weights) {
             o.class_size = counts[&(o.run, o.metric)];
-            o.weight = 1.0;
+            o.weight = w;
         }
     }
 
@@ -309,8 +322,14 @@ pub fn fit(data: &Dataset, start: &Factors) -> Result<Fit, FitError> {
     // Identifiability is a property of the runs' design, not of how well this fit went: the
     // same assumed noise is used whatever the residual.
     let noise = MIN_NOISE;
+    // Each class counts as its weight (distinct measurements), capped.
+    let mut class_weight = std::collections::HashMap::new();
+    for o in &data.observations {
+        *class_weight.entry((o.run, o.metric)).or_insert(0.0) += o.weight;
+    }
     let (mut jtj, _) = normal_equations_with(data, &factors, |o| {
-        o.weight * (o.class_size as f64).min(MAX_INDEPENDENT_PER_CLASS) / o.class_size as f64
+        let total: f64 = class_weight[&(o.run, o.metric)];
+        o.weight * total.min(MAX_INDEPENDENT_PER_CLASS) / total.max(1e-300)
     });
     // A whisper of ridge keeps the inverse defined when a factor leaves no trace at all, so
     // the others still get their own standard errors.
@@ -568,6 +587,50 @@ mod tests {
                 "{i}: {num} vs {}",
                 g[i]
             );
+        }
+    }
+
+    /// A dataset whose observations carry a multiplicative error each, as jitter gives.
+    fn noisy(copies_of_first: usize) -> Dataset {
+        let mut d = rich();
+        let noise = [1.03, 0.98, 1.01, 0.97, 1.02, 0.99];
+        for (i, o) in d.observations.iter_mut().enumerate() {
+            o.observed *= noise[i % noise.len()];
+        }
+        let first = d.observations[4].clone();
+        for _ in 1..copies_of_first {
+            d.observations.push(first.clone());
+        }
+        d.balance_weights();
+        d
+    }
+
+    #[test]
+    fn observations_over_the_same_steps_share_one_weight() {
+        let d = noisy(8);
+        let span = &d.observations[4].steps;
+        let same: Vec<f64> = d
+            .observations
+            .iter()
+            .filter(|o| &o.steps == span)
+            .map(|o| o.weight)
+            .collect();
+        assert_eq!(same.len(), 8);
+        assert!(same.iter().all(|w| (w - 0.125).abs() < 1e-12), "{same:?}");
+        assert_eq!(d.observations[0].weight, 1.0);
+    }
+
+    #[test]
+    fn one_step_seen_by_many_requests_pulls_as_one_measurement() {
+        // Eight requests reporting one noisy step must not move the factors away from the
+        // fit that step gives once.
+        let once = fit(&noisy(1), &default_start()).unwrap();
+        let many = fit(&noisy(8), &default_start()).unwrap();
+        for (a, b) in once.factors.values.iter().zip(many.factors.values) {
+            assert!((a / b - 1.0).abs() < 1e-6, "{a} vs {b}");
+        }
+        for (a, b) in once.relative_se.iter().zip(many.relative_se) {
+            assert!((a / b - 1.0).abs() < 1e-9, "{a} vs {b}");
         }
     }
 
