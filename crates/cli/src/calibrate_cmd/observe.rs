@@ -272,7 +272,7 @@ pub fn add_run(
             .iter()
             .copied()
             .step_by(window)
-            .chain((r.events.len() > 1 && (r.events.len() - 1) % window != 0).then(|| r.end))
+            .chain((r.events.len() > 1 && (r.events.len() - 1) % window != 0).then_some(r.end))
             .collect();
         for pair in ends.windows(2) {
             let (s0, s1) = (step_of(pair[0]), step_of(pair[1]));
