@@ -162,8 +162,8 @@ pub struct Observation {
     pub observed: f64,
     /// Steps (indices into [`Dataset::steps`]).
     pub steps: Vec<u32>,
-    /// Weight in the fit: 1, as every observation's relative noise is alike (a class of a few
-    /// TTFTs must not pull as hard as thousands of gaps, or its noise moves the factors).
+    /// Weight in the fit: 1 over the number of observations spanning the same steps (those
+    /// are one measurement); otherwise every observation's relative noise is alike.
     pub weight: f64,
     /// Observations in its (run, metric) class.
     pub class_size: usize,
@@ -186,14 +186,27 @@ impl Dataset {
     }
 
     /// Sets each observation's weight and records the size of its (run, metric) class.
+    ///
+    /// Observations over the very same steps share those steps' noise (at saturation, every
+    /// request in flight sees the same gap): they are one measurement, so they share one
+    /// weight. Counted per observation, one step's jitter in a batch of 64 would pull as hard
+    /// as 64 independent steps, and the standard errors would count it 64 times.
     pub fn balance_weights(&mut self) {
         let mut counts = std::collections::HashMap::new();
+        let mut spans: std::collections::HashMap<(usize, Metric, &[u32]), usize> =
+            std::collections::HashMap::new();
         for o in &self.observations {
             *counts.entry((o.run, o.metric)).or_insert(0usize) += 1;
+            *spans.entry((o.run, o.metric, &o.steps)).or_insert(0) += 1;
         }
-        for o in &mut self.observations {
+        let weights: Vec<f64> = self
+            .observations
+            .iter()
+            .map(|o| 1.0 / spans[&(o.run, o.metric, o.steps.as_slice())] as f64)
+            .collect();
+        for (o, w) in self.observations.iter_mut().zip(weights) {
             o.class_size = counts[&(o.run, o.metric)];
-            o.weight = 1.0;
+            o.weight = w;
         }
     }
 
@@ -244,16 +257,104 @@ pub enum FitError {
 }
 
 /// Fits every factor, starting from `start`.
+#[cfg(test)]
 pub fn fit(data: &Dataset, start: &Factors) -> Result<Fit, FitError> {
+    fit_holding(data, start, &[])
+}
+
+/// Keeps the `held` factors' rows of a normal-equations system out of it: their unknowns come
+/// out 0 (no step), and they neither borrow nor lend information.
+fn hold(a: &mut Matrix, b: Option<&mut Vec<f64>>, held: &[Factor]) {
+    let n = a.len();
+    for &f in held {
+        let i = index(f);
+        for j in 0..n {
+            a[i][j] = 0.0;
+            a[j][i] = 0.0;
+        }
+        a[i][i] = 1.0;
+    }
+    if let Some(b) = b {
+        for &f in held {
+            b[index(f)] = 0.0;
+        }
+    }
+}
+
+/// Fits every factor but the `held` ones, which stay at their `start` values (a factor no run
+/// of the engine can separate from another, as the per-step overhead from the weight reads of
+/// a CPU engine whose KV reads are negligible).
+pub fn fit_holding(data: &Dataset, start: &Factors, held: &[Factor]) -> Result<Fit, FitError> {
     if data.observations.is_empty() {
         return Err(FitError::NoObservations);
     }
     let n = Factor::ALL.len();
-    let mut phi: Vec<f64> = start.values.iter().map(|v| v.max(1e-12).ln()).collect();
     let at = |phi: &[f64]| Factors {
         values: [phi[0].exp(), phi[1].exp(), phi[2].exp(), phi[3].exp()],
         softroof_p: start.softroof_p,
     };
+    let phi0: Vec<f64> = start.values.iter().map(|v| v.max(1e-12).ln()).collect();
+    let (phi, cost) = descend(data, phi0, &at, held);
+    let factors = at(&phi);
+    let total_weight: f64 = data.observations.iter().map(|o| o.weight).sum();
+    let rms_residual = (cost / total_weight.max(1e-300)).sqrt();
+    // Identifiability is a property of the runs' design, not of how well this fit went: the
+    // same assumed noise is used whatever the residual.
+    let noise = MIN_NOISE;
+    // Each class counts as its weight (distinct measurements), capped.
+    let mut class_weight = std::collections::HashMap::new();
+    for o in &data.observations {
+        *class_weight.entry((o.run, o.metric)).or_insert(0.0) += o.weight;
+    }
+    let (mut jtj, _) = normal_equations_with(data, &factors, |o| {
+        let total: f64 = class_weight[&(o.run, o.metric)];
+        o.weight * total.min(MAX_INDEPENDENT_PER_CLASS) / total.max(1e-300)
+    });
+    // A whisper of ridge keeps the inverse defined when a factor leaves no trace at all, so
+    // the others still get their own standard errors.
+    let trace: f64 = (0..n).map(|i| jtj[i][i]).sum();
+    for i in 0..n {
+        jtj[i][i] += 1e-12 * trace.max(1e-300);
+    }
+    hold(&mut jtj, None, held);
+    let relative_se = match invert(jtj) {
+        Some(inv) => {
+            let mut se = [0.0; 4];
+            for i in 0..n {
+                se[i] = noise * inv[i][i].max(0.0).sqrt();
+            }
+            for &f in held {
+                se[index(f)] = 0.0;
+            }
+            se
+        }
+        None => [f64::INFINITY; 4],
+    };
+    let unidentified: Vec<(Factor, f64)> = Factor::ALL
+        .iter()
+        .zip(relative_se)
+        .filter(|(f, _)| !held.contains(f))
+        .filter(|(_, se)| se.is_nan() || *se > MAX_RELATIVE_SE)
+        .map(|(f, se)| (*f, se))
+        .collect();
+    if !unidentified.is_empty() {
+        return Err(FitError::Unidentified(unidentified));
+    }
+    Ok(Fit {
+        factors,
+        relative_se,
+        rms_residual,
+    })
+}
+
+/// Levenberg–Marquardt from `phi` (log-factors): the point reached and its cost.
+fn descend(
+    data: &Dataset,
+    mut phi: Vec<f64>,
+    at: &impl Fn(&[f64]) -> Factors,
+    held: &[Factor],
+) -> (Vec<f64>, f64) {
+    let n = Factor::ALL.len();
     let mut lambda = 1e-3;
     let mut cost = cost_of(data, &at(&phi));
     let mut converged = false;
@@ -261,13 +362,14 @@ pub fn fit(data: &Dataset, start: &Factors) -> Result<Fit, FitError> {
         if converged {
             break;
         }
-        let (jtj, jtr) = normal_equations(data, &at(&phi));
+        let (jtj, mut jtr) = normal_equations(data, &at(&phi));
         let mut improved = false;
         for _ in 0..30 {
             let mut a = jtj.clone();
             for i in 0..n {
                 a[i][i] += lambda * jtj[i][i].max(1e-12);
             }
+            hold(&mut a, Some(&mut jtr), held);
             let Some(delta) = solve(a, jtr.iter().map(|v| -v).collect()) else {
                 lambda *= 10.0;
                 continue;
@@ -303,45 +405,7 @@ pub fn fit(data: &Dataset, start: &Factors) -> Result<Fit, FitError> {
             break;
         }
     }
-    let factors = at(&phi);
-    let total_weight: f64 = data.observations.iter().map(|o| o.weight).sum();
-    let rms_residual = (cost / total_weight.max(1e-300)).sqrt();
-    // Identifiability is a property of the runs' design, not of how well this fit went: the
-    // same assumed noise is used whatever the residual.
-    let noise = MIN_NOISE;
-    let (mut jtj, _) = normal_equations_with(data, &factors, |o| {
-        o.weight * (o.class_size as f64).min(MAX_INDEPENDENT_PER_CLASS) / o.class_size as f64
-    });
-    // A whisper of ridge keeps the inverse defined when a factor leaves no trace at all, so
-    // the others still get their own standard errors.
-    let trace: f64 = (0..n).map(|i| jtj[i][i]).sum();
-    for i in 0..n {
-        jtj[i][i] += 1e-12 * trace.max(1e-300);
-    }
-    let relative_se = match invert(jtj) {
-        Some(inv) => {
-            let mut se = [0.0; 4];
-            for i in 0..n {
-                se[i] = noise * inv[i][i].max(0.0).sqrt();
-            }
-            se
-        }
-        None => [f64::INFINITY; 4],
-    };
-    let unidentified: Vec<(Factor, f64)> = Factor::ALL
-        .iter()
-        .zip(relative_se)
-        .filter(|(_, se)| se.is_nan() || *se > MAX_RELATIVE_SE)
-        .map(|(f, se)| (*f, se))
-        .collect();
-    if !unidentified.is_empty() {
-        return Err(FitError::Unidentified(unidentified));
-    }
-    Ok(Fit {
-        factors,
-        relative_se,
-        rms_residual,
-    })
+    (phi, cost)
 }
 
 /// `Σ w·(pred/obs − 1)²`.
@@ -569,6 +633,83 @@ mod tests {
                 g[i]
             );
         }
+    }
+
+    /// A dataset whose observations carry a multiplicative error each, as jitter gives.
+    fn noisy(copies_of_first: usize) -> Dataset {
+        let mut d = rich();
+        let noise = [1.03, 0.98, 1.01, 0.97, 1.02, 0.99];
+        for (i, o) in d.observations.iter_mut().enumerate() {
+            o.observed *= noise[i % noise.len()];
+        }
+        let first = d.observations[4].clone();
+        for _ in 1..copies_of_first {
+            d.observations.push(first.clone());
+        }
+        d.balance_weights();
+        d
+    }
+
+    #[test]
+    fn observations_over_the_same_steps_share_one_weight() {
+        let d = noisy(8);
+        let span = &d.observations[4].steps;
+        let same: Vec<f64> = d
+            .observations
+            .iter()
+            .filter(|o| &o.steps == span)
+            .map(|o| o.weight)
+            .collect();
+        assert_eq!(same.len(), 8);
+        assert!(same.iter().all(|w| (w - 0.125).abs() < 1e-12), "{same:?}");
+        assert_eq!(d.observations[0].weight, 1.0);
+    }
+
+    #[test]
+    fn one_step_seen_by_many_requests_pulls_as_one_measurement() {
+        // Eight requests reporting one noisy step must not move the factors away from the
+        // fit that step gives once.
+        let once = fit(&noisy(1), &default_start()).unwrap();
+        let many = fit(&noisy(8), &default_start()).unwrap();
+        for (a, b) in once.factors.values.iter().zip(many.factors.values) {
+            assert!((a / b - 1.0).abs() < 1e-6, "{a} vs {b}");
+        }
+        for (a, b) in once.relative_se.iter().zip(many.relative_se) {
+            assert!((a / b - 1.0).abs() < 1e-9, "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn a_held_factor_stays_put_and_the_others_absorb_it() {
+        // Batch-1 decodes at one context: the overheads and the weight reads cannot be told
+        // apart, so the fit is refused; holding the overheads lets MBU take the rest.
+        let mut works = Vec::new();
+        for p in [128.0, 2048.0, 4096.0] {
+            works.push((Metric::Ttft, 0, prefill(p)));
+        }
+        for _ in 0..3 {
+            works.push((Metric::Itl, 1, decode(1.0, 500.0)));
+        }
+        let data = dataset(&works);
+        let Err(FitError::Unidentified(list)) = fit(&data, &default_start()) else {
+            panic!("expected a refusal");
+        };
+        assert!(
+            list.iter().any(|(f, _)| *f == Factor::StepOverhead),
+            "{list:?}"
+        );
+        let held = [Factor::StepOverhead, Factor::ReqOverhead];
+        let fitted = fit_holding(&data, &default_start(), &held).unwrap();
+        assert_eq!(
+            fitted.factors.get(Factor::StepOverhead),
+            default_start().get(Factor::StepOverhead)
+        );
+        assert_eq!(fitted.relative_se[index(Factor::StepOverhead)], 0.0);
+        // The decode steps are still predicted: MBU moved to make up the overhead's difference.
+        let d = &data.observations[3];
+        let got = data.predict(d, &fitted.factors) / d.observed - 1.0;
+        assert!(got.abs() < 0.01, "{got}");
+        assert!(fitted.factors.get(Factor::Mbu) < truth().get(Factor::Mbu));
     }
 
     #[test]

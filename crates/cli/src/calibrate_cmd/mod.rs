@@ -63,6 +63,30 @@ pub struct CalibrateArgs {
     /// A Hugging Face config.json describing the model of runs against a real server.
     #[arg(long, value_name = "FILE")]
     pub hf_config: Option<PathBuf>,
+    /// Factors kept at the catalog's value instead of fitted (repeatable): for an engine where
+    /// no run can separate them, as the step overhead from the weight reads on a CPU.
+    #[arg(long, value_name = "FACTOR", value_enum)]
+    pub fixed: Vec<FixedFactor>,
+}
+
+/// A factor `--fixed` can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FixedFactor {
+    Mfu,
+    Mbu,
+    StepOverhead,
+    ReqOverhead,
+}
+
+impl From<FixedFactor> for Factor {
+    fn from(f: FixedFactor) -> Factor {
+        match f {
+            FixedFactor::Mfu => Factor::Mfu,
+            FixedFactor::Mbu => Factor::Mbu,
+            FixedFactor::StepOverhead => Factor::StepOverhead,
+            FixedFactor::ReqOverhead => Factor::ReqOverhead,
+        }
+    }
 }
 
 /// Entry point from `servebench sim calibrate ARGS…` (`argv` without the two subcommand words).
@@ -153,7 +177,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String> {
     let is_fit_run = |r: usize| r < n_fit;
     let fit_data = data.subset(is_fit_run);
     let start = start_factors(&deployment);
-    let fitted = fit::fit(&fit_data, &start).map_err(|e| refusal(e, &fit_paths))?;
+    let fixed: Vec<Factor> = args.fixed.iter().map(|&f| f.into()).collect();
+    let fitted = fit::fit_holding(&fit_data, &start, &fixed).map_err(|e| refusal(e, &fit_paths))?;
 
     let mut out = String::new();
     let t = &first.target;
@@ -172,13 +197,17 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String> {
         "\nFactor                               catalog     fitted   ± (rel. s.e.)"
     );
     for (i, f) in Factor::ALL.iter().enumerate() {
+        let se = if fixed.contains(f) {
+            "held (--fixed)".to_string()
+        } else {
+            format!("{:.1} %", fitted.relative_se[i] * 100.0)
+        };
         let _ = writeln!(
             out,
-            "{:<36} {:>9} {:>10}   {:.1} %",
+            "{:<36} {:>9} {:>10}   {se}",
             f.name(),
             show(*f, start.values[i]),
             show(*f, fitted.factors.values[i]),
-            fitted.relative_se[i] * 100.0
         );
     }
     let before = errors(&fit_data, &start);
@@ -233,7 +262,7 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String> {
         for (r, p) in fit_paths.iter().enumerate() {
             let rest = data.subset(|run| run < n_fit && run != r);
             let label = p.display().to_string();
-            match fit::fit(&rest, &start) {
+            match fit::fit_holding(&rest, &start, &fixed) {
                 Ok(f) => {
                     let d = data.subset(|run| run == r);
                     held.push((label, run_means(&d, r, &f.factors)));

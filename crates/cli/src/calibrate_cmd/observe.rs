@@ -19,6 +19,9 @@ use servebench_roofline::{Deployment, SeqWork};
 
 use super::fit::{Dataset, Metric, Observation, StepWork};
 
+/// Consecutive inter-token gaps observed as one on a real clock (see [`add_run`]).
+const REAL_CLOCK_GAP_WINDOW: usize = 4;
+
 /// A request as the reconstruction sees it.
 struct Req {
     sent: u64,
@@ -255,7 +258,23 @@ pub fn add_run(
                 class_size: 1,
             });
         }
-        for pair in r.events.windows(2) {
+        // On a real clock a token delivered late makes one gap long and the next one short
+        // (down to a fraction of a step): the pair's sum is the engine's, each alone is not, and
+        // a short one's relative error would swamp the fit. Gaps are observed in runs of
+        // `window` consecutive ones there; in virtual time every gap is exact.
+        let window = if tolerance_ns == 0 {
+            1
+        } else {
+            REAL_CLOCK_GAP_WINDOW
+        };
+        let ends: Vec<u64> = r
+            .events
+            .iter()
+            .copied()
+            .step_by(window)
+            .chain((r.events.len() > 1 && (r.events.len() - 1) % window != 0).then_some(r.end))
+            .collect();
+        for pair in ends.windows(2) {
             let (s0, s1) = (step_of(pair[0]), step_of(pair[1]));
             if s1 <= s0 || pair[1] <= pair[0] {
                 continue;
@@ -400,6 +419,44 @@ mod tests {
         }]);
         // The chunks' compute adds up to the whole prompt's (attention is causal either way).
         assert!((total / (one.flops / d.peak_flops()) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn on_a_real_clock_gaps_are_observed_in_runs_of_four() {
+        let d = deployment();
+        // Steps every 10 ms; the token of the step ending at 30 arrived 8 ms late, so its gap
+        // reads 18 ms and the next one 2 ms. Over four gaps the late delivery cancels out.
+        let events = [10, 20, 38, 40, 50, 60, 70];
+        let gaps = |tolerance_ns: u64| {
+            let mut data = Dataset::default();
+            add_run(
+                &mut data,
+                0,
+                &[record(0, 0, &events, 50)],
+                &d,
+                8192,
+                tolerance_ns,
+            );
+            data.observations
+                .iter()
+                .filter(|o| o.metric == Metric::Itl)
+                .map(|o| (o.observed, o.steps.len()))
+                .collect::<Vec<_>>()
+        };
+        let exact = gaps(0);
+        assert_eq!(exact.len(), 6);
+        assert!((exact[2].0 - 0.002).abs() < 1e-12, "{exact:?}");
+        let real = gaps(1_000_000);
+        assert_eq!(real.len(), 2, "{real:?}");
+        assert!(
+            (real[0].0 - 0.040).abs() < 1e-12 && real[0].1 == 4,
+            "{real:?}"
+        );
+        // The remainder (two gaps) is one more observation, up to the last token.
+        assert!(
+            (real[1].0 - 0.020).abs() < 1e-12 && real[1].1 == 2,
+            "{real:?}"
+        );
     }
 
     #[test]

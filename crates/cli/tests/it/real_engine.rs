@@ -1295,3 +1295,93 @@ fn an_image_part_to_a_text_model_is_a_recorded_error() {
         assert_eq!(r.images.map(|i| i.count), Some(1), "{r:?}");
     }
 }
+
+/// Calibration against the real engine (docs/simulator.md §15, "A CPU as the GPU"): two small
+/// runs (single-stream decode; prompts of 32–288 tokens two at a time) fit the cost model of
+/// `examples/ci-cpu-catalog.toml`'s CPU, and the fit predicts a third run it never saw (four
+/// at a time, 128-token prompts): its mean TTFT and mean TPOT within 15 %. The step and request
+/// overheads are held at the catalog's values (`--fixed`): on this CPU the KV reads are a
+/// sliver of the weight reads and decode is compute-bound, so no run separates either
+/// overhead from the efficiencies, and the efficiencies absorb them. The contexts stay short
+/// (under 300 tokens): llama.cpp's CPU attention grows with context far faster than the
+/// roofline's attention FLOPs, which the fitted factors cannot express.
+#[test]
+#[ignore = "not yet within 15 % against llama-server on a shared 2-core CPU (docs/simulator.md §15); run with --ignored"]
+fn calibration_on_two_runs_predicts_a_third() {
+    let _exclusive = crate::common::exclusive();
+    let Some(engine) = engine("calibration_on_two_runs_predicts_a_third") else {
+        return;
+    };
+    let random = |input_len, output_len, num_prompts, concurrency, extra| Workload {
+        chat: false,
+        dataset: Dataset::Random { input_len },
+        output_len,
+        num_prompts,
+        concurrency,
+        ignore_eos: true,
+        extra,
+    };
+    let decode = servebench(&engine, "calib-decode", &random(64, 32, 4, 1, &[]));
+    let mixed = servebench(
+        &engine,
+        "calib-mixed",
+        &random(160, 16, 6, 2, &["--random-range-ratio", "0.8"]),
+    );
+    let held = servebench(&engine, "calib-held", &random(128, 24, 8, 4, &[]));
+    let result = |run: &Run| {
+        fs::read_dir(&run._scratch.0)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.to_string_lossy().ends_with(".servebench.json"))
+            .unwrap_or_else(|| panic!("no result in {}", run._scratch.0.display()))
+    };
+    let catalog = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/ci-cpu-catalog.toml");
+    let profile = held._scratch.0.join("profile.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_servebench"))
+        .args(["sim", "calibrate"])
+        .arg(result(&decode))
+        .arg(result(&mixed))
+        .arg("--holdout")
+        .arg(result(&held))
+        .arg("--catalog")
+        .arg(&catalog)
+        .args([
+            "--gpu",
+            "ci-cpu",
+            "--fixed",
+            "step-overhead",
+            "--fixed",
+            "req-overhead",
+        ])
+        .arg("-o")
+        .arg(&profile)
+        .output()
+        .expect("spawn servebench sim calibrate");
+    let report = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{report}");
+    // "    mean TTFT  -3.2 %   mean TPOT  +4.1 %" under the hold-out heading.
+    let line = report
+        .split("Hold-out")
+        .nth(1)
+        .and_then(|h| h.lines().skip(1).find(|l| l.contains("mean TTFT")))
+        .unwrap_or_else(|| panic!("no hold-out line:\n{report}"));
+    let errors: Vec<f64> = line
+        .split('%')
+        .filter_map(|part| part.split_whitespace().last()?.parse().ok())
+        .collect();
+    assert_eq!(errors.len(), 2, "{line}");
+    eprintln!(
+        "calibration hold-out: mean TTFT {:+.1} %, mean TPOT {:+.1} %\n{report}",
+        errors[0], errors[1]
+    );
+    for (metric, e) in ["mean TTFT", "mean TPOT"].iter().zip(&errors) {
+        assert!(
+            e.abs() <= 15.0,
+            "{metric} predicted {e:+.1} % off:\n{report}"
+        );
+    }
+}
