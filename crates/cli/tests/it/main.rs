@@ -9,6 +9,7 @@ mod calibrate;
 mod compare_cli;
 mod compare_clocks;
 mod datasets_cli;
+mod decide_fleet;
 mod decide_record;
 mod decision_run_flags;
 mod diagnose_rules;
