@@ -605,6 +605,20 @@ fn measured_percentile(
         .then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
+/// The percentile an objective names over the successful records `requests` admits (every
+/// record without a filter), ms; `None` without a sample.
+pub fn slo_percentile_ms(
+    records: &[RequestRecord],
+    slo: &Slo,
+    requests: Option<&RequestFilter>,
+) -> Option<f64> {
+    let stat = slo.stat();
+    let kept = records
+        .iter()
+        .filter(|r| requests.is_none_or(|f| f.admits(r)));
+    percentile_from_records(kept, stat.metric, stat.percentile)
+}
+
 fn percentile_from_records<'r>(
     records: impl IntoIterator<Item = &'r RequestRecord>,
     metric: LatencyMetric,

@@ -174,3 +174,51 @@ fn layouts_of_different_gpu_counts_are_ranked_per_gpu() {
     assert!(md.contains("tok/s per GPU against the accepted"), "{md}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn plan_fleet_says_which_layout_meets_the_contract() {
+    let dir = tempdir("decide-fleet", "plan");
+    let trace = example();
+    let out = dir.join("out");
+    let o = servebench(&[
+        "plan",
+        "--fleet",
+        MIXED,
+        "--fleet",
+        SPLIT,
+        "--dataset-name",
+        "timed_trace",
+        "--dataset-path",
+        &trace,
+        "--slo",
+        "ttft:p99:100",
+        "--slo-requests",
+        "prompt_tokens<4096",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    let stdout = ok(&o);
+    assert!(
+        stdout.contains("contract: ttft:p99:100 on the requests with prompt_tokens<4096"),
+        "{stdout}"
+    );
+    let line = |k: u32| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("layout {k}: ")) && l.contains("p99 TTFT"))
+            .unwrap_or_else(|| panic!("{stdout}"))
+    };
+    assert!(
+        line(1).starts_with("layout 1: fails (p99 TTFT "),
+        "{stdout}"
+    );
+    assert!(
+        line(2).starts_with("layout 2: meets (p99 TTFT "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\nlayout 2 meets the contract\n"),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
