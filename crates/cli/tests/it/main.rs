@@ -15,6 +15,7 @@ mod decision_run_flags;
 mod diagnose_rules;
 mod fault_matrix;
 mod fleet;
+mod fleet_pooling;
 mod gpu_telemetry;
 mod help_text;
 mod k8s_job;
