@@ -848,6 +848,66 @@ mod tests {
         assert_eq!(distinguishing_settings(&[Vec::new()]), vec![Vec::new()]);
     }
 
+    fn candidate(layout: Option<(u32, bool)>) -> CandidateEval {
+        CandidateEval {
+            dir: "d".into(),
+            title: "t".into(),
+            kind: "sweep".into(),
+            label: "l".into(),
+            distinguishing: Vec::new(),
+            server: String::new(),
+            versions: Vec::new(),
+            workload: String::new(),
+            sweep_variable: None,
+            points: Vec::new(),
+            meets: false,
+            operating: None,
+            score: None,
+            stop_reason: String::new(),
+            verdict: Verdict::FailsContract,
+            reason: String::new(),
+            layout: layout.map(|(gpus, fleet)| Layout {
+                description: "x".into(),
+                gpus,
+                fleet,
+            }),
+        }
+    }
+
+    #[test]
+    fn fleet_layouts_of_different_gpu_counts_are_compared_per_gpu() {
+        let (per_gpu, note) = gpu_basis(&[
+            candidate(Some((4, true))),
+            candidate(Some((5, true))),
+            candidate(Some((8, true))),
+        ]);
+        assert!(per_gpu);
+        assert_eq!(
+            note.as_deref(),
+            Some("comparing 4 GPUs with 5 and 8: per-GPU figures are used")
+        );
+        let (per_gpu, note) = gpu_basis(&[candidate(Some((4, true))), candidate(Some((5, true)))]);
+        assert!(per_gpu);
+        assert_eq!(
+            note.as_deref(),
+            Some("comparing 4 GPUs with 5: per-GPU figures are used")
+        );
+        let (per_gpu, note) = gpu_basis(&[candidate(Some((4, true))), candidate(Some((4, true)))]);
+        assert!(!per_gpu);
+        assert_eq!(
+            note.as_deref(),
+            Some("every layout has 4 GPUs: totals are compared")
+        );
+        // A server of unknown size: totals, said so.
+        let (per_gpu, note) = gpu_basis(&[candidate(Some((4, true))), candidate(None)]);
+        assert!(!per_gpu && note.unwrap().contains("unknown GPU count"));
+        // No fleet at all: nothing changes (single engines of different TP stay totals).
+        assert_eq!(
+            gpu_basis(&[candidate(Some((1, false))), candidate(Some((2, false)))]),
+            (false, None)
+        );
+    }
+
     #[test]
     fn a_percentile_exactly_at_the_threshold_meets_it() {
         let slo = crate::frontier::parse_slos("ttft:p99:500").unwrap()[0];
