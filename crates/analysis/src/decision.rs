@@ -9,12 +9,16 @@
 //! strictly (`p99 TTFT < 500 ms`), as the sweep's headline does.
 
 mod cost;
+mod layout;
 mod markdown;
+mod request_filter;
 
 pub use cost::{
     accepted_tokens_per_s, cost_section_markdown, format_usd, run_cost, CostParams, RunCost,
 };
+pub use layout::{layout_of, pool_figures, Layout, PoolFigures};
 pub use markdown::decision_markdown;
+pub use request_filter::{RequestField, RequestFilter};
 
 use serde::Serialize;
 use servebench_metrics::result::{EnvironmentFile, RunMetadata, SimConfig};
@@ -47,6 +51,10 @@ pub struct DecideOptions {
     pub cost: Option<CostParams>,
     /// The version of servebench making the decision.
     pub tool_version: String,
+    /// The contract is judged on these requests only (e.g. the chats of a mixed workload);
+    /// `None`: on every request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<RequestFilter>,
 }
 
 /// One objective at one point.
@@ -113,9 +121,22 @@ pub struct PointEval {
     pub command_line: Option<String>,
     /// Result files of the point's runs.
     pub runs: Vec<String>,
+    /// GPUs of the candidate's layout, when known (a simulated engine or fleet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    /// Each pool's latency, for a fleet (from the records' `served_by`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolFigures>,
 }
 
 impl PointEval {
+    /// Output tokens per second per GPU of the layout, when its GPU count is known.
+    pub fn output_per_gpu(&self) -> Option<f64> {
+        self.gpus
+            .filter(|g| *g > 0)
+            .map(|g| self.output_throughput / f64::from(g))
+    }
+
     /// The objectives it missed, described.
     pub fn failures(&self) -> Vec<String> {
         self.checks
@@ -174,6 +195,9 @@ pub struct CandidateEval {
     pub verdict: Verdict,
     /// The verdict with its figures.
     pub reason: String,
+    /// The simulated hardware it ran on, when the simulator recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Layout>,
 }
 
 impl CandidateEval {
@@ -199,6 +223,11 @@ pub struct Decision {
     pub accepted: Option<usize>,
     /// The decision in one sentence.
     pub headline: String,
+    /// Candidates are ranked by output per GPU: fleet layouts of different GPU counts.
+    pub per_gpu: bool,
+    /// What the GPU counts of fleet layouts mean for the comparison, when fleets are compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_note: Option<String>,
 }
 
 /// Judges every configuration against the contract and picks the one with the most output.
@@ -222,6 +251,14 @@ pub fn decide(
     for (i, input) in inputs.iter().enumerate() {
         candidates.push(evaluate(input, options, distinguishing[i].clone())?);
     }
+    let (per_gpu, gpu_note) = gpu_basis(&candidates);
+    if per_gpu {
+        for c in &mut candidates {
+            let gpus = c.layout.as_ref().map_or(1, |l| l.gpus.max(1));
+            c.score = c.score.map(|s| s / f64::from(gpus));
+        }
+    }
+    let unit = if per_gpu { "tok/s per GPU" } else { "tok/s" };
     let accepted = candidates
         .iter()
         .enumerate()
@@ -244,8 +281,8 @@ pub fn decide(
             c.reason = format!(
                 "rejected: meets the contract ({}), but with {} against the accepted {}",
                 meets_description(c),
-                format_quantity(c.score.unwrap_or(0.0), "tok/s"),
-                format_quantity(best_score.unwrap_or(0.0), "tok/s"),
+                format_quantity(c.score.unwrap_or(0.0), unit),
+                format_quantity(best_score.unwrap_or(0.0), unit),
             );
         } else {
             c.verdict = Verdict::FailsContract;
@@ -264,7 +301,59 @@ pub fn decide(
         candidates,
         accepted,
         headline,
+        per_gpu,
+        gpu_note,
     })
+}
+
+/// Whether fleet layouts are ranked per GPU (their GPU counts differ), and the line that says
+/// what was compared. Without a fleet among the candidates nothing changes.
+fn gpu_basis(candidates: &[CandidateEval]) -> (bool, Option<String>) {
+    if !candidates
+        .iter()
+        .any(|c| c.layout.as_ref().is_some_and(|l| l.fleet))
+    {
+        return (false, None);
+    }
+    let counts: Option<Vec<u32>> = candidates
+        .iter()
+        .map(|c| c.layout.as_ref().map(|l| l.gpus))
+        .collect();
+    let Some(counts) = counts else {
+        return (
+            false,
+            Some(
+                "some configurations ran on a server of unknown GPU count: totals are compared, not per-GPU figures"
+                    .into(),
+            ),
+        );
+    };
+    let gpus = |n: u32| format!("{n} GPU{}", if n == 1 { "" } else { "s" });
+    if counts.iter().all(|n| *n == counts[0]) {
+        return (
+            false,
+            Some(format!(
+                "every layout has {}: totals are compared",
+                gpus(counts[0])
+            )),
+        );
+    }
+    let mut distinct = counts.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let others: Vec<String> = distinct[1..].iter().map(u32::to_string).collect();
+    let others = match others.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    (
+        true,
+        Some(format!(
+            "comparing {} with {others}: per-GPU figures are used",
+            gpus(distinct[0])
+        )),
+    )
 }
 
 fn meets_description(c: &CandidateEval) -> String {
@@ -340,9 +429,10 @@ fn evaluate(
         Some(s) => (s.points.iter().collect(), Some(s.variable.clone())),
         None => (view.groups(), None),
     };
+    let layout = view.first_metadata().and_then(layout_of);
     let points: Vec<PointEval> = groups
         .iter()
-        .filter_map(|g| evaluate_point(g, options))
+        .filter_map(|g| evaluate_point(g, options, layout.as_ref()))
         .collect();
     if points.is_empty() {
         return Err(AnalysisError::Result(format!(
@@ -402,16 +492,21 @@ fn evaluate(
         verdict: Verdict::FailsContract,
         reason: String::new(),
         points,
+        layout,
     })
 }
 
-fn evaluate_point(g: &GroupView<'_>, options: &DecideOptions) -> Option<PointEval> {
+fn evaluate_point(
+    g: &GroupView<'_>,
+    options: &DecideOptions,
+    layout: Option<&Layout>,
+) -> Option<PointEval> {
     let f = RowFigures::from_group(g)?;
     let checks: Vec<SloCheck> = options
         .contract
         .iter()
         .map(|slo| {
-            let measured_ms = measured_percentile(g, slo);
+            let measured_ms = measured_percentile(g, slo, options.requests.as_ref());
             SloCheck {
                 slo: *slo,
                 measured_ms,
@@ -443,22 +538,53 @@ fn evaluate_point(g: &GroupView<'_>, options: &DecideOptions) -> Option<PointEva
             ("ITL".into(), f.itl),
             ("E2EL".into(), f.e2el),
         ],
-        cost: options
-            .cost
-            .map(|p| run_cost(f.output_throughput, accepted_tokens_per_s, p)),
+        cost: options.cost.map(|p| {
+            // A fleet's price is that of all its GPUs, whatever --gpus says.
+            let p = match layout.filter(|l| l.fleet) {
+                Some(l) => CostParams {
+                    gpus: f64::from(l.gpus.max(1)),
+                    ..p
+                },
+                None => p,
+            };
+            run_cost(f.output_throughput, accepted_tokens_per_s, p)
+        }),
         command_line: g.runs.first().and_then(|r| {
             let argv = &r.metadata.command_line;
             (!argv.is_empty()).then(|| markdown::shell_join(argv))
         }),
         runs: g.runs.iter().map(|r| r.path.to_owned()).collect(),
+        gpus: layout.map(|l| l.gpus),
+        pools: if layout.is_some_and(|l| l.fleet) {
+            pool_figures(&g.runs.iter().map(|r| r.records).collect::<Vec<_>>())
+        } else {
+            Vec::new()
+        },
     })
 }
 
 /// The percentile an objective names, averaged over the group's runs: from the saved summary
-/// when it holds that percentile, else from the records.
-fn measured_percentile(g: &GroupView<'_>, slo: &Slo) -> Option<f64> {
+/// when it holds that percentile, else from the records; from the records the filter admits
+/// when the contract is on some requests only.
+fn measured_percentile(
+    g: &GroupView<'_>,
+    slo: &Slo,
+    requests: Option<&RequestFilter>,
+) -> Option<f64> {
     let stat = slo.stat();
     let p = stat.percentile;
+    if let Some(filter) = requests {
+        let values: Vec<f64> = g
+            .runs
+            .iter()
+            .filter_map(|r| {
+                let kept = r.records.iter().filter(|rec| filter.admits(rec));
+                percentile_from_records(kept, stat.metric, p)
+            })
+            .collect();
+        return (values.len() == g.runs.len() && !values.is_empty())
+            .then(|| values.iter().sum::<f64>() / values.len() as f64);
+    }
     let values: Vec<f64> = g
         .runs
         .iter()
@@ -479,12 +605,26 @@ fn measured_percentile(g: &GroupView<'_>, slo: &Slo) -> Option<f64> {
         .then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
-fn percentile_from_records(
+/// The percentile an objective names over the successful records `requests` admits (every
+/// record without a filter), ms; `None` without a sample.
+pub fn slo_percentile_ms(
     records: &[RequestRecord],
+    slo: &Slo,
+    requests: Option<&RequestFilter>,
+) -> Option<f64> {
+    let stat = slo.stat();
+    let kept = records
+        .iter()
+        .filter(|r| requests.is_none_or(|f| f.admits(r)));
+    percentile_from_records(kept, stat.metric, stat.percentile)
+}
+
+fn percentile_from_records<'r>(
+    records: impl IntoIterator<Item = &'r RequestRecord>,
     metric: LatencyMetric,
     p: f64,
 ) -> Option<f64> {
-    let ok = records.iter().filter(|r| r.is_success());
+    let ok = records.into_iter().filter(|r| r.is_success());
     let ns: Vec<f64> = match metric {
         LatencyMetric::Ttft => ok.filter_map(|r| r.ttft_ns()).map(|v| v as f64).collect(),
         LatencyMetric::E2el => ok.filter_map(|r| r.e2el_ns()).map(|v| v as f64).collect(),
@@ -497,14 +637,22 @@ fn percentile_from_records(
 /// The simulator's settings (flattened `sim_config`, derived figures left out), or the
 /// server's version: what may tell candidates apart.
 fn server_settings(input: &CandidateInput<'_>) -> Vec<(String, String)> {
-    let Some(cfg) = input
-        .view
-        .first_metadata()
-        .and_then(|m| m.target.sim_config.as_ref())
-    else {
+    let Some(meta) = input.view.first_metadata() else {
         return Vec::new();
     };
-    sim_settings(cfg)
+    let Some(cfg) = meta.target.sim_config.as_ref() else {
+        return Vec::new();
+    };
+    let mut settings = sim_settings(cfg);
+    // A fleet's recorded layout is nested JSON; one readable line names it instead.
+    if let Some(layout) = layout_of(meta).filter(|l| l.fleet) {
+        settings.retain(|(k, _)| !k.starts_with("fleet."));
+        settings.push((
+            "layout".into(),
+            format!("{} ({} GPUs)", layout.description, layout.gpus),
+        ));
+    }
+    settings
 }
 
 /// The simulator's settings as `dotted.key = value`, derived figures left out.
@@ -698,6 +846,66 @@ mod tests {
         assert_eq!(d[0], vec![("max_num_seqs".to_string(), "8".to_string())]);
         assert_eq!(d[1], vec![("max_num_seqs".to_string(), "256".to_string())]);
         assert_eq!(distinguishing_settings(&[Vec::new()]), vec![Vec::new()]);
+    }
+
+    fn candidate(layout: Option<(u32, bool)>) -> CandidateEval {
+        CandidateEval {
+            dir: "d".into(),
+            title: "t".into(),
+            kind: "sweep".into(),
+            label: "l".into(),
+            distinguishing: Vec::new(),
+            server: String::new(),
+            versions: Vec::new(),
+            workload: String::new(),
+            sweep_variable: None,
+            points: Vec::new(),
+            meets: false,
+            operating: None,
+            score: None,
+            stop_reason: String::new(),
+            verdict: Verdict::FailsContract,
+            reason: String::new(),
+            layout: layout.map(|(gpus, fleet)| Layout {
+                description: "x".into(),
+                gpus,
+                fleet,
+            }),
+        }
+    }
+
+    #[test]
+    fn fleet_layouts_of_different_gpu_counts_are_compared_per_gpu() {
+        let (per_gpu, note) = gpu_basis(&[
+            candidate(Some((4, true))),
+            candidate(Some((5, true))),
+            candidate(Some((8, true))),
+        ]);
+        assert!(per_gpu);
+        assert_eq!(
+            note.as_deref(),
+            Some("comparing 4 GPUs with 5 and 8: per-GPU figures are used")
+        );
+        let (per_gpu, note) = gpu_basis(&[candidate(Some((4, true))), candidate(Some((5, true)))]);
+        assert!(per_gpu);
+        assert_eq!(
+            note.as_deref(),
+            Some("comparing 4 GPUs with 5: per-GPU figures are used")
+        );
+        let (per_gpu, note) = gpu_basis(&[candidate(Some((4, true))), candidate(Some((4, true)))]);
+        assert!(!per_gpu);
+        assert_eq!(
+            note.as_deref(),
+            Some("every layout has 4 GPUs: totals are compared")
+        );
+        // A server of unknown size: totals, said so.
+        let (per_gpu, note) = gpu_basis(&[candidate(Some((4, true))), candidate(None)]);
+        assert!(!per_gpu && note.unwrap().contains("unknown GPU count"));
+        // No fleet at all: nothing changes (single engines of different TP stay totals).
+        assert_eq!(
+            gpu_basis(&[candidate(Some((1, false))), candidate(Some((2, false)))]),
+            (false, None)
+        );
     }
 
     #[test]

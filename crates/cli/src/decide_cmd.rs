@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use servebench_analysis::decision::{
-    decide as judge, decision_markdown, CandidateInput, DecideOptions, Decision,
+    decide as judge, decision_markdown, CandidateInput, DecideOptions, Decision, RequestFilter,
 };
 
 use crate::diagnose_cmd::{parse_contract, CostArgs, LoadedExperiment};
@@ -25,6 +25,10 @@ pub struct DecideArgs {
     /// in the first sweep's experiment.json].
     #[arg(long, num_args = 1.., value_name = "METRIC:pNN:MS")]
     pub slo: Vec<String>,
+    /// Judge the contract on these requests only, e.g. the chats of a mixed workload:
+    /// `prompt_tokens<4096` (fields prompt_tokens, output_tokens; operators >= > <= < ==).
+    #[arg(long, value_name = "FILTER")]
+    pub slo_requests: Option<String>,
     /// Where to write the record [default: decision.md in the first directory].
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -74,6 +78,12 @@ pub fn build(args: &DecideArgs) -> Result<DecideOutcome> {
         contract_source: format!("{} = {}", source, contract_text.join(" ")),
         cost: args.cost.params()?,
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+        requests: args
+            .slo_requests
+            .as_deref()
+            .map(RequestFilter::parse)
+            .transpose()
+            .context("--slo-requests")?,
     };
     let inputs: Vec<CandidateInput<'_>> = loaded
         .iter()

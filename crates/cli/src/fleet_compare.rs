@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use servebench_analysis::decision::{slo_percentile_ms, RequestFilter, SloCheck};
 use servebench_metrics::summary::MetricSummary;
 use servebench_metrics::RunSummary;
 use servebench_sim::SimArgs;
@@ -57,6 +58,103 @@ fn split(args: &[String]) -> Result<(Vec<String>, Vec<String>)> {
     Ok((fleets, rest))
 }
 
+/// The contract to judge layouts against, taken out of the run flags: `--slo A B ...` (values
+/// up to the next flag) and `--slo-requests FILTER`.
+struct Contract {
+    slo: Vec<String>,
+    requests: Option<String>,
+}
+
+fn take_contract(words: Vec<String>) -> Result<(Contract, Vec<String>)> {
+    let mut contract = Contract {
+        slo: Vec::new(),
+        requests: None,
+    };
+    let mut rest = Vec::new();
+    let mut it = words.into_iter().peekable();
+    while let Some(a) = it.next() {
+        if a == "--slo" {
+            let before = contract.slo.len();
+            while let Some(v) = it.next_if(|v| !v.starts_with("--")) {
+                contract.slo.push(v);
+            }
+            if contract.slo.len() == before {
+                bail!("--slo needs objectives, e.g. --slo ttft:p99:500 tpot:p95:40");
+            }
+        } else if let Some(v) = a.strip_prefix("--slo=") {
+            contract.slo.push(v.to_owned());
+        } else if a == "--slo-requests" {
+            let v = it
+                .next()
+                .context("--slo-requests needs a filter, e.g. 'prompt_tokens<4096'")?;
+            contract.requests = Some(v);
+        } else if let Some(v) = a.strip_prefix("--slo-requests=") {
+            contract.requests = Some(v.to_owned());
+        } else {
+            rest.push(a);
+        }
+    }
+    if contract.requests.is_some() && contract.slo.is_empty() {
+        bail!("--slo-requests needs --slo: it says which requests the contract is judged on");
+    }
+    Ok((contract, rest))
+}
+
+/// One line per layout: whether it meets the contract, with the figures.
+fn judge(
+    contract: &Contract,
+    records: &[Vec<servebench_metrics::RequestRecord>],
+) -> Result<String> {
+    let slos = crate::diagnose_cmd::parse_contract(&contract.slo)?;
+    let filter = contract
+        .requests
+        .as_deref()
+        .map(RequestFilter::parse)
+        .transpose()
+        .context("--slo-requests")?;
+    let mut out = String::new();
+    let on = filter
+        .as_ref()
+        .map(|f| format!(" on the requests with {f}"))
+        .unwrap_or_default();
+    let _ = writeln!(out, "\ncontract: {}{on}", contract.slo.join(" "));
+    let mut meeting = Vec::new();
+    for (k, recs) in records.iter().enumerate() {
+        let checks: Vec<SloCheck> = slos
+            .iter()
+            .map(|slo| {
+                let measured_ms = slo_percentile_ms(recs, slo, filter.as_ref());
+                SloCheck {
+                    slo: *slo,
+                    measured_ms,
+                    met: measured_ms.is_some_and(|v| slo.admits(v)),
+                }
+            })
+            .collect();
+        let meets = checks.iter().all(|c| c.met);
+        if meets {
+            meeting.push((k + 1).to_string());
+        }
+        let _ = writeln!(
+            out,
+            "layout {}: {} ({})",
+            k + 1,
+            if meets { "meets" } else { "fails" },
+            checks
+                .iter()
+                .map(SloCheck::describe)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let _ = match meeting.as_slice() {
+        [] => writeln!(out, "no layout meets the contract"),
+        [one] => writeln!(out, "layout {one} meets the contract"),
+        many => writeln!(out, "layouts {} meet the contract", many.join(", ")),
+    };
+    Ok(out)
+}
+
 fn p99(m: &MetricSummary) -> String {
     m.percentile(99.0)
         .map_or_else(|| "-".to_owned(), |s| format!("{:.1}", s.value))
@@ -65,6 +163,11 @@ fn p99(m: &MetricSummary) -> String {
 /// Runs the comparison; `args` are the words after `plan`.
 pub async fn compare(args: &[String]) -> Result<ExitCode> {
     let (fleets, rest) = split(args)?;
+    let (contract, rest) = take_contract(rest)?;
+    if !contract.slo.is_empty() {
+        // A bad contract is refused before any layout runs.
+        judge(&contract, &[])?;
+    }
     crate::run::args::check_unsupported(&rest).map_err(anyhow::Error::msg)?;
     let mut gpus = Vec::new();
     for spec in &fleets {
@@ -84,6 +187,7 @@ pub async fn compare(args: &[String]) -> Result<ExitCode> {
     }
     let stop = crate::run::interrupt_on_ctrl_c();
     let mut rows: Vec<(usize, RunSummary)> = Vec::new();
+    let mut records = Vec::new();
     for (k, spec) in fleets.iter().enumerate() {
         let mut words = rest.clone();
         words.extend([
@@ -101,9 +205,18 @@ pub async fn compare(args: &[String]) -> Result<ExitCode> {
         command_line.extend(words);
         let out = crate::run::execute(&plan, &target, command_line, &stop, false).await?;
         eprintln!("layout {}: results in {}", k + 1, out.native_path.display());
+        if !contract.slo.is_empty() {
+            records.push(
+                servebench_metrics::read_jsonl(&out.jsonl_path)
+                    .with_context(|| format!("reading {}", out.jsonl_path.display()))?,
+            );
+        }
         rows.push((k, out.summary));
     }
     print!("{}", render(&fleets, &gpus, &rows));
+    if !contract.slo.is_empty() {
+        print!("{}", judge(&contract, &records)?);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -196,6 +309,26 @@ mod tests {
         assert!(split(&words(&["--fleet", "a"])).is_err());
         assert!(split(&words(&["--fleet", "a", "--fleet", "b", "--sim", "c"])).is_err());
         assert!(wants(&words(&["--fleet", "a"])));
+    }
+
+    #[test]
+    fn the_contract_is_taken_out_of_the_run_flags() {
+        let (c, rest) = take_contract(words(&[
+            "--slo",
+            "ttft:p99:100",
+            "tpot:p95:40",
+            "--num-prompts",
+            "5",
+            "--slo-requests=prompt_tokens<4096",
+        ]))
+        .unwrap();
+        assert_eq!(c.slo, ["ttft:p99:100", "tpot:p95:40"]);
+        assert_eq!(c.requests.as_deref(), Some("prompt_tokens<4096"));
+        assert_eq!(rest, ["--num-prompts", "5"]);
+        assert!(take_contract(words(&["--slo", "--num-prompts", "5"])).is_err());
+        assert!(take_contract(words(&["--slo-requests", "prompt_tokens<5"])).is_err());
+        let (c, _) = take_contract(words(&["--slo", "ttft:p99:nope"])).unwrap();
+        assert!(judge(&c, &[]).is_err());
         assert!(!wants(&words(&["--daily-requests", "5"])));
     }
 }

@@ -90,6 +90,8 @@ struct Exchange {
     done: Option<u64>,
     prompt_tokens: Option<u64>,
     stale_connection: bool,
+    /// The pool and replica a simulated fleet names in its headers.
+    served_by: Option<servebench_metrics::ServedBy>,
 }
 
 /// Send one pooling request and measure it. Never fails: every problem is a failed record.
@@ -169,7 +171,7 @@ pub(crate) async fn execute(
         stamp_clock: None,
         lora: p.lora.clone(),
         images: None,
-        served_by: None,
+        served_by: ex.served_by,
     }
 }
 
@@ -224,6 +226,7 @@ async fn exchange(
     })?;
     let head = clock.now_ns();
     ex.head = Some(head);
+    ex.served_by = crate::served_by::from_headers(resp.headers());
     if let Some(t) = resp
         .extensions()
         .get::<WriteStamp>()

@@ -14,6 +14,9 @@ pub mod realtime;
 pub mod reasoning;
 mod resolve;
 pub mod server;
+#[cfg(test)]
+mod test_support;
+pub mod virtual_driver;
 pub mod virtual_time;
 pub mod vision;
 

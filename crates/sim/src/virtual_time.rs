@@ -9,6 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::engine::{EngineConfig, EngineCore, EngineMetrics, FinishReason, NewRequest};
+use crate::virtual_driver::{run_workload, ClientQueue, VirtualTarget};
 use crate::SimError;
 
 /// One request of a virtual workload and when the client means to send it.
@@ -107,32 +108,8 @@ fn run_virtual_with(
     workload: VirtualWorkload,
     keep_output_ids: bool,
 ) -> Result<VirtualRun, SimError> {
-    let mut driver = VirtualDriver::new(config, workload.max_concurrency)?;
-    if keep_output_ids {
-        driver.keep_output_ids();
-    }
-    // Traces stay in the given order; requests enter in intended order (a stable sort keeps
-    // the given order among equal times).
-    let mut indexed: Vec<(usize, VirtualArrival)> = workload
-        .arrivals
-        .into_iter()
-        .map(|a| (driver.new_trace(&a), a))
-        .collect();
-    indexed.sort_by_key(|(_, a)| a.intended_ns);
-    for (trace, a) in indexed {
-        driver.enqueue(a, trace);
-    }
-    driver.run_until_idle()?;
-    Ok(driver.finish())
-}
-
-/// A pending client arrival and the trace it fills.
-#[derive(Debug)]
-struct Pending {
-    arrival: VirtualArrival,
-    trace: usize,
-    /// Not before this (the engine time when it was submitted).
-    not_before_ns: u64,
+    let driver = VirtualDriver::new(config, workload.max_concurrency)?;
+    run_workload(driver, workload.arrivals, keep_output_ids)
 }
 
 /// A stepping virtual-time driver: submit arrivals, run until idle, touch the engine between
@@ -141,8 +118,7 @@ struct Pending {
 pub struct VirtualDriver {
     core: EngineCore,
     now_ns: u64,
-    /// Sorted by intended time.
-    pending: VecDeque<Pending>,
+    pending: ClientQueue,
     max_concurrency: Option<usize>,
     /// Times at which a client slot became free, oldest first (only with a cap).
     free_slots: VecDeque<u64>,
@@ -171,7 +147,7 @@ impl VirtualDriver {
         Ok(VirtualDriver {
             core,
             now_ns: 0,
-            pending: VecDeque::new(),
+            pending: ClientQueue::default(),
             max_concurrency,
             free_slots,
             in_flight: 0,
@@ -190,43 +166,7 @@ impl VirtualDriver {
     /// Queue an arrival. One intended before the current engine time is sent no earlier than
     /// now (the client cannot go back in time); its trace keeps the intended time.
     pub fn submit(&mut self, arrival: VirtualArrival) {
-        let trace = self.new_trace(&arrival);
-        self.enqueue(arrival, trace);
-    }
-
-    fn new_trace(&mut self, a: &VirtualArrival) -> usize {
-        self.traces.push(RequestTrace {
-            id: a.request.id,
-            intended_ns: a.intended_ns,
-            sent_ns: 0,
-            first_scheduled_ns: None,
-            token_times_ns: Vec::new(),
-            prompt_tokens: a.request.prompt.len() as u32,
-            completion_tokens: 0,
-            cached_tokens: 0,
-            finish_reason: None,
-            preemptions: 0,
-            end_ns: None,
-            output_ids: Vec::new(),
-        });
-        self.traces.len() - 1
-    }
-
-    fn enqueue(&mut self, arrival: VirtualArrival, trace: usize) {
-        let at = arrival.intended_ns;
-        let pos = self
-            .pending
-            .partition_point(|p| p.arrival.intended_ns <= at);
-        let p = Pending {
-            arrival,
-            trace,
-            not_before_ns: self.now_ns,
-        };
-        if pos == self.pending.len() {
-            self.pending.push_back(p);
-        } else {
-            self.pending.insert(pos, p);
-        }
+        VirtualTarget::submit(self, arrival);
     }
 
     /// Steps the engine until no request is waiting, running or pending in the client.
@@ -243,7 +183,7 @@ impl VirtualDriver {
             let Some(next) = self.pending.front() else {
                 return Ok(false);
             };
-            let at = next.arrival.intended_ns.max(next.not_before_ns);
+            let at = next.due_ns();
             if at <= self.now_ns {
                 // Due but without a client slot while the engine is idle: a slot frees up only
                 // when a request finishes, and none is in flight.
@@ -299,7 +239,7 @@ impl VirtualDriver {
     /// Sends every pending arrival that is due at `now` and has a client slot.
     fn send_due(&mut self) {
         while let Some(p) = self.pending.front() {
-            let due = p.arrival.intended_ns.max(p.not_before_ns);
+            let due = p.due_ns();
             if due > self.now_ns {
                 break;
             }
@@ -310,7 +250,7 @@ impl VirtualDriver {
                 },
                 None => 0,
             };
-            let Some(mut p) = self.pending.pop_front() else {
+            let Some(mut p) = self.pending.pop() else {
                 break;
             };
             let sent = due.max(slot_free_at);
@@ -382,62 +322,44 @@ impl VirtualDriver {
     }
 }
 
+impl VirtualTarget for VirtualDriver {
+    type Run = VirtualRun;
+
+    fn open_trace(&mut self, arrival: &VirtualArrival) -> usize {
+        self.traces.push(RequestTrace::for_arrival(arrival));
+        self.traces.len() - 1
+    }
+
+    fn queue(&mut self, arrival: VirtualArrival, trace: usize) {
+        self.pending.push(arrival, trace, self.now_ns);
+    }
+
+    fn keep_output_ids(&mut self) {
+        VirtualDriver::keep_output_ids(self);
+    }
+
+    fn run_until_idle(&mut self) -> Result<(), SimError> {
+        VirtualDriver::run_until_idle(self)
+    }
+
+    fn reset_prefix_cache(&mut self) -> bool {
+        VirtualDriver::reset_prefix_cache(self)
+    }
+
+    fn now_ns(&self) -> u64 {
+        VirtualDriver::now_ns(self)
+    }
+
+    fn finish(self) -> VirtualRun {
+        VirtualDriver::finish(self)
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use servebench_roofline::{Catalog, Deployment, Dtype, KvDtype};
-
-    fn config() -> EngineConfig {
-        let cat = Catalog::builtin();
-        let deployment = Deployment::new(
-            cat.gpu("h100").unwrap().clone(),
-            cat.model("llama-3.1-8b").unwrap().clone(),
-            Dtype::Bf16,
-            KvDtype::Auto,
-            1,
-        )
-        .unwrap();
-        EngineConfig {
-            lora: Default::default(),
-            deployment,
-            max_num_seqs: 64,
-            max_num_batched_tokens: 2048,
-            max_model_len: 4096,
-            block_size: 16,
-            num_gpu_blocks: 2048,
-            enable_prefix_caching: true,
-            enable_chunked_prefill: true,
-            long_prefill_token_threshold: 0,
-            kv_watermark: 0.0,
-            full_sequence_must_fit: false,
-            seed: 0,
-            jitter_sigma: 0.0,
-            hiccup_prob: 0.0,
-            hiccup_ms: 5.0,
-            eos_len_median: 0.0,
-            eos_len_sigma: 0.8,
-            output_vocab: vec![1, 2, 3],
-            vocab_size: 128_256,
-        }
-    }
-
-    fn arrival(id: u64, at_ms: u64, output: u32) -> VirtualArrival {
-        VirtualArrival {
-            intended_ns: at_ms * 1_000_000,
-            request: NewRequest {
-                lora: None,
-                id,
-                prompt: (0..100).map(|i| (id as u32 * 1000 + i) % 128_000).collect(),
-                max_tokens: output,
-                min_tokens: 0,
-                ignore_eos: true,
-                seed: None,
-                cache_salt: None,
-                arrival_ns: 0,
-            },
-        }
-    }
+    use crate::test_support::{arrival, engine_config as config};
 
     #[test]
     fn an_idle_engine_jumps_to_the_next_arrival() {

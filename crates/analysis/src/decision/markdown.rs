@@ -61,13 +61,33 @@ pub fn decision_markdown(d: &Decision) -> String {
     let _ = writeln!(out, "**{}.**\n", d.headline);
 
     let _ = writeln!(out, "## Workload target\n");
+    let on = o
+        .requests
+        .as_ref()
+        .map(|f| format!(", judged on the requests with {} only", code_span(&f.text)))
+        .unwrap_or_default();
     let _ = writeln!(
         out,
-        "- Contract: {conditions} (from {}).",
+        "- Contract: {conditions}{on} (from {}).",
         o.contract_source
     );
     for c in &d.candidates {
         let _ = writeln!(out, "- Workload of {}: {}.", c.dir, c.workload);
+    }
+    if let Some(note) = &d.gpu_note {
+        let _ = writeln!(out, "- Fleet layouts: {note}.");
+        for c in &d.candidates {
+            if let Some(l) = &c.layout {
+                let _ = writeln!(
+                    out,
+                    "  - {}: {} — {} GPU{}.",
+                    c.dir,
+                    l.description,
+                    l.gpus,
+                    if l.gpus == 1 { "" } else { "s" }
+                );
+            }
+        }
     }
     match o.cost {
         Some(p) => {
@@ -78,6 +98,15 @@ pub fn decision_markdown(d: &Decision) -> String {
                 format_quantity(p.gpus, ""),
                 if p.gpus == 1.0 { "" } else { "s" }
             );
+            if d.candidates
+                .iter()
+                .any(|c| c.layout.as_ref().is_some_and(|l| l.fleet))
+            {
+                let _ = writeln!(
+                    out,
+                    "- A fleet layout is priced at its own GPU count (above), not at --gpus."
+                );
+            }
         }
         None => {
             let _ = writeln!(out, "- Cost: not computed (no --gpu-hourly-cost given).");
@@ -194,6 +223,17 @@ fn candidate_block(out: &mut String, c: &CandidateEval) {
             p.completed,
             p.failed
         );
+        if let (Some(per_gpu), Some(gpus)) = (p.output_per_gpu(), p.gpus) {
+            if c.layout.as_ref().is_some_and(|l| l.fleet) {
+                let _ = writeln!(
+                    out,
+                    "- Capacity per GPU: {} output tok/s, {} req/s ({} GPUs).",
+                    format_quantity(per_gpu.round(), ""),
+                    format_quantity(p.request_throughput / f64::from(gpus.max(1)), ""),
+                    gpus
+                );
+            }
+        }
         if let Some(cost) = &p.cost {
             let _ = writeln!(
                 out,
@@ -214,6 +254,23 @@ fn candidate_block(out: &mut String, c: &CandidateEval) {
                 ms(s.p95),
                 ms(s.p99)
             );
+        }
+        if !p.pools.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n| pool | completed | failed | p99 TTFT | p99 TPOT |\n|---|---:|---:|---:|---:|"
+            );
+            for pool in &p.pools {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} |",
+                    pool.pool,
+                    pool.completed,
+                    pool.failed,
+                    ms(pool.ttft_p99_ms),
+                    ms(pool.tpot_p99_ms)
+                );
+            }
         }
         out.push('\n');
     }

@@ -23,7 +23,7 @@ pub use run::{
     ClientHealth, ClockAnchor, MeasuredHealth, PlanSection, RequestRate, RunMetadata, RunResult,
     ServerReply, ShardInfo, StoppedEarly, TargetInfo,
 };
-pub use sim::SimConfig;
+pub use sim::{FleetConfig, FleetPool, SimConfig};
 pub use telemetry::{ServerTelemetry, TelemetrySample};
 
 /// Schema id of a run's `*.servebench.json`.

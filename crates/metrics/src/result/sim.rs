@@ -69,6 +69,11 @@ impl SimConfig {
         at("kv_capacity", "tokens").or_else(|| at("derived", "kv_cache_tokens"))
     }
 
+    /// The fleet layout (`fleet`), when the simulator ran several engines behind a router.
+    pub fn fleet(&self) -> Option<FleetConfig> {
+        serde_json::from_value(self.other.get("fleet")?.clone()).ok()
+    }
+
     /// Every setting as `dotted.key = value` text, in key order (nested sections flattened).
     pub fn settings(&self) -> Vec<(String, String)> {
         let mut out = Vec::new();
@@ -76,6 +81,68 @@ impl SimConfig {
             flatten("", &v, &mut out);
         }
         out
+    }
+}
+
+/// A simulated fleet's layout as recorded (`sim_config.fleet`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FleetConfig {
+    /// GPUs of the whole fleet, as the simulator counted them.
+    #[serde(default)]
+    pub gpus: Option<u32>,
+    /// The pool requests no rule matches go to.
+    #[serde(default)]
+    pub default_pool: Option<String>,
+    /// Routing rules as written.
+    #[serde(default)]
+    pub routes: Vec<String>,
+    /// The pools, in spec order.
+    #[serde(default)]
+    pub pools: Vec<FleetPool>,
+}
+
+/// One pool of a recorded fleet.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FleetPool {
+    pub name: String,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub gpu: Option<String>,
+    /// GPUs per engine.
+    #[serde(default)]
+    pub tensor_parallel_size: Option<u32>,
+    #[serde(default)]
+    pub replicas: Option<u32>,
+    #[serde(default)]
+    pub prefill_replicas: Option<u32>,
+    #[serde(default)]
+    pub decode_replicas: Option<u32>,
+}
+
+impl FleetPool {
+    /// Engines in the pool: a prefill/decode pool counts both kinds.
+    pub fn engines(&self) -> u32 {
+        match (self.prefill_replicas, self.decode_replicas) {
+            (Some(p), Some(d)) => p + d,
+            _ => self.replicas.unwrap_or(1),
+        }
+    }
+
+    /// GPUs the pool occupies: engines × tensor-parallel size.
+    pub fn gpus(&self) -> u32 {
+        self.engines() * self.tensor_parallel_size.unwrap_or(1).max(1)
+    }
+}
+
+impl FleetConfig {
+    /// GPUs of the whole fleet: the sum over pools of engines × tensor-parallel size (the
+    /// recorded total when the pools are missing).
+    pub fn gpu_count(&self) -> u32 {
+        if self.pools.is_empty() {
+            return self.gpus.unwrap_or(0);
+        }
+        self.pools.iter().map(FleetPool::gpus).sum()
     }
 }
 

@@ -41,42 +41,8 @@ impl EngineCore {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::engine::{EngineConfig, NewRequest};
-    use servebench_roofline::{Catalog, Deployment, Dtype, KvDtype};
-
-    fn config() -> EngineConfig {
-        let cat = Catalog::builtin();
-        let deployment = Deployment::new(
-            cat.gpu("h100").unwrap().clone(),
-            cat.model("llama-3.1-8b").unwrap().clone(),
-            Dtype::Bf16,
-            KvDtype::Auto,
-            1,
-        )
-        .unwrap();
-        EngineConfig {
-            lora: Default::default(),
-            deployment,
-            max_num_seqs: 64,
-            max_num_batched_tokens: 2048,
-            max_model_len: 4096,
-            block_size: 16,
-            num_gpu_blocks: 2048,
-            enable_prefix_caching: true,
-            enable_chunked_prefill: true,
-            long_prefill_token_threshold: 0,
-            kv_watermark: 0.0,
-            full_sequence_must_fit: false,
-            seed: 0,
-            jitter_sigma: 0.0,
-            hiccup_prob: 0.0,
-            hiccup_ms: 5.0,
-            eos_len_median: 0.0,
-            eos_len_sigma: 0.8,
-            output_vocab: vec![1, 2, 3],
-            vocab_size: 128_256,
-        }
-    }
+    use crate::engine::NewRequest;
+    use crate::test_support::engine_config as config;
 
     #[test]
     fn an_imported_prompt_is_a_prefix_hit() {

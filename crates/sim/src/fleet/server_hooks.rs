@@ -32,6 +32,37 @@ pub async fn submit(
     }
 }
 
+/// Where the inputs of one pooling request go: the engine the first was routed to, and the
+/// labels the response names.
+pub type PoolingRoute = Option<(EngineHandle, Option<ServedLabels>)>;
+
+/// Submits one input of a pooling request (`/v1/embeddings`, `/v1/rerank`). The first input
+/// goes through the fleet's router (the pool's rate limit, the replica the response headers
+/// name); the others follow it to the same engine, as a gateway routes one HTTP request to
+/// one replica. Without a fleet every input goes to the one engine.
+pub async fn submit_pooling_input(
+    fleet: Option<&Arc<FleetEngines>>,
+    engine: &EngineHandle,
+    route: &mut PoolingRoute,
+    request: NewRequest,
+    received: Instant,
+) -> Result<(EngineHandle, Submitted), ApiError> {
+    let to = match (route.as_ref(), fleet) {
+        (Some((e, _)), _) => e.clone(),
+        (None, Some(fleet)) => {
+            let (e, submitted, served) = submit(fleet, request, received).await?;
+            *route = Some((e.clone(), served));
+            return Ok((e, submitted));
+        }
+        (None, None) => engine.clone(),
+    };
+    let submitted = to
+        .submit(request, received)
+        .await
+        .map_err(|_| ApiError::engine_stopped())?;
+    Ok((to, submitted))
+}
+
 /// Adds `x-servebench-pool` and `x-servebench-replica` to a response.
 pub fn mark_served(resp: &mut Response, served: Option<&ServedLabels>) {
     let Some((pool, replica)) = served else {

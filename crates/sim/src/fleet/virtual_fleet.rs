@@ -9,9 +9,10 @@
 //! first token the client sees. So TTFT = queueing + prefill + transfer + first decode step.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap};
 
 use crate::engine::{EngineCore, EngineMetrics, FinishReason, NewRequest, StepPlan};
+use crate::virtual_driver::{run_workload, ClientQueue, VirtualTarget, WarmedRun};
 use crate::virtual_time::{RequestTrace, VirtualArrival, VirtualRun, VirtualWorkload};
 use crate::SimError;
 
@@ -78,7 +79,7 @@ pub struct FleetDriver {
     engines: Vec<Engine>,
     pools: Vec<PoolState>,
     now_ns: u64,
-    pending: VecDeque<(VirtualArrival, usize)>,
+    pending: ClientQueue,
     handoffs: BinaryHeap<Reverse<(u64, u64, usize)>>,
     /// Requests waiting for their hand-off, by sequence number.
     handing: HashMap<u64, (NewRequest, usize)>,
@@ -134,7 +135,7 @@ impl FleetDriver {
             engines,
             pools,
             now_ns: 0,
-            pending: VecDeque::new(),
+            pending: ClientQueue::default(),
             handoffs: BinaryHeap::new(),
             handing: HashMap::new(),
             handoff_seq: 0,
@@ -156,35 +157,7 @@ impl FleetDriver {
 
     /// Queues an arrival (one intended before now is sent now).
     pub fn submit(&mut self, arrival: VirtualArrival) {
-        let trace = self.new_trace(&arrival);
-        self.enqueue(arrival, trace);
-    }
-
-    fn new_trace(&mut self, a: &VirtualArrival) -> usize {
-        self.traces.push(RequestTrace {
-            id: a.request.id,
-            intended_ns: a.intended_ns,
-            sent_ns: 0,
-            first_scheduled_ns: None,
-            token_times_ns: Vec::new(),
-            prompt_tokens: a.request.prompt.len() as u32,
-            completion_tokens: 0,
-            cached_tokens: 0,
-            finish_reason: None,
-            preemptions: 0,
-            end_ns: None,
-            output_ids: Vec::new(),
-        });
-        self.served.push(Served::default());
-        self.live.push(None);
-        self.traces.len() - 1
-    }
-
-    fn enqueue(&mut self, mut arrival: VirtualArrival, trace: usize) {
-        arrival.intended_ns = arrival.intended_ns.max(self.now_ns);
-        let at = arrival.intended_ns;
-        let pos = self.pending.partition_point(|(p, _)| p.intended_ns <= at);
-        self.pending.insert(pos, (arrival, trace));
+        VirtualTarget::submit(self, arrival);
     }
 
     /// Runs until nothing is pending, in flight or handing off.
@@ -192,9 +165,7 @@ impl FleetDriver {
         loop {
             let slot = self.max_concurrency.is_none_or(|c| self.in_flight < c);
             let t_arr = if slot {
-                self.pending
-                    .front()
-                    .map(|(a, _)| a.intended_ns.max(self.now_ns))
+                self.pending.front().map(|p| p.due_ns().max(self.now_ns))
             } else {
                 None
             };
@@ -343,18 +314,18 @@ impl FleetDriver {
     }
 
     fn send_due(&mut self) {
-        while let Some((a, _)) = self.pending.front() {
-            if a.intended_ns > self.now_ns
-                || self.max_concurrency.is_some_and(|c| self.in_flight >= c)
+        while let Some(p) = self.pending.front() {
+            if p.due_ns() > self.now_ns || self.max_concurrency.is_some_and(|c| self.in_flight >= c)
             {
                 break;
             }
-            let Some((a, trace)) = self.pending.pop_front() else {
+            let Some(p) = self.pending.pop() else {
                 break;
             };
+            let trace = p.trace;
             let now = self.now_ns;
             self.traces[trace].sent_ns = now;
-            let mut req = a.request;
+            let mut req = p.arrival.request;
             req.id = trace as u64;
             let pool = self
                 .fleet
@@ -491,25 +462,54 @@ fn merged_counters<'a>(mut all: impl Iterator<Item = &'a EngineMetrics>) -> Engi
     m
 }
 
+impl VirtualTarget for FleetDriver {
+    type Run = FleetRun;
+
+    fn open_trace(&mut self, arrival: &VirtualArrival) -> usize {
+        self.traces.push(RequestTrace::for_arrival(arrival));
+        self.served.push(Served::default());
+        self.live.push(None);
+        self.traces.len() - 1
+    }
+
+    fn queue(&mut self, arrival: VirtualArrival, trace: usize) {
+        self.pending.push(arrival, trace, self.now_ns);
+    }
+
+    fn keep_output_ids(&mut self) {
+        FleetDriver::keep_output_ids(self);
+    }
+
+    fn run_until_idle(&mut self) -> Result<(), SimError> {
+        FleetDriver::run_until_idle(self)
+    }
+
+    fn reset_prefix_cache(&mut self) -> bool {
+        FleetDriver::reset_prefix_cache(self)
+    }
+
+    fn now_ns(&self) -> u64 {
+        FleetDriver::now_ns(self)
+    }
+
+    fn finish(self) -> FleetRun {
+        FleetDriver::finish(self)
+    }
+}
+
+impl WarmedRun for FleetRun {
+    fn drop_warmups(&mut self, n: usize, offset_ns: u64) {
+        self.run.drop_warmups(n, offset_ns);
+        self.served.drain(..n.min(self.served.len()));
+    }
+}
+
 /// Runs a whole workload through the fleet (traces in the given order).
 pub fn run_fleet_virtual(
     fleet: &ResolvedFleet,
     workload: VirtualWorkload,
     keep_output_ids: bool,
 ) -> Result<FleetRun, SimError> {
-    let mut d = FleetDriver::new(fleet, workload.max_concurrency)?;
-    if keep_output_ids {
-        d.keep_output_ids();
-    }
-    let mut indexed: Vec<(usize, VirtualArrival)> = workload
-        .arrivals
-        .into_iter()
-        .map(|a| (d.new_trace(&a), a))
-        .collect();
-    indexed.sort_by_key(|(_, a)| a.intended_ns);
-    for (trace, a) in indexed {
-        d.pending.push_back((a, trace));
-    }
-    d.run_until_idle()?;
-    Ok(d.finish())
+    let driver = FleetDriver::new(fleet, workload.max_concurrency)?;
+    run_workload(driver, workload.arrivals, keep_output_ids)
 }

@@ -24,6 +24,7 @@ use super::error::ApiError;
 use super::response::AbortOnDrop;
 use super::{body, request, unix_now, AppState};
 use crate::engine::{FinishReason, NewRequest};
+use crate::fleet::realtime_fleet::ServedLabels;
 
 /// A cross-encoder joins query and document with one separator token.
 const PAIR_SEPARATOR_TOKENS: usize = 1;
@@ -40,18 +41,21 @@ async fn embeddings(State(app): State<AppState>, headers: HeaderMap, body: Body)
     let received = Instant::now();
     embed(app, &headers, body, received)
         .await
-        .map_or_else(IntoResponse::into_response, |r| {
-            axum::Json(r).into_response()
-        })
+        .map_or_else(IntoResponse::into_response, |(r, served)| answer(r, served))
 }
 
 async fn rerank(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
     let received = Instant::now();
     score(app, &headers, body, received)
         .await
-        .map_or_else(IntoResponse::into_response, |r| {
-            axum::Json(r).into_response()
-        })
+        .map_or_else(IntoResponse::into_response, |(r, served)| answer(r, served))
+}
+
+/// The JSON answer, naming the pool and replica that served it in front of a fleet.
+fn answer(body: impl serde::Serialize, served: Option<ServedLabels>) -> Response {
+    let mut resp = axum::Json(body).into_response();
+    crate::fleet::server_hooks::mark_served(&mut resp, served.as_ref());
+    resp
 }
 
 async fn read(app: &AppState, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, ApiError> {
@@ -70,7 +74,7 @@ async fn embed(
     headers: &HeaderMap,
     body: Body,
     received: Instant,
-) -> Result<EmbeddingResponse, ApiError> {
+) -> Result<(EmbeddingResponse, Option<ServedLabels>), ApiError> {
     let bytes = read(&app, headers, body).await?;
     let req: EmbeddingRequest = request::parse_json(&bytes)?;
     app.check_model(Some(&req.model))?;
@@ -86,7 +90,8 @@ async fn embed(
         },
     };
     let lora = app.lora_of(Some(&req.model));
-    let lens = prefill_all(&app, prompts, req.truncate_prompt_tokens, received, lora).await?;
+    let (lens, served) =
+        prefill_all(&app, prompts, req.truncate_prompt_tokens, received, lora).await?;
     let hidden = app.inner.hidden_size;
     let data = lens
         .iter()
@@ -98,17 +103,20 @@ async fn embed(
         })
         .collect();
     let prompt_tokens: u64 = lens.iter().map(|&n| u64::from(n)).sum();
-    Ok(EmbeddingResponse {
-        id: format!("embd-{}", unix_now()),
-        object: "list".into(),
-        created: unix_now(),
-        model: app.inner.served_name.clone(),
-        data,
-        usage: PoolingUsage {
-            prompt_tokens,
-            total_tokens: prompt_tokens,
+    Ok((
+        EmbeddingResponse {
+            id: format!("embd-{}", unix_now()),
+            object: "list".into(),
+            created: unix_now(),
+            model: app.inner.served_name.clone(),
+            data,
+            usage: PoolingUsage {
+                prompt_tokens,
+                total_tokens: prompt_tokens,
+            },
         },
-    })
+        served,
+    ))
 }
 
 async fn score(
@@ -116,7 +124,7 @@ async fn score(
     headers: &HeaderMap,
     body: Body,
     received: Instant,
-) -> Result<RerankResponse, ApiError> {
+) -> Result<(RerankResponse, Option<ServedLabels>), ApiError> {
     let bytes = read(&app, headers, body).await?;
     let req: RerankRequest = request::parse_json(&bytes)?;
     app.check_model(Some(&req.model))?;
@@ -133,7 +141,8 @@ async fn score(
         })
         .collect();
     let lora = app.lora_of(Some(&req.model));
-    let lens = prefill_all(&app, prompts, req.truncate_prompt_tokens, received, lora).await?;
+    let (lens, served) =
+        prefill_all(&app, prompts, req.truncate_prompt_tokens, received, lora).await?;
     let mut results: Vec<RerankResult> = req
         .documents
         .iter()
@@ -150,19 +159,22 @@ async fn score(
         results.truncate(n);
     }
     let total_tokens: u64 = lens.iter().map(|&n| u64::from(n)).sum();
-    Ok(RerankResponse {
-        id: format!("rerank-{}", unix_now()),
-        model: app.inner.served_name.clone(),
-        usage: PoolingUsage {
-            prompt_tokens: total_tokens,
-            total_tokens,
+    Ok((
+        RerankResponse {
+            id: format!("rerank-{}", unix_now()),
+            model: app.inner.served_name.clone(),
+            usage: PoolingUsage {
+                prompt_tokens: total_tokens,
+                total_tokens,
+            },
+            results,
         },
-        results,
-    })
+        served,
+    ))
 }
 
 /// Prefill every prompt as its own engine request, all submitted at once; the prompt
-/// lengths the engine charged. `truncate` as vLLM's `truncate_prompt_tokens`: −1 cuts each
+/// lengths the engine charged, and where a fleet served them. `truncate` as vLLM's `truncate_prompt_tokens`: −1 cuts each
 /// input to the context, `k > 0` to its last `k` tokens, none refuses one that does not fit.
 async fn prefill_all(
     app: &AppState,
@@ -170,7 +182,7 @@ async fn prefill_all(
     truncate: Option<i64>,
     received: Instant,
     lora: Option<u32>,
-) -> Result<Vec<u32>, ApiError> {
+) -> Result<(Vec<u32>, Option<ServedLabels>), ApiError> {
     if prompts.is_empty() {
         return Err(ApiError::bad_request("The input is empty.", Some("input")));
     }
@@ -178,7 +190,7 @@ async fn prefill_all(
     let room = (app.inner.limits.max_model_len as usize)
         .saturating_sub(1)
         .max(1);
-    let engine = app.inner.engine.clone();
+    let mut route = None;
     let mut pending = Vec::with_capacity(prompts.len());
     for mut prompt in prompts {
         let keep = match truncate {
@@ -213,11 +225,15 @@ async fn prefill_all(
             cache_salt: None,
             arrival_ns: 0,
         };
-        let submitted = engine
-            .submit(new, received)
-            .await
-            .map_err(|_| ApiError::engine_stopped())?;
-        let guard = AbortOnDrop::new(engine.clone(), submitted.id);
+        let (engine, submitted) = crate::fleet::server_hooks::submit_pooling_input(
+            app.inner.fleet.as_ref(),
+            &app.inner.engine,
+            &mut route,
+            new,
+            received,
+        )
+        .await?;
+        let guard = AbortOnDrop::new(engine, submitted.id);
         pending.push((submitted.events, guard));
     }
     let mut lens = Vec::with_capacity(pending.len());
@@ -238,7 +254,7 @@ async fn prefill_all(
         }
         lens.push(finished.prompt_tokens);
     }
-    Ok(lens)
+    Ok((lens, route.and_then(|(_, served)| served)))
 }
 
 /// SplitMix64: a cheap, well-spread hash for deterministic values.
