@@ -308,6 +308,22 @@ mod tests {
     }
 
     #[test]
+    fn the_measured_window_opens_when_the_warm_ups_end() {
+        let mut d = VirtualDriver::new(engine_config(), None).unwrap();
+        assert_eq!(warm_up(&mut d, Some(&at(0, 1)), 0, false).unwrap(), 0);
+        let offset = warm_up(&mut d, Some(&at(0, 1)), 2, false).unwrap();
+        assert!(offset > 0);
+        assert_eq!(d.traces().len(), 2);
+        // The window opens when the last warm-up ends.
+        assert_eq!(
+            d.traces().iter().filter_map(|t| t.end_ns).max(),
+            Some(offset)
+        );
+        submit_after_warm_up(&mut d, vec![at(3, 7)], offset);
+        assert_eq!(d.traces()[2].intended_ns, offset + 3_000_000);
+    }
+
+    #[test]
     fn a_trace_shifts_back_by_the_warm_ups_time() {
         let mut t = RequestTrace::for_arrival(&VirtualArrival {
             intended_ns: 55,
