@@ -103,7 +103,24 @@ pub fn run_warmed<T: VirtualTarget>(
     if keep_output_ids {
         target.keep_output_ids();
     }
-    if let Some(first) = arrivals.first() {
+    let offset = warm_up(&mut target, arrivals.first(), num_warmups, cold)?;
+    submit_after_warm_up(&mut target, arrivals, offset);
+    target.run_until_idle()?;
+    let mut run = target.finish();
+    run.drop_warmups(num_warmups, offset);
+    Ok(run)
+}
+
+/// The warm-up phase of [`run_warmed`], for a caller that drives the measured window itself:
+/// `num_warmups` copies of `first` run to completion (`cold` then drops every prefix cache).
+/// Returns the time they took, the offset of the measured window.
+pub fn warm_up<T: VirtualTarget>(
+    target: &mut T,
+    first: Option<&VirtualArrival>,
+    num_warmups: usize,
+    cold: bool,
+) -> Result<u64, SimError> {
+    if let Some(first) = first {
         for k in 0..num_warmups {
             let mut request = first.request.clone();
             request.id = u64::MAX - k as u64;
@@ -118,17 +135,21 @@ pub fn run_warmed<T: VirtualTarget>(
     if cold {
         target.reset_prefix_cache();
     }
-    let offset = target.now_ns();
-    // Traces follow submission order (the given one); the driver sends in time order.
+    Ok(target.now_ns())
+}
+
+/// Submits the measured arrivals `offset_ns` after the run's start (the time [`warm_up`]
+/// took). Traces follow submission order (the given one); the driver sends in time order.
+pub fn submit_after_warm_up<T: VirtualTarget>(
+    target: &mut T,
+    arrivals: Vec<VirtualArrival>,
+    offset_ns: u64,
+) {
     for mut a in arrivals {
-        a.intended_ns += offset;
-        a.request.arrival_ns += offset;
+        a.intended_ns += offset_ns;
+        a.request.arrival_ns += offset_ns;
         target.submit(a);
     }
-    target.run_until_idle()?;
-    let mut run = target.finish();
-    run.drop_warmups(num_warmups, offset);
-    Ok(run)
 }
 
 /// An arrival waiting in the client, and the trace it fills.
@@ -284,6 +305,22 @@ mod tests {
             assert_eq!(w.token_times_ns, p.token_times_ns);
         }
         assert_eq!(warmed.end_ns, plain.end_ns);
+    }
+
+    #[test]
+    fn the_measured_window_opens_when_the_warm_ups_end() {
+        let mut d = VirtualDriver::new(engine_config(), None).unwrap();
+        assert_eq!(warm_up(&mut d, Some(&at(0, 1)), 0, false).unwrap(), 0);
+        let offset = warm_up(&mut d, Some(&at(0, 1)), 2, false).unwrap();
+        assert!(offset > 0);
+        assert_eq!(d.traces().len(), 2);
+        // The window opens when the last warm-up ends.
+        assert_eq!(
+            d.traces().iter().filter_map(|t| t.end_ns).max(),
+            Some(offset)
+        );
+        submit_after_warm_up(&mut d, vec![at(3, 7)], offset);
+        assert_eq!(d.traces()[2].intended_ns, offset + 3_000_000);
     }
 
     #[test]

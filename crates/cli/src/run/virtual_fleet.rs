@@ -3,8 +3,9 @@
 //! and replica served it; a request the pool's rate limit refused is the 429 a gateway sends.
 
 use servebench_metrics::{Failure, FailureKind, RequestRecord, ServedBy};
-use servebench_sim::fleet::{FleetDriver, FleetRun, ResolvedFleet, Served};
-use servebench_sim::virtual_time::{VirtualArrival, VirtualWorkload};
+use servebench_sim::fleet::{run_fleet_virtual, FleetDriver, FleetRun, ResolvedFleet, Served};
+use servebench_sim::virtual_driver::run_warmed;
+use servebench_sim::virtual_time::VirtualWorkload;
 
 /// Runs the workload through the fleet, after `num_warmups` copies of its first request (as a
 /// single engine's virtual run does); `cold` resets every prefix cache after them.
@@ -15,66 +16,17 @@ pub fn run(
     cold: bool,
     keep_output: bool,
 ) -> anyhow::Result<FleetRun> {
-    let VirtualWorkload {
-        arrivals,
-        max_concurrency,
-    } = workload;
     if num_warmups == 0 {
-        return Ok(servebench_sim::fleet::run_fleet_virtual(
-            fleet,
-            VirtualWorkload {
-                arrivals,
-                max_concurrency,
-            },
-            keep_output,
-        )?);
+        return Ok(run_fleet_virtual(fleet, workload, keep_output)?);
     }
-    let mut driver = FleetDriver::new(fleet, max_concurrency)?;
-    if keep_output {
-        driver.keep_output_ids();
-    }
-    if let Some(first) = arrivals.first() {
-        for k in 0..num_warmups {
-            let mut request = first.request.clone();
-            request.id = u64::MAX - k as u64;
-            request.arrival_ns = 0;
-            driver.submit(VirtualArrival {
-                intended_ns: 0,
-                request,
-            });
-        }
-    }
-    driver.run_until_idle()?;
-    if cold {
-        driver.reset_prefix_cache();
-    }
-    let offset = driver.now_ns();
-    // Traces follow submission order (the given one); the driver sends in time order.
-    for mut a in arrivals {
-        a.intended_ns += offset;
-        a.request.arrival_ns += offset;
-        driver.submit(a);
-    }
-    driver.run_until_idle()?;
-    let mut out = driver.finish();
-    let w = num_warmups.min(out.run.traces.len());
-    out.run.traces.drain(..w);
-    out.served.drain(..w);
-    for t in &mut out.run.traces {
-        t.intended_ns -= offset;
-        t.sent_ns = t.sent_ns.saturating_sub(offset);
-        if let Some(f) = t.first_scheduled_ns.as_mut() {
-            *f = f.saturating_sub(offset);
-        }
-        for x in &mut t.token_times_ns {
-            *x = x.saturating_sub(offset);
-        }
-        if let Some(e) = t.end_ns.as_mut() {
-            *e = e.saturating_sub(offset);
-        }
-    }
-    out.run.end_ns = out.run.end_ns.saturating_sub(offset);
-    Ok(out)
+    let driver = FleetDriver::new(fleet, workload.max_concurrency)?;
+    Ok(run_warmed(
+        driver,
+        workload.arrivals,
+        num_warmups,
+        cold,
+        keep_output,
+    )?)
 }
 
 /// Marks a record with where it was served; a rate-limited one becomes an HTTP 429 failure.

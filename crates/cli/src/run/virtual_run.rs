@@ -12,6 +12,7 @@ use servebench_loadgen::telemetry::ServerTelemetry;
 use servebench_metrics::{CountSource, OutputSplit, RequestRecord, TokenEvent};
 use servebench_sim::engine::{FinishReason, NewRequest};
 use servebench_sim::reasoning::ReasoningSplit;
+use servebench_sim::virtual_driver::{submit_after_warm_up, warm_up, WarmedRun};
 use servebench_sim::virtual_time::{
     run_virtual, run_virtual_keeping_output, RequestTrace, VirtualArrival, VirtualDriver,
     VirtualRun, VirtualWorkload,
@@ -419,28 +420,14 @@ fn warmed_up(
     if keep_output {
         driver.keep_output_ids();
     }
-    if let Some(first) = arrivals.first() {
-        for k in 0..num_warmups {
-            let mut request = first.request.clone();
-            request.id = u64::MAX - k as u64;
-            request.arrival_ns = 0;
-            driver.submit(VirtualArrival {
-                intended_ns: 0,
-                request,
-            });
-        }
-    }
-    driver.run_until_idle()?;
     // Cold rows stay cold, as over HTTP where the prefix cache is reset after warm-up.
-    if cold && num_warmups > 0 {
-        driver.reset_prefix_cache();
-    }
-    let offset = driver.now_ns();
-    for mut a in arrivals {
-        a.intended_ns += offset;
-        a.request.arrival_ns += offset;
-        driver.submit(a);
-    }
+    let offset = warm_up(
+        &mut driver,
+        arrivals.first(),
+        num_warmups,
+        cold && num_warmups > 0,
+    )?;
+    submit_after_warm_up(&mut driver, arrivals, offset);
     let stop = match watch {
         Some((w, span)) => {
             super::saturation_stop::drive_virtual(&mut driver, offset, num_warmups, span, w)?
@@ -451,21 +438,7 @@ fn warmed_up(
         }
     };
     let mut run = driver.finish();
-    run.traces.drain(..num_warmups.min(run.traces.len()));
-    for t in &mut run.traces {
-        t.intended_ns -= offset;
-        t.sent_ns = t.sent_ns.saturating_sub(offset);
-        if let Some(f) = t.first_scheduled_ns.as_mut() {
-            *f = f.saturating_sub(offset);
-        }
-        for x in &mut t.token_times_ns {
-            *x = x.saturating_sub(offset);
-        }
-        if let Some(e) = t.end_ns.as_mut() {
-            *e = e.saturating_sub(offset);
-        }
-    }
-    run.end_ns = run.end_ns.saturating_sub(offset);
+    run.drop_warmups(num_warmups, offset);
     Ok((run, stop))
 }
 
