@@ -7,18 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::{ok, servebench, tempdir, text};
-
-const MIXED: &str = "llama-3.1-8b --gpu h100 --replicas 4";
-const SPLIT: &str = "llama-3.1-8b --pool 'chat=--gpu h100 --replicas 3' --pool 'long=--gpu h100 --replicas 1' --route 'prompt_tokens>=4096 -> long'";
-
-fn example() -> String {
-    Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../examples/load-shaping/mixed.jsonl"
-    ))
-    .to_string_lossy()
-    .into_owned()
-}
+use crate::fleet::{example, MIXED, SPLIT};
 
 /// Sweeps `sim` in virtual time under `root`; `extra` are the sweep's own flags, `run` the
 /// run flags after `--`. Returns the experiment directory.

@@ -11,10 +11,13 @@ use serde_json::Value;
 
 use crate::common::{ok, servebench, tempdir, text};
 
-const MIXED: &str = "llama-3.1-8b --gpu h100 --replicas 4";
-const SPLIT: &str = "llama-3.1-8b --pool 'chat=--gpu h100 --replicas 3' --pool 'long=--gpu h100 --replicas 1' --route 'prompt_tokens>=4096 -> long'";
+/// The load-shaping example's four GPUs, mixed.
+pub(crate) const MIXED: &str = "llama-3.1-8b --gpu h100 --replicas 4";
+/// The same four GPUs as three chat replicas and one long-prefill replica.
+pub(crate) const SPLIT: &str = "llama-3.1-8b --pool 'chat=--gpu h100 --replicas 3' --pool 'long=--gpu h100 --replicas 1' --route 'prompt_tokens>=4096 -> long'";
 
-fn example() -> String {
+/// The load-shaping example's trace (a tenth long documents among short chats).
+pub(crate) fn example() -> String {
     Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/load-shaping/mixed.jsonl"

@@ -1,39 +1,20 @@
 //! Unit tests of the scheduler, block accounting and prefix cache on tiny configurations.
 #![allow(clippy::unwrap_used)]
 
-use servebench_roofline::{Catalog, Deployment, Dtype, KvDtype};
-
 use super::*;
 
-fn deployment() -> Deployment {
-    let cat = Catalog::builtin();
-    let gpu = cat.gpu("h100").unwrap().clone();
-    let model = cat.model("llama-3.1-8b").unwrap().clone();
-    Deployment::new(gpu, model, Dtype::Bf16, KvDtype::Auto, 1).unwrap()
-}
-
+/// The crate's shared fixture cut down to a tiny engine: the given blocks, block size, step
+/// budget and sequence cap, 64-token sequences and a 1,000-token vocabulary.
 fn config(num_gpu_blocks: u32, block_size: u32, budget: u32, max_num_seqs: u32) -> EngineConfig {
     EngineConfig {
-        lora: Default::default(),
-        deployment: deployment(),
         max_num_seqs,
         max_num_batched_tokens: budget,
         max_model_len: 64,
         block_size,
         num_gpu_blocks,
-        enable_prefix_caching: true,
-        enable_chunked_prefill: true,
-        long_prefill_token_threshold: 0,
-        kv_watermark: 0.0,
-        full_sequence_must_fit: false,
-        seed: 0,
-        jitter_sigma: 0.0,
-        hiccup_prob: 0.0,
-        hiccup_ms: 5.0,
-        eos_len_median: 0.0,
-        eos_len_sigma: 0.8,
         output_vocab: vec![7, 8, 9],
         vocab_size: 1000,
+        ..crate::test_support::engine_config()
     }
 }
 
