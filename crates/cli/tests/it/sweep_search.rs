@@ -215,21 +215,26 @@ fn search_misuse_is_refused_with_the_flag_named() {
     std::fs::remove_dir_all(dir).ok();
 }
 
+/// 2000 requests per run, 512 → 128 tokens, in virtual time, no warm-ups.
+const LONG_WORKLOAD: [&str; 9] = [
+    "--input-len",
+    "512",
+    "--output-len",
+    "128",
+    "--num-prompts",
+    "2000",
+    "--num-warmups",
+    "0",
+    "--virtual-time",
+];
+
 /// A search over a longer schedule (2000 requests per run, 512 → 128 tokens, virtual time):
 /// long enough for the live over-saturation watch to judge a point before its end.
 fn long_search(results: &PathBuf, rates: &str, max_points: &str) -> Output {
     bin()
         .arg("sweep")
+        .args(LONG_WORKLOAD)
         .args([
-            "--input-len",
-            "512",
-            "--output-len",
-            "128",
-            "--num-prompts",
-            "2000",
-            "--num-warmups",
-            "0",
-            "--virtual-time",
             "--max-concurrency",
             "none",
             "--request-rate",
@@ -407,20 +412,8 @@ fn plain_runs_stop_early_only_when_asked() {
     let run = |sub: &str, flag: Option<&str>| {
         let out = bin()
             .arg("run")
-            .args([
-                "--input-len",
-                "512",
-                "--output-len",
-                "128",
-                "--num-prompts",
-                "2000",
-                "--num-warmups",
-                "0",
-                "--virtual-time",
-                "--request-rate",
-                "200",
-                "--output-dir",
-            ])
+            .args(LONG_WORKLOAD)
+            .args(["--request-rate", "200", "--output-dir"])
             .arg(dir.join(sub))
             .args(flag)
             .output()
