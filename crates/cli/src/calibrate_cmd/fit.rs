@@ -4,8 +4,8 @@
 //! Every observation is a sum of engine steps whose work (FLOPs and bytes at peak, planned
 //! requests, all-reduce time) is known from the records; only the factors are unknown. A step
 //! takes `t_ovh + n_req·t_req + softroof(t_c0/MFU, t_m0/MBU) + t_ar`, so the fit is a small
-//! Levenberg–Marquardt on the factors' logarithms (they stay positive), minimising relative
-//! errors so a 100 ms TTFT and a 7 ms gap weigh alike. Step and layer overheads are one
+//! Levenberg–Marquardt on the factors' logarithms (they stay positive), minimising log ratios
+//! of predicted to observed so a 100 ms TTFT and a 7 ms gap weigh alike. Step and layer overheads are one
 //! per-step constant for one model, so they are fitted together as `t_ovh`.
 //!
 //! To add a factor: a [`Factor`] variant, its term in [`Factors::step`] and its derivative in
@@ -233,7 +233,7 @@ pub struct Fit {
     /// Each factor's relative standard error, assuming a relative noise of [`MIN_NOISE`] on
     /// every observation, in [`Factor::ALL`] order.
     pub relative_se: [f64; 4],
-    /// Weighted RMS relative residual after the fit.
+    /// Weighted RMS of the log residuals `ln(pred/obs)` after the fit.
     pub rms_residual: f64,
     /// Fitted factors that ended at a bound of their range (MFU or MBU at 1): the runs ask
     /// for more than the catalog's peak, so the value is a limit, not an estimate.
