@@ -4,8 +4,8 @@
 //! Every observation is a sum of engine steps whose work (FLOPs and bytes at peak, planned
 //! requests, all-reduce time) is known from the records; only the factors are unknown. A step
 //! takes `t_ovh + n_req·t_req + softroof(t_c0/MFU, t_m0/MBU) + t_ar`, so the fit is a small
-//! Levenberg–Marquardt on the factors' logarithms (they stay positive), minimising relative
-//! errors so a 100 ms TTFT and a 7 ms gap weigh alike. Step and layer overheads are one
+//! Levenberg–Marquardt on the factors' logarithms (they stay positive), minimising log ratios
+//! of predicted to observed so a 100 ms TTFT and a 7 ms gap weigh alike. Step and layer overheads are one
 //! per-step constant for one model, so they are fitted together as `t_ovh`.
 //!
 //! To add a factor: a [`Factor`] variant, its term in [`Factors::step`] and its derivative in
@@ -233,8 +233,11 @@ pub struct Fit {
     /// Each factor's relative standard error, assuming a relative noise of [`MIN_NOISE`] on
     /// every observation, in [`Factor::ALL`] order.
     pub relative_se: [f64; 4],
-    /// Weighted RMS relative residual after the fit.
+    /// Weighted RMS of the log residuals `ln(pred/obs)` after the fit.
     pub rms_residual: f64,
+    /// Fitted factors that ended at a bound of their range (MFU or MBU at 1): the runs ask
+    /// for more than the catalog's peak, so the value is a limit, not an estimate.
+    pub at_bound: Vec<Factor>,
 }
 
 /// The relative noise assumed per observation when judging identifiability: a factor must
@@ -293,9 +296,14 @@ pub fn fit_holding(data: &Dataset, start: &Factors, held: &[Factor]) -> Result<F
         values: [phi[0].exp(), phi[1].exp(), phi[2].exp(), phi[3].exp()],
         softroof_p: start.softroof_p,
     };
-    let phi0: Vec<f64> = start.values.iter().map(|v| v.max(1e-12).ln()).collect();
-    let (phi, cost) = descend(data, phi0, &at, held);
+    let (phi, cost) = global_descent(data, start, &at, held);
     let factors = at(&phi);
+    let at_bound: Vec<Factor> = Factor::ALL
+        .iter()
+        .enumerate()
+        .filter(|(i, f)| *i < 2 && !held.contains(f) && phi[*i] >= -BOUND_TOLERANCE)
+        .map(|(_, f)| *f)
+        .collect();
     let total_weight: f64 = data.observations.iter().map(|o| o.weight).sum();
     let rms_residual = (cost / total_weight.max(1e-300)).sqrt();
     // Identifiability is a property of the runs' design, not of how well this fit went: the
@@ -344,8 +352,79 @@ pub fn fit_holding(data: &Dataset, start: &Factors, held: &[Factor]) -> Result<F
         factors,
         relative_se,
         rms_residual,
+        at_bound,
     })
 }
+
+/// A log-factor this close to 0 (a fraction within 0.1 % of 1) is at its bound.
+const BOUND_TOLERANCE: f64 = 1e-3;
+/// Log-spaced MFU and MBU values tried as starting points, from 1 % of peak to peak.
+const GRID_POINTS: usize = 9;
+const GRID_LOW: f64 = 0.01;
+/// Descents started from the best grid points (besides the one from `start`).
+const GRID_STARTS: usize = 3;
+
+/// The lowest-cost point of several descents: one from `start`, and one from each of the
+/// [`GRID_STARTS`] best points of a log grid over MFU × MBU (overheads at `start`).
+///
+/// The soft roofline makes the cost non-convex in MFU and MBU: a step's time can be explained
+/// as compute-bound or as memory-bound, and a descent from the catalog's values can settle in
+/// the wrong one with a factor pressed against 1 while a far better fit lies elsewhere.
+fn global_descent(
+    data: &Dataset,
+    start: &Factors,
+    at: &impl Fn(&[f64]) -> Factors,
+    held: &[Factor],
+) -> (Vec<f64>, f64) {
+    // MFU and MBU start within their range, or a start above peak that already fits would
+    // be returned unchanged.
+    let phi0: Vec<f64> = start
+        .values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let phi = v.max(1e-12).ln();
+            if i < 2 && !held.contains(&Factor::ALL[i]) {
+                phi.min(0.0)
+            } else {
+                phi
+            }
+        })
+        .collect();
+    let axis = |f: Factor| -> Vec<f64> {
+        if held.contains(&f) {
+            return vec![phi0[index(f)]];
+        }
+        let lo = GRID_LOW.ln();
+        (0..GRID_POINTS)
+            .map(|k| lo * (1.0 - k as f64 / (GRID_POINTS - 1) as f64))
+            .collect()
+    };
+    let mut grid: Vec<(f64, Vec<f64>)> = Vec::new();
+    for &c in &axis(Factor::Mfu) {
+        for &m in &axis(Factor::Mbu) {
+            let mut phi = phi0.clone();
+            phi[index(Factor::Mfu)] = c;
+            phi[index(Factor::Mbu)] = m;
+            let cost = cost_of(data, &at(&phi));
+            if cost.is_finite() {
+                grid.push((cost, phi));
+            }
+        }
+    }
+    grid.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut best = descend(data, phi0, at, held);
+    for (_, phi) in grid.into_iter().take(GRID_STARTS) {
+        let candidate = descend(data, phi, at, held);
+        if candidate.1 < best.1 {
+            best = candidate;
+        }
+    }
+    best
+}
+
+/// The smallest log-overhead (e^-30 s: nothing).
+const LOG_FLOOR: f64 = -30.0;
 
 /// Levenberg–Marquardt from `phi` (log-factors): the point reached and its cost.
 fn descend(
@@ -363,13 +442,24 @@ fn descend(
             break;
         }
         let (jtj, mut jtr) = normal_equations(data, &at(&phi));
+        // A factor at its bound that the descent would push further out is held for this
+        // step: clamping it after a joint step would leave the others with a step computed
+        // for a move that never happens, and the descent would stall at the bound.
+        let mut active: Vec<Factor> = held.to_vec();
+        for (i, f) in Factor::ALL.iter().enumerate() {
+            let outward = (i < 2 && phi[i] >= -1e-12 && jtr[i] < 0.0)
+                || (i >= 2 && phi[i] <= LOG_FLOOR + 1e-12 && jtr[i] > 0.0);
+            if outward && !active.contains(f) {
+                active.push(*f);
+            }
+        }
         let mut improved = false;
         for _ in 0..30 {
             let mut a = jtj.clone();
             for i in 0..n {
                 a[i][i] += lambda * jtj[i][i].max(1e-12);
             }
-            hold(&mut a, Some(&mut jtr), held);
+            hold(&mut a, Some(&mut jtr), &active);
             let Some(delta) = solve(a, jtr.iter().map(|v| -v).collect()) else {
                 lambda *= 10.0;
                 continue;
@@ -383,7 +473,7 @@ fn descend(
             let trial: Vec<f64> = trial
                 .iter()
                 .enumerate()
-                .map(|(i, &v)| if i < 2 { v.min(0.0) } else { v.max(-30.0) })
+                .map(|(i, &v)| if i < 2 { v.min(0.0) } else { v.max(LOG_FLOOR) })
                 .collect();
             let c = cost_of(data, &at(&trial));
             if c < cost {
@@ -408,12 +498,22 @@ fn descend(
     (phi, cost)
 }
 
-/// `Σ w·(pred/obs − 1)²`.
+/// One observation's residual, `ln(pred/obs)`: relative (a 100 ms TTFT and a 7 ms gap weigh
+/// alike) and symmetric. `pred/obs − 1` is not: it can cost at most 1 for a prediction too
+/// short but without limit for one too long, so on a real clock, where a few gaps come out
+/// far longer than the engine's step (the server descheduled, tokens delivered late), the
+/// fit bought those few with predictions too short for every other observation and pressed
+/// MFU or MBU against 1.
+fn residual(pred: f64, observed: f64) -> f64 {
+    (pred.max(1e-300) / observed.max(1e-300)).ln()
+}
+
+/// `Σ w·ln(pred/obs)²`.
 fn cost_of(data: &Dataset, f: &Factors) -> f64 {
     data.observations
         .iter()
         .map(|o| {
-            let r = data.predict(o, f) / o.observed - 1.0;
+            let r = residual(data.predict(o, f), o.observed);
             o.weight * r * r
         })
         .sum()
@@ -444,13 +544,14 @@ fn normal_equations_with(
                 *g += d;
             }
         }
-        let r = pred / o.observed - 1.0;
+        let r = residual(pred, o.observed);
         let w = weight(o);
+        let pred = pred.max(1e-300);
         for i in 0..n {
-            let ji = grad[i] / o.observed;
+            let ji = grad[i] / pred;
             jtr[i] += w * ji * r;
             for j in 0..n {
-                jtj[i][j] += w * ji * grad[j] / o.observed;
+                jtj[i][j] += w * ji * grad[j] / pred;
             }
         }
     }
@@ -710,6 +811,89 @@ mod tests {
         let got = data.predict(d, &fitted.factors) / d.observed - 1.0;
         assert!(got.abs() < 0.01, "{got}");
         assert!(fitted.factors.get(Factor::Mbu) < truth().get(Factor::Mbu));
+    }
+
+    #[test]
+    fn a_spread_of_timings_does_not_bias_the_fit_towards_the_shortest() {
+        // A real clock on a busy machine: every observation is off by a factor of 2 either
+        // way, as often long as short. Relative errors `pred/obs − 1` cost at most 1 for a
+        // prediction too short and without limit for one too long, so they fitted the
+        // shortest observations and pressed MFU and MBU towards 1; log ratios stay centred.
+        let mut d = rich();
+        for (i, o) in d.observations.iter_mut().enumerate() {
+            o.observed *= if i % 2 == 0 { 2.0 } else { 0.5 };
+        }
+        let held = [Factor::StepOverhead, Factor::ReqOverhead];
+        let fit = fit_holding(&d, &default_start(), &held).unwrap();
+        assert!(fit.at_bound.is_empty(), "{:?}", fit.at_bound);
+        for f in [Factor::Mfu, Factor::Mbu] {
+            let (got, want) = (fit.factors.get(f), truth().get(f));
+            assert!((got / want - 1.0).abs() < 0.15, "{f:?}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn a_descent_started_at_the_bounds_reaches_a_far_interior_optimum() {
+        // Runs on a slow machine: MFU 2 % and MBU 5 % of the catalog's peaks. A start at the
+        // bounds (MFU = MBU = 1), two orders of magnitude away, must still find them.
+        let slow = Factors {
+            values: [0.02, 0.05, 1.4e-3, 30e-6],
+            softroof_p: 1.5,
+        };
+        let mut d = rich();
+        for o in d.observations.iter_mut() {
+            o.observed = slow.step(&d.steps[o.steps[0] as usize]);
+        }
+        let start = Factors {
+            values: [1.0, 1.0, 1.15e-3, 4e-6],
+            softroof_p: 1.5,
+        };
+        let held = [Factor::StepOverhead, Factor::ReqOverhead];
+        let (phi, _) = descend(&d, start.values.map(f64::ln).to_vec(), &exp_all, &held);
+        let fit = fit_holding(&d, &start, &held).unwrap();
+        assert!(fit.at_bound.is_empty(), "{:?}", fit.at_bound);
+        for f in [Factor::Mfu, Factor::Mbu] {
+            let i = index(f);
+            let (got, want) = (fit.factors.values[i], slow.values[i]);
+            // The overheads held at their (wrong) start leave a small bias, nothing more.
+            assert!((got / want - 1.0).abs() < 0.1, "{f:?}: {got} vs {want}");
+            // And the plain descent agrees: no factor is left pressed against 1.
+            assert!(phi[i] < -1.0, "{f:?} from the bounds: {}", phi[i].exp());
+        }
+    }
+
+    fn exp_all(phi: &[f64]) -> Factors {
+        Factors {
+            values: [phi[0].exp(), phi[1].exp(), phi[2].exp(), phi[3].exp()],
+            softroof_p: 1.5,
+        }
+    }
+
+    #[test]
+    fn a_factor_the_runs_push_past_peak_is_reported_at_its_bound() {
+        // A catalog peak half the machine's: the data want MFU 2, the fit stops at 1 and says so.
+        let fast = Factors {
+            values: [2.0, 0.62, 1.4e-3, 30e-6],
+            softroof_p: 1.5,
+        };
+        let mut d = rich();
+        for o in d.observations.iter_mut() {
+            o.observed = fast.step(&d.steps[o.steps[0] as usize]);
+        }
+        let held = [Factor::StepOverhead, Factor::ReqOverhead];
+        let start = Factors {
+            values: [0.6, 0.78, 1.4e-3, 30e-6],
+            softroof_p: 1.5,
+        };
+        let fit = fit_holding(&d, &start, &held).unwrap();
+        assert_eq!(fit.at_bound, vec![Factor::Mfu]);
+        assert_eq!(fit.factors.get(Factor::Mfu), 1.0);
+    }
+
+    #[test]
+    fn residuals_are_symmetric_in_ratio() {
+        assert!((residual(2.0, 1.0) + residual(1.0, 2.0)).abs() < 1e-12);
+        assert_eq!(residual(3.0, 3.0), 0.0);
     }
 
     #[test]

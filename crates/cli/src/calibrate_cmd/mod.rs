@@ -180,6 +180,13 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String> {
     let fixed: Vec<Factor> = args.fixed.iter().map(|&f| f.into()).collect();
     let fitted = fit::fit_holding(&fit_data, &start, &fixed).map_err(|e| refusal(e, &fit_paths))?;
 
+    for f in &fitted.at_bound {
+        notes.push(format!(
+            "{} ended at its bound 1.0: the runs ask for more than the catalog's peak, so it is a limit, not an estimate (check the GPU's peak in the catalog, or {})",
+            f.name(),
+            f.hint()
+        ));
+    }
     let mut out = String::new();
     let t = &first.target;
     let _ = writeln!(
