@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use servebench_analysis::frontier::{
-    analyze_sweep, parse_slos, LatencyStat, LoadKind, Slo, SloStat, SweepPoint,
+    analyze_sweep, parse_slos, LatencyStat, LoadKind, Slo, SloStat, SweepAnalysis, SweepPoint,
 };
 use servebench_loadgen::StopSignal;
 use servebench_metrics::result::RunResult;
@@ -547,47 +547,17 @@ async fn run_sweep(
         .as_ref()
         .and_then(|a| a.slo.as_ref())
         .map(|o| o.headline.clone());
-    let experiment = ExperimentFile {
-        schema: layout::EXPERIMENT_SCHEMA.to_owned(),
-        kind: "sweep".to_owned(),
-        quick,
-        title: args.title.clone().unwrap_or_else(|| {
-            format!("Sweep of row {} ({})", sweep.row.id, sweep.variable.name())
-        }),
-        rows: vec![RowEntry {
-            id: sweep.row.id.clone(),
-            name: sweep.row.name.clone(),
-            hypothesis: sweep.row.hypothesis.clone(),
-            runs: Vec::new(),
-            repeat_summary: None,
-        }],
-        sweep: Some(SweepEntry {
-            row: sweep.row.id.clone(),
-            variable: sweep.variable.name().to_owned(),
-            slos: sweep.slo_text.clone(),
-            latency_metric: args.latency_metric.clone(),
-            points: entries,
-            stopped_early,
-            stop_reason: stop_reason.clone(),
-            knee: analysis.as_ref().and_then(|a| a.knee.map(|k| k.index)),
-            frontier: analysis
-                .as_ref()
-                .map(|a| a.frontier.clone())
-                .unwrap_or_default(),
-            saturation: analysis
-                .as_ref()
-                .and_then(|a| a.saturation.map(|s| s.index)),
-            best_under_slo: analysis
-                .as_ref()
-                .and_then(|a| a.slo.as_ref().and_then(|o| o.best)),
-            headline: headline.clone(),
-            probe,
-            search: None,
-            gpus: args.search.gpus,
-        }),
-        repeat: args.repeat,
-        notes: notes.clone(),
+    let title = args
+        .title
+        .clone()
+        .unwrap_or_else(|| format!("Sweep of row {} ({})", sweep.row.id, sweep.variable.name()));
+    let entry = SweepEntry {
+        stopped_early,
+        stop_reason: stop_reason.clone(),
+        probe,
+        ..sweep_entry(sweep, args, entries, analysis.as_ref())
     };
+    let experiment = sweep_experiment(sweep, args, quick, title, entry, notes.clone());
     layout::write_json(&dir.join("experiment.json"), &experiment)?;
 
     println!(
@@ -743,6 +713,62 @@ async fn run_probe(
         },
         rate,
     ))
+}
+
+/// A sweep's `sweep` entry as its points and their analysis give it; callers set how the
+/// sweep ended and what chose its points (a probe, a search).
+pub(crate) fn sweep_entry(
+    sweep: &Sweep,
+    args: &SweepArgs,
+    points: Vec<PointEntry>,
+    analysis: Option<&SweepAnalysis>,
+) -> SweepEntry {
+    SweepEntry {
+        row: sweep.row.id.clone(),
+        variable: sweep.variable.name().to_owned(),
+        slos: sweep.slo_text.clone(),
+        latency_metric: args.latency_metric.clone(),
+        points,
+        stopped_early: false,
+        stop_reason: String::new(),
+        knee: analysis.and_then(|a| a.knee.map(|k| k.index)),
+        frontier: analysis.map(|a| a.frontier.clone()).unwrap_or_default(),
+        saturation: analysis.and_then(|a| a.saturation.map(|s| s.index)),
+        best_under_slo: analysis.and_then(|a| a.slo.as_ref().and_then(|o| o.best)),
+        headline: analysis
+            .and_then(|a| a.slo.as_ref())
+            .map(|o| o.headline.clone()),
+        probe: None,
+        search: None,
+        gpus: args.search.gpus,
+    }
+}
+
+/// The `experiment.json` of a sweep: its one row and its sweep entry.
+pub(crate) fn sweep_experiment(
+    sweep: &Sweep,
+    args: &SweepArgs,
+    quick: bool,
+    title: String,
+    entry: SweepEntry,
+    notes: Vec<String>,
+) -> ExperimentFile {
+    ExperimentFile {
+        schema: layout::EXPERIMENT_SCHEMA.to_owned(),
+        kind: "sweep".to_owned(),
+        quick,
+        title,
+        rows: vec![RowEntry {
+            id: sweep.row.id.clone(),
+            name: sweep.row.name.clone(),
+            hypothesis: sweep.row.hypothesis.clone(),
+            runs: Vec::new(),
+            repeat_summary: None,
+        }],
+        sweep: Some(entry),
+        repeat: args.repeat,
+        notes,
+    }
 }
 
 #[cfg(test)]

@@ -21,11 +21,13 @@ use servebench_metrics::RunSummary;
 
 use crate::matrix::bench::Bench;
 use crate::matrix::frontier::{sweep_point, user_latency};
-use crate::matrix::layout::{self, ExperimentFile, PointEntry, RowEntry, SweepEntry};
+use crate::matrix::layout::{self, PointEntry, SweepEntry};
 use crate::matrix::plan::{MatrixPlan, Rate, Scale};
 use crate::matrix::render;
 use crate::matrix::repeat::{run_repeated, Repeated};
-use crate::sweep_cmd::{create_experiment, run_validity, Ctx, Sweep, SweepArgs, Variable};
+use crate::sweep_cmd::{
+    create_experiment, run_validity, sweep_entry, sweep_experiment, Ctx, Sweep, SweepArgs, Variable,
+};
 
 /// `servebench sweep` flags of the operating-point search and the frontier's per-GPU axis.
 #[derive(Debug, Clone, Default, Args)]
@@ -314,58 +316,32 @@ pub async fn run_search(
             (None, None) => {}
         }
     }
-    let experiment = ExperimentFile {
-        schema: layout::EXPERIMENT_SCHEMA.to_owned(),
-        kind: "sweep".to_owned(),
-        quick,
-        title: args.title.clone().unwrap_or_else(|| {
-            format!(
-                "Operating-point search on row {} ({})",
-                sweep.row.id,
-                sweep.variable.name()
-            )
+    let title = args.title.clone().unwrap_or_else(|| {
+        format!(
+            "Operating-point search on row {} ({})",
+            sweep.row.id,
+            sweep.variable.name()
+        )
+    });
+    let entry = SweepEntry {
+        stopped_early: !stop_reason.is_empty(),
+        stop_reason: stop_reason.clone(),
+        best_under_slo: answer.and_then(|a| points.iter().position(|p| p.offered_load == a)),
+        headline: Some(headline.clone()),
+        search: Some(SearchEntry {
+            tolerance: args.search.search_tolerance,
+            start,
+            cap,
+            tried: tried.clone(),
+            answer,
+            first_failing,
+            throughput: throughput.as_ref().map(interval),
+            headline: headline.clone(),
         }),
-        rows: vec![RowEntry {
-            id: sweep.row.id.clone(),
-            name: sweep.row.name.clone(),
-            hypothesis: sweep.row.hypothesis.clone(),
-            runs: Vec::new(),
-            repeat_summary: None,
-        }],
-        sweep: Some(SweepEntry {
-            row: sweep.row.id.clone(),
-            variable: sweep.variable.name().to_owned(),
-            slos: sweep.slo_text.clone(),
-            latency_metric: args.latency_metric.clone(),
-            points: entries,
-            stopped_early: !stop_reason.is_empty(),
-            stop_reason: stop_reason.clone(),
-            knee: analysis.as_ref().and_then(|a| a.knee.map(|k| k.index)),
-            frontier: analysis
-                .as_ref()
-                .map(|a| a.frontier.clone())
-                .unwrap_or_default(),
-            saturation: analysis
-                .as_ref()
-                .and_then(|a| a.saturation.map(|s| s.index)),
-            best_under_slo: answer.and_then(|a| points.iter().position(|p| p.offered_load == a)),
-            headline: Some(headline.clone()),
-            probe: None,
-            search: Some(SearchEntry {
-                tolerance: args.search.search_tolerance,
-                start,
-                cap,
-                tried: tried.clone(),
-                answer,
-                first_failing,
-                throughput: throughput.as_ref().map(interval),
-                headline: headline.clone(),
-            }),
-            gpus,
-        }),
-        repeat: args.repeat,
-        notes: notes.clone(),
+        gpus,
+        ..sweep_entry(sweep, args, entries, analysis.as_ref())
     };
+    let experiment = sweep_experiment(sweep, args, quick, title, entry, notes.clone());
     layout::write_json(&dir.join("experiment.json"), &experiment)?;
 
     println!(
