@@ -39,6 +39,8 @@ pub struct Source {
 pub struct Figures {
     pub output_tok_s: Option<f64>,
     pub ttft_mean_ms: Option<f64>,
+    pub ttft_median_ms: Option<f64>,
+    pub ttft_p99_ms: Option<f64>,
     pub itl_mean_ms: Option<f64>,
     pub e2e_mean_ms: Option<f64>,
     pub batch_ms: Option<f64>,
@@ -50,6 +52,8 @@ impl Figures {
         [
             ("output_tok_s", self.output_tok_s),
             ("ttft_mean_ms", self.ttft_mean_ms),
+            ("ttft_median_ms", self.ttft_median_ms),
+            ("ttft_p99_ms", self.ttft_p99_ms),
             ("itl_mean_ms", self.itl_mean_ms),
             ("e2e_mean_ms", self.e2e_mean_ms),
             ("batch_ms", self.batch_ms),
@@ -377,10 +381,25 @@ fn figures_of(traces: &[RequestTrace]) -> Figures {
     Figures {
         output_tok_s: (duration_s > 0.0).then(|| tokens as f64 / duration_s),
         ttft_mean_ms: mean(&ttft),
+        ttft_median_ms: percentile(&ttft, 50.0),
+        ttft_p99_ms: percentile(&ttft, 99.0),
         itl_mean_ms: mean(&tpot),
         e2e_mean_ms: mean(&e2e),
         batch_ms: (end > start).then(|| ms((end - start) as f64)),
     }
+}
+
+/// The `p`-th percentile with linear interpolation between closest ranks, as numpy's default
+/// (what vLLM's benchmark reports).
+fn percentile(v: &[f64], p: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let rank = p / 100.0 * (s.len() - 1) as f64;
+    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+    Some(s[lo] + (s[hi] - s[lo]) * (rank - lo as f64))
 }
 
 /// The fidelity table in Markdown: one row per point and figure.
@@ -487,6 +506,15 @@ mod tests {
         assert!((std_normal_cdf(0.0) - 0.5).abs() < 1e-7);
         assert!((std_normal_cdf(1.96) - 0.975).abs() < 1e-4);
         assert!((median_for_capped_mean(50.0, 128, 0.0) - 50.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn percentiles_interpolate_between_ranks() {
+        let v = [4.0, 1.0, 3.0, 2.0];
+        assert_eq!(percentile(&v, 50.0), Some(2.5));
+        assert_eq!(percentile(&v, 100.0), Some(4.0));
+        assert!((percentile(&v, 99.0).unwrap() - 3.97).abs() < 1e-9);
+        assert_eq!(percentile(&[], 50.0), None);
     }
 
     #[test]

@@ -129,6 +129,10 @@ pub struct VirtualDriver {
     steps: u64,
     /// Record generated token ids in the traces (memory grows with every output token).
     keep_output_ids: bool,
+    /// Sent requests on their way to the engine: (when it can see them, request, trace).
+    inbox: VecDeque<(u64, NewRequest, usize)>,
+    /// When the last step ended.
+    last_step_end_ns: Option<u64>,
 }
 
 impl VirtualDriver {
@@ -155,6 +159,8 @@ impl VirtualDriver {
             trace_index: HashMap::new(),
             steps: 0,
             keep_output_ids: false,
+            inbox: VecDeque::new(),
+            last_step_end_ns: None,
         })
     }
 
@@ -179,11 +185,11 @@ impl VirtualDriver {
     /// idle engine to the next arrival. `false` when there is nothing left to do.
     pub fn step(&mut self) -> Result<bool, SimError> {
         self.send_due();
+        self.deliver_ready();
         if self.core.is_idle() {
-            let Some(next) = self.pending.front() else {
+            let Some(at) = self.next_event() else {
                 return Ok(false);
             };
-            let at = next.due_ns();
             if at <= self.now_ns {
                 // Due but without a client slot while the engine is idle: a slot frees up only
                 // when a request finishes, and none is in flight.
@@ -209,6 +215,7 @@ impl VirtualDriver {
         let out = self.core.commit_step(plan, t1);
         self.steps += 1;
         self.now_ns = t1;
+        self.last_step_end_ns = Some(t1);
         for tok in &out.tokens {
             if let Some(&i) = self.trace_index.get(&tok.id) {
                 self.traces[i].token_times_ns.push(t1);
@@ -230,10 +237,31 @@ impl VirtualDriver {
             tr.end_ns = Some(t1);
             self.in_flight -= 1;
             if self.max_concurrency.is_some() {
-                self.free_slots.push_back(t1);
+                self.free_slot_at(t1);
             }
         }
         Ok(true)
+    }
+
+    /// The next time something can happen while the engine is idle.
+    fn next_event(&self) -> Option<u64> {
+        let inbox = self.inbox.front().map(|(t, _, _)| *t);
+        let send = self.pending.front().and_then(|p| {
+            let slot = match self.max_concurrency {
+                Some(_) => *self.free_slots.front()?,
+                None => 0,
+            };
+            Some(p.due_ns().max(slot))
+        });
+        match (inbox, send) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn free_slot_at(&mut self, t: u64) {
+        let at = self.free_slots.partition_point(|&x| x <= t);
+        self.free_slots.insert(at, t);
     }
 
     /// Sends every pending arrival that is due at `now` and has a client slot.
@@ -244,32 +272,57 @@ impl VirtualDriver {
                 break;
             }
             let slot_free_at = match self.max_concurrency {
-                Some(_) => match self.free_slots.pop_front() {
-                    Some(t) => t,
-                    None => break,
+                Some(_) => match self.free_slots.front() {
+                    Some(&t) if t <= self.now_ns => {
+                        self.free_slots.pop_front();
+                        t
+                    }
+                    _ => break,
                 },
                 None => 0,
             };
-            let Some(mut p) = self.pending.pop() else {
+            let Some(p) = self.pending.pop() else {
                 break;
             };
             let sent = due.max(slot_free_at);
-            p.arrival.request.arrival_ns = sent;
-            let id = p.arrival.request.id;
             self.traces[p.trace].sent_ns = sent;
-            match self.core.try_add(p.arrival.request) {
+            // A request sent because the step that just ended freed its slot learns of that
+            // end only after the engine has begun the next step (over HTTP the last token
+            // travels to the client and the new request back): it joins the step after.
+            let ready = if self.last_step_end_ns == Some(sent) && slot_free_at == sent {
+                sent + 1
+            } else {
+                sent
+            };
+            self.inbox.push_back((ready, p.arrival.request, p.trace));
+        }
+    }
+
+    /// Hands the engine every request the front end has passed on by now.
+    fn deliver_ready(&mut self) {
+        while self
+            .inbox
+            .front()
+            .is_some_and(|(t, _, _)| *t <= self.now_ns)
+        {
+            let Some((ready, mut request, trace)) = self.inbox.pop_front() else {
+                break;
+            };
+            request.arrival_ns = ready;
+            let id = request.id;
+            match self.core.try_add(request) {
                 Ok(()) => {
-                    self.trace_index.insert(id, p.trace);
+                    self.trace_index.insert(id, trace);
                     self.in_flight += 1;
                 }
                 Err(e) => {
                     // Refused at once, as a server answers 400: the slot frees immediately.
                     tracing::warn!("virtual client: {e}");
-                    let tr = &mut self.traces[p.trace];
+                    let tr = &mut self.traces[trace];
                     tr.finish_reason = Some(FinishReason::Abort);
-                    tr.end_ns = Some(sent);
+                    tr.end_ns = Some(ready);
                     if self.max_concurrency.is_some() {
-                        self.free_slots.push_front(sent);
+                        self.free_slot_at(ready);
                     }
                 }
             }
@@ -402,6 +455,42 @@ mod tests {
         assert!(t.iter().all(|x| x.intended_ns == 0));
         // Queueing in the client is visible as sent − intended.
         assert!(t[2].sent_ns > t[1].sent_ns);
+    }
+
+    #[test]
+    fn a_replacement_request_misses_the_step_that_begins_as_its_slot_frees() {
+        // Two in flight: request 0 (2 tokens) ends while request 1 (6 tokens) runs on; request 2
+        // is sent into the freed slot at that step's end, and the engine, already stepping on
+        // with request 1, schedules it only in the step after.
+        let run = run_virtual(
+            config(),
+            VirtualWorkload {
+                arrivals: vec![arrival(0, 0, 2), arrival(1, 0, 6), arrival(2, 0, 2)],
+                max_concurrency: Some(2),
+            },
+        )
+        .unwrap();
+        let (a, b, c) = (&run.traces[0], &run.traces[1], &run.traces[2]);
+        let freed = a.end_ns.unwrap();
+        assert_eq!(c.sent_ns, freed);
+        let next_step_end = *b.token_times_ns.iter().find(|&&t| t > freed).unwrap();
+        assert_eq!(c.first_scheduled_ns, Some(next_step_end));
+        assert!(c.ttft_ns().unwrap() > next_step_end - freed);
+    }
+
+    #[test]
+    fn a_replacement_into_an_idle_engine_starts_at_once() {
+        let run = run_virtual(
+            config(),
+            VirtualWorkload {
+                arrivals: (0..2).map(|i| arrival(i, 0, 3)).collect(),
+                max_concurrency: Some(1),
+            },
+        )
+        .unwrap();
+        let (a, b) = (&run.traces[0], &run.traces[1]);
+        // One nanosecond later: the engine has nothing else to run.
+        assert_eq!(b.first_scheduled_ns, Some(a.end_ns.unwrap() + 1));
     }
 
     #[test]

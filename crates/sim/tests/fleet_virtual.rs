@@ -206,3 +206,31 @@ fn a_pd_pool_decodes_on_its_decode_replicas_from_transferred_kv() {
     // The prefill engine's own token is not the client's: 32 tokens, not 33.
     assert!(r.run.traces.iter().all(|t| t.token_times_ns.len() == 32));
 }
+
+#[test]
+fn a_closed_loop_replacement_is_sent_after_the_step_that_freed_its_slot() {
+    // Two replicas, two in flight: request 0 (2 tokens, replica 0) ends while request 1 (6
+    // tokens, replica 1) runs on. Request 2 goes into the freed slot just after that step's
+    // end, as over HTTP (docs/simulator.md §8): never into a step beginning at that instant.
+    let arrival = |id: u64, output: u32| VirtualArrival {
+        intended_ns: 0,
+        request: behaviour_support::request(id, behaviour_support::random_tokens(id, 64), output),
+    };
+    let r = run_fleet_virtual(
+        &fleet("llama-3.1-8b --gpu h100 --replicas 2 --router round-robin"),
+        VirtualWorkload {
+            arrivals: vec![arrival(0, 2), arrival(1, 6), arrival(2, 2)],
+            max_concurrency: Some(2),
+        },
+        false,
+    )
+    .unwrap();
+    let t = &r.run.traces;
+    let freed = t[0].end_ns.unwrap();
+    assert_eq!(t[2].sent_ns, freed + 1, "{:?}", t[2]);
+    assert!(t[2].first_scheduled_ns.unwrap() > freed);
+    assert!(
+        t[1].token_times_ns.iter().any(|&x| x > freed),
+        "replica 1 still busy"
+    );
+}

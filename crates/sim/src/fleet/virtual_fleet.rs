@@ -94,6 +94,9 @@ pub struct FleetDriver {
     steps: u64,
     keep_output_ids: bool,
     outstanding_scratch: Vec<usize>,
+    /// No request is sent before this time: a finish at a step's end frees a client slot, and
+    /// the request sent into it reaches the fleet after the engines began their next steps.
+    hold_sends_until_ns: u64,
 }
 
 impl FleetDriver {
@@ -147,6 +150,7 @@ impl FleetDriver {
             steps: 0,
             keep_output_ids: false,
             outstanding_scratch: Vec::new(),
+            hold_sends_until_ns: 0,
         })
     }
 
@@ -165,7 +169,9 @@ impl FleetDriver {
         loop {
             let slot = self.max_concurrency.is_none_or(|c| self.in_flight < c);
             let t_arr = if slot {
-                self.pending.front().map(|p| p.due_ns().max(self.now_ns))
+                self.pending
+                    .front()
+                    .map(|p| p.due_ns().max(self.now_ns).max(self.hold_sends_until_ns))
             } else {
                 None
             };
@@ -251,6 +257,9 @@ impl FleetDriver {
                         tr.finish_reason = Some(f.reason);
                         tr.end_ns = Some(t1);
                         self.in_flight -= 1;
+                        if self.max_concurrency.is_some() {
+                            self.hold_sends_until_ns = t1 + 1;
+                        }
                     }
                 }
             }
@@ -315,7 +324,9 @@ impl FleetDriver {
 
     fn send_due(&mut self) {
         while let Some(p) = self.pending.front() {
-            if p.due_ns() > self.now_ns || self.max_concurrency.is_some_and(|c| self.in_flight >= c)
+            if p.due_ns() > self.now_ns
+                || self.now_ns < self.hold_sends_until_ns
+                || self.max_concurrency.is_some_and(|c| self.in_flight >= c)
             {
                 break;
             }

@@ -195,6 +195,10 @@ impl Summary {
         percentile(&self.ttft, 50.0)
     }
 
+    pub fn mean_ttft(&self) -> f64 {
+        mean(&self.ttft)
+    }
+
     pub fn mean_tpot(&self) -> f64 {
         mean(&self.tpot)
     }
