@@ -6,7 +6,8 @@
 //! first token to its last, on a context of its prompt plus the tokens it had received; its
 //! prompt (less cached tokens) is prefilled in the steps that end up to its first token, in
 //! chunks of the step budget left after the decodes, the last chunk sampling. A request that
-//! arrived while a step was running waits for it; one that arrived on an idle engine starts at
+//! arrived while a step was running waits for it, as does one sent as a busy engine's step
+//! ended (the next step was planned without it); one that arrived on an idle engine starts at
 //! once, and its chunks before the first token, when no event marks them, are steps of its
 //! own. TTFT observations span a request's prefill steps; inter-token gaps span the steps
 //! between two events.
@@ -135,27 +136,31 @@ pub fn add_run(
     sents.sort_unstable();
     let mut req_ends: Vec<u64> = reqs.iter().map(|r| r.end).collect();
     req_ends.sort_unstable();
-    // In flight at `p`: sent by then and not yet ended (every end follows its send).
-    let in_flight =
-        |p: u64| sents.partition_point(|&t| t <= p) > req_ends.partition_point(|&t| t <= p);
+    // Busy right after the step ending at `p`: a request sent before it is still unfinished
+    // (every end follows its send). One sent at `p` itself does not count: that is a send
+    // the step's end caused, which an otherwise idle engine starts at once.
+    let busy_after = |p: u64| {
+        sents.partition_point(|&t| t < p) > req_ends.partition_point(|&t| t <= p + tolerance_ns)
+    };
     // The first send in (after, until].
     let woke = |after: Option<u64>, until: u64| {
         let k = after.map_or(0, |p| sents.partition_point(|&t| t <= p));
         sents.get(k).copied().filter(|&t| t <= until)
     };
-    let step_start: Vec<u64> = (0..n_steps)
+    // Whether a step followed its predecessor at once (a busy engine) or was woken by a send.
+    let (step_start, busy): (Vec<u64>, Vec<bool>) = (0..n_steps)
         .map(|s| {
             if s == 0 {
-                return woke(None, ends[0]).unwrap_or(ends[0]);
+                return (woke(None, ends[0]).unwrap_or(ends[0]), false);
             }
             let prev = ends[s - 1];
-            if in_flight(prev + tolerance_ns) {
-                prev
+            if busy_after(prev) {
+                (prev, true)
             } else {
-                woke(Some(prev), ends[s]).unwrap_or(prev)
+                (woke(Some(prev), ends[s]).unwrap_or(prev), false)
             }
         })
-        .collect();
+        .unzip();
 
     // Prefill chunks, as vLLM's scheduler hands them out: decodes first, then waiting
     // prompts in arrival order fill the rest of the budget; a prompt's last chunk is in the
@@ -163,12 +168,18 @@ pub fn add_run(
     // that no event marks (an idle engine working through a long prompt).
     let mut order: Vec<usize> = (0..reqs.len()).collect();
     order.sort_by_key(|&i| (reqs[i].sent, i));
+    // A busy engine plans its next step the moment the last one ends, so a request sent at
+    // or after that end (a closed loop's replacement, sent once the client saw its
+    // predecessor's last token) waits for the step after; a woken step holds the send that
+    // woke it.
     let eligible_from: Vec<usize> = reqs
         .iter()
         .map(|r| {
-            step_start
-                .partition_point(|&t| t + tolerance_ns < r.sent)
-                .min(n_steps - 1)
+            let mut s = step_start.partition_point(|&t| t + tolerance_ns < r.sent);
+            while s < n_steps && busy[s] && step_start[s] <= r.sent {
+                s += 1;
+            }
+            s.min(n_steps - 1)
         })
         .collect();
     let mut remaining: Vec<u32> = reqs.iter().map(|r| r.prefill).collect();
@@ -389,6 +400,47 @@ mod tests {
         );
         assert_eq!(data.observations.len(), 3);
         assert!((data.observations[2].observed - 0.008).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_replacement_sent_as_a_step_ends_waits_for_the_step_after() {
+        // Steps end every 10 ms. Request 0 ends at 20; request 1 runs on; request 2 is sent at
+        // 20 (a closed loop's replacement), so the step 20–30 was planned without it and its
+        // prompt is prefilled in the step 30–40 that gives its first token: the observation
+        // is that step alone (10 ms), not the 20 ms since the send.
+        let d = deployment();
+        let mut data = Dataset::default();
+        add_run(
+            &mut data,
+            0,
+            &[
+                record(0, 0, &[10, 20], 100),
+                record(1, 0, &[10, 20, 30, 40, 50], 100),
+                record(2, 20, &[40, 50], 100),
+            ],
+            &d,
+            8192,
+            0,
+        );
+        let ttft = data
+            .observations
+            .iter()
+            .filter(|o| o.metric == Metric::Ttft)
+            .last()
+            .unwrap();
+        assert!((ttft.observed - 0.010).abs() < 1e-12, "{ttft:?}");
+        assert_eq!(ttft.steps.len(), 1, "{ttft:?}");
+        let step = data.steps[ttft.steps[0] as usize];
+        let decode_only = data.steps[data
+            .observations
+            .iter()
+            .find(|o| o.metric == Metric::Itl)
+            .unwrap()
+            .steps[0] as usize];
+        assert!(
+            step.t_c0 > 20.0 * decode_only.t_c0,
+            "{step:?} vs {decode_only:?}"
+        );
     }
 
     #[test]
