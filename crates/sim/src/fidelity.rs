@@ -519,7 +519,10 @@ mod tests {
                 1,
             );
             let err = Fixture::parse(&text, "x.toml").unwrap_err().to_string();
-            assert!(err.contains("request_rate must be positive"), "{bad}: {err}");
+            assert!(
+                err.contains("request_rate must be positive"),
+                "{bad}: {err}"
+            );
         }
     }
 
@@ -545,7 +548,12 @@ mod tests {
         // Three requests 250 ms apart on an idle engine each take about the same time from
         // their own send, while released together they queue behind each other's prefill.
         let e2e = |o: &PointOutcome| o.comparisons[0].simulated;
-        assert!(e2e(&paced) < e2e(&at_once), "{} vs {}", e2e(&paced), e2e(&at_once));
+        assert!(
+            e2e(&paced) < e2e(&at_once),
+            "{} vs {}",
+            e2e(&paced),
+            e2e(&at_once)
+        );
     }
 
     #[test]
