@@ -91,10 +91,14 @@ pub struct Point {
     pub load: String,
     /// `servebench sim` flags of the simulated deployment.
     pub sim: String,
-    /// Requests simulated, all intended at time 0.
+    /// Requests simulated, all intended at time 0 unless `request_rate` paces them.
     pub requests: u32,
     /// Client-side cap on requests in flight (none = all at once).
     pub concurrency: Option<u32>,
+    /// Mean send rate (requests/s) of a source that paced its requests (`--request-rate`):
+    /// request `i` is intended at `i / request_rate`. The source's Poisson draw cannot be
+    /// reproduced, so the sends are evenly spaced at its mean rate; absent = all at time 0.
+    pub request_rate: Option<f64>,
     /// Mean output tokens per request when the source let requests stop naturally (no
     /// `--ignore-eos`): the requests then stop at a log-normal natural length (the simulator's
     /// `--eos-len-sigma`) whose median is solved so the mean of `min(length, output_tokens)`
@@ -159,6 +163,14 @@ impl Fixture {
             }
             if p.concurrency == Some(0) {
                 return Err(bad(&p.id, "concurrency must be positive".into()));
+            }
+            if let Some(rate) = p.request_rate {
+                if !(rate.is_finite() && rate > 0.0) {
+                    return Err(bad(
+                        &p.id,
+                        format!("request_rate must be positive, got {rate}"),
+                    ));
+                }
             }
             if p.published.present().is_empty() {
                 return Err(bad(&p.id, "publishes no figure".into()));
@@ -247,9 +259,10 @@ pub fn run_point(point: &Point, catalog: &Catalog) -> Result<PointOutcome, SimEr
         .resolve_with(catalog.clone())
         .map_err(|e| SimError::Config(format!("point '{}': {e}", point.id)))?;
     let vocab = resolved.engine.deployment.model().vocab_size;
+    let gap_ns = point.request_rate.map_or(0.0, |rate| 1e9 / rate);
     let arrivals = (0..u64::from(point.requests))
         .map(|id| VirtualArrival {
-            intended_ns: 0,
+            intended_ns: (id as f64 * gap_ns).round() as u64,
             request: NewRequest {
                 id,
                 prompt: random_prompt(id, point.input_tokens, vocab),
@@ -495,6 +508,52 @@ mod tests {
         );
         let err = Fixture::parse(&text, "x.toml").unwrap_err().to_string();
         assert!(err.contains("x.toml") && err.contains("'nowhere'"), "{err}");
+    }
+
+    #[test]
+    fn a_request_rate_must_be_positive() {
+        for bad in ["0.0", "-2.0", "nan"] {
+            let text = PUBLISHED_POINTS.replacen(
+                "request_rate = 10.0",
+                &format!("request_rate = {bad}"),
+                1,
+            );
+            let err = Fixture::parse(&text, "x.toml").unwrap_err().to_string();
+            assert!(
+                err.contains("request_rate must be positive"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn paced_sends_are_spaced_at_the_rate() {
+        let fixture = Fixture::builtin().unwrap();
+        let mut point = fixture
+            .points
+            .into_iter()
+            .find(|p| p.request_rate.is_some())
+            .unwrap();
+        point.requests = 3;
+        point.output_tokens = 2;
+        point.request_rate = Some(4.0);
+        point.published = Figures {
+            e2e_mean_ms: Some(1.0),
+            ..Figures::default()
+        };
+        let catalog = fidelity_catalog().unwrap();
+        let paced = run_point(&point, &catalog).unwrap();
+        point.request_rate = None;
+        let at_once = run_point(&point, &catalog).unwrap();
+        // Three requests 250 ms apart on an idle engine each take about the same time from
+        // their own send, while released together they queue behind each other's prefill.
+        let e2e = |o: &PointOutcome| o.comparisons[0].simulated;
+        assert!(
+            e2e(&paced) < e2e(&at_once),
+            "{} vs {}",
+            e2e(&paced),
+            e2e(&at_once)
+        );
     }
 
     #[test]
