@@ -225,9 +225,9 @@ fn mean_e2el_ms(result: &Path) -> f64 {
 
 /// Two single-stream runs, 32-token and 256-token prompts (64 tokens out), fit the CPU's cost
 /// model; the fit predicts a third with 128-token prompts, between the two, within 15 % on mean
-/// TTFT and mean TPOT. All three are single-stream: on llama.cpp's CPU path a batch of one
-/// decodes by matrix–vector products and a larger batch by another kernel whose cost per step
-/// does not follow the roofline's shape (docs/simulator.md §15), so concurrency is not varied.
+/// TTFT and mean TPOT. All three are single-stream: on llama.cpp's CPU path the decode step's
+/// cost across batch sizes does not follow the roofline's shape (batch 2 twice batch 1, batch 4
+/// 3.2 times; docs/simulator.md §15), so concurrency is not varied.
 /// The step and request overheads are held at the catalog's values (`--fixed`): single-stream
 /// runs do not separate them from the efficiencies, which absorb them.
 #[test]
