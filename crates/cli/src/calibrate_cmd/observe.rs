@@ -425,8 +425,7 @@ mod tests {
         let ttft = data
             .observations
             .iter()
-            .filter(|o| o.metric == Metric::Ttft)
-            .last()
+            .rfind(|o| o.metric == Metric::Ttft)
             .unwrap();
         assert!((ttft.observed - 0.010).abs() < 1e-12, "{ttft:?}");
         assert_eq!(ttft.steps.len(), 1, "{ttft:?}");
