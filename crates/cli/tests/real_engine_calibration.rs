@@ -36,28 +36,10 @@ const REPEATS: usize = 3;
 /// The name llama-server reports the model under, and the catalog's alias of it.
 const MODEL_NAME: &str = "SmolLM2-135M-Instruct";
 
-/// A scratch directory removed when the test passes (kept for inspection when it fails).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "servebench-real-engine-calibration-{}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
+mod support {
+    pub mod scratch;
 }
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-}
+use support::scratch::Scratch;
 
 /// A llama-server this test started; killed when dropped.
 struct Server {
@@ -236,7 +218,7 @@ fn calibration_on_two_runs_predicts_a_third() {
     let Some((bin, model)) = engine_files() else {
         return;
     };
-    let scratch = Scratch::new();
+    let scratch = Scratch::new("calibration");
     let server = start_server(&bin, &model, &scratch.0.join("llama-server.log"));
     let started = Instant::now();
     // The first requests after start-up page the model in; none of them is measured.

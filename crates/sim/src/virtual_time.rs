@@ -298,7 +298,7 @@ impl VirtualDriver {
         }
     }
 
-    /// Hands the engine every request the front end has passed on by now.
+    /// Hands the engine every sent request that has reached it by now.
     fn deliver_ready(&mut self) {
         while self
             .inbox

@@ -36,7 +36,6 @@ use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -348,30 +347,9 @@ fn delta(before: &HashMap<String, f64>, after: &HashMap<String, f64>, name: &str
 // Running the binary.
 // ---------------------------------------------------------------------------------------------
 
-/// A scratch directory removed when the test passes (kept for inspection when it fails).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "servebench-real-engine-{name}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
-}
+#[path = "../support/scratch.rs"]
+mod scratch;
+use scratch::Scratch;
 
 /// Where a run's prompts come from.
 enum Dataset<'a> {
