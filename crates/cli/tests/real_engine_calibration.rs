@@ -37,8 +37,10 @@ const REPEATS: usize = 3;
 const MODEL_NAME: &str = "SmolLM2-135M-Instruct";
 
 mod support {
+    pub mod child;
     pub mod scratch;
 }
+use support::child::wait_or_kill;
 use support::scratch::Scratch;
 
 /// A llama-server this test started; killed when dropped.
@@ -173,17 +175,7 @@ fn run(
         cmd.arg("--tokenizer").arg(t);
     }
     let mut child = cmd.spawn().expect("spawn servebench");
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("servebench run {name} did not finish within {RUN_TIMEOUT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_or_kill(&mut child, RUN_TIMEOUT, &format!("servebench run {name}"));
     assert!(
         status.success(),
         "servebench run {name} exited with {status}:\n{}",

@@ -347,8 +347,11 @@ fn delta(before: &HashMap<String, f64>, after: &HashMap<String, f64>, name: &str
 // Running the binary.
 // ---------------------------------------------------------------------------------------------
 
+#[path = "../support/child.rs"]
+mod child;
 #[path = "../support/scratch.rs"]
 mod scratch;
+use child::wait_or_kill;
 use scratch::Scratch;
 
 /// Where a run's prompts come from.
@@ -480,17 +483,7 @@ fn servebench(engine: &Engine, name: &str, w: &Workload<'_>) -> Run {
         .stderr(fs::File::create(&stderr_path).unwrap())
         .spawn()
         .expect("spawn servebench");
-    let deadline = Instant::now() + RUN_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("servebench run did not finish within {RUN_TIMEOUT:?}: {args:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_or_kill(&mut child, RUN_TIMEOUT, &format!("servebench run {args:?}"));
     let after = scrape(engine);
     let stdout = fs::read_to_string(&stdout_path).unwrap_or_default();
     let stderr = fs::read_to_string(&stderr_path).unwrap_or_default();
