@@ -261,6 +261,48 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl RequestRecord {
+    /// A successful streamed request sent at `sent` (also its intended and release time) whose
+    /// tokens arrived at `token_times` (one event of 4 characters each, counted by usage), with
+    /// `input_tokens` prompt tokens and nothing else set: a base that tests and replays adjust
+    /// with struct update syntax.
+    pub fn streamed(id: u64, sent: u64, token_times: &[u64], input_tokens: u64) -> RequestRecord {
+        RequestRecord {
+            id,
+            intended: sent,
+            released: sent,
+            sent,
+            started: None,
+            bare_events: Vec::new(),
+            first_token: token_times.first().copied(),
+            end: token_times.last().copied(),
+            done: token_times.last().copied(),
+            waited_for_slot: false,
+            events: token_times
+                .iter()
+                .map(|&t| TokenEvent { t, chars: 4 })
+                .collect(),
+            input_tokens,
+            input_source: CountSource::Usage,
+            output_tokens: token_times.len() as u64,
+            output_source: CountSource::Usage,
+            intended_input_tokens: input_tokens,
+            max_tokens: None,
+            cached_tokens: None,
+            finish_reason: None,
+            text: None,
+            failure: None,
+            resent: 0,
+            answer_checked: false,
+            output_split: None,
+            session_id: None,
+            turn: None,
+            stamp_clock: None,
+            lora: None,
+            served_by: None,
+            images: None,
+        }
+    }
+
     /// A request that completed with at least one output token and no failure.
     pub fn is_success(&self) -> bool {
         self.failure.is_none() && self.first_token.is_some()

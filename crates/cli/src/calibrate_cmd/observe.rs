@@ -318,7 +318,7 @@ fn work_of(d: &Deployment, t: &servebench_roofline::StepTime, requests: u32) -> 
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use servebench_metrics::{CountSource, TokenEvent};
+
     use servebench_roofline::Catalog;
 
     fn deployment() -> Deployment {
@@ -333,41 +333,8 @@ mod tests {
 
     fn record(id: u64, sent_ms: u64, events_ms: &[u64], input: u64) -> RequestRecord {
         let ms = |t: u64| t * 1_000_000;
-        RequestRecord {
-            id,
-            intended: ms(sent_ms),
-            released: ms(sent_ms),
-            sent: ms(sent_ms),
-            started: None,
-            first_token: Some(ms(events_ms[0])),
-            end: events_ms.last().map(|&t| ms(t)),
-            done: events_ms.last().map(|&t| ms(t)),
-            waited_for_slot: false,
-            events: events_ms
-                .iter()
-                .map(|&t| TokenEvent { t: ms(t), chars: 4 })
-                .collect(),
-            bare_events: Vec::new(),
-            input_tokens: input,
-            input_source: CountSource::Usage,
-            output_tokens: events_ms.len() as u64,
-            output_source: CountSource::Usage,
-            intended_input_tokens: input,
-            max_tokens: None,
-            cached_tokens: None,
-            finish_reason: None,
-            text: None,
-            failure: None,
-            resent: 0,
-            answer_checked: false,
-            output_split: None,
-            session_id: None,
-            turn: None,
-            stamp_clock: None,
-            images: None,
-            lora: None,
-            served_by: None,
-        }
+        let times: Vec<u64> = events_ms.iter().map(|&t| ms(t)).collect();
+        RequestRecord::streamed(id, ms(sent_ms), &times, input)
     }
 
     #[test]

@@ -279,42 +279,15 @@ pub fn cut_virtual(records: Vec<RequestRecord>, stop: &VirtualStop) -> Vec<Reque
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use servebench_metrics::{CountSource, TokenEvent};
 
     use super::*;
 
     fn record(id: u64, intended: u64, sent: u64, tokens: &[u64]) -> RequestRecord {
         RequestRecord {
-            id,
             intended,
-            released: sent,
-            sent,
-            started: None,
-            bare_events: Vec::new(),
-            first_token: tokens.first().copied(),
-            end: tokens.last().copied(),
-            done: tokens.last().copied(),
-            waited_for_slot: false,
-            events: tokens.iter().map(|&t| TokenEvent { t, chars: 6 }).collect(),
-            input_tokens: 16,
-            input_source: CountSource::Usage,
-            output_tokens: tokens.len() as u64,
-            output_source: CountSource::Usage,
-            intended_input_tokens: 16,
             max_tokens: Some(4),
-            cached_tokens: None,
             finish_reason: Some("length".into()),
-            text: None,
-            failure: None,
-            resent: 0,
-            answer_checked: false,
-            output_split: None,
-            session_id: None,
-            turn: None,
-            stamp_clock: None,
-            images: None,
-            lora: None,
-            served_by: None,
+            ..RequestRecord::streamed(id, sent, tokens, 16)
         }
     }
 
