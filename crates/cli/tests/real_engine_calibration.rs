@@ -48,6 +48,8 @@ use support::scratch::Scratch;
 struct Server {
     child: Child,
     url: String,
+    /// The served model's tokenizer, which sizes every prompt sent.
+    tokenizer: PathBuf,
 }
 
 impl Drop for Server {
@@ -57,8 +59,21 @@ impl Drop for Server {
     }
 }
 
-/// llama-server's binary and model, or `None` (after a notice) when the environment names none.
-fn engine_files() -> Option<(PathBuf, PathBuf)> {
+/// What the check runs: llama-server's binary, its model, and the model's tokenizer.
+struct EngineFiles {
+    bin: PathBuf,
+    model: PathBuf,
+    tokenizer: PathBuf,
+}
+
+/// The engine's files, or `None` (after a notice) when the environment names none.
+///
+/// The tokenizer is required: the prompt lengths the fit rests on are counted in the served
+/// model's tokens. Without it `servebench run` sizes prompts with its built-in tokenizer, and
+/// a "256-token" prompt reaches SmolLM2 as about 770 tokens (usage of two such requests: 788
+/// and 762), past the contexts the check holds to, and the hold-out missed mean TPOT by −40 %. `REAL_ENGINE_TOKENIZER`, else the
+/// `tokenizer.json` that `scripts/real-engine.sh build` writes beside the model.
+fn engine_files() -> Option<EngineFiles> {
     let bin = std::env::var_os("REAL_ENGINE_BIN")
         .filter(|b| !b.is_empty())
         .map(PathBuf::from)
@@ -70,7 +85,26 @@ fn engine_files() -> Option<(PathBuf, PathBuf)> {
         .filter(|m| !m.is_empty())
         .map(PathBuf::from);
     match (bin, model) {
-        (Some(bin), Some(model)) => Some((bin, model)),
+        (Some(bin), Some(model)) => {
+            let tokenizer = std::env::var_os("REAL_ENGINE_TOKENIZER")
+                .filter(|t| !t.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| Some(model.parent()?.join("tokenizer.json")))
+                .filter(|t| t.is_file())
+                .unwrap_or_else(|| {
+                    panic!(
+                        "no tokenizer for {}: set REAL_ENGINE_TOKENIZER (scripts/real-engine.sh \
+                         env names it) or put tokenizer.json beside the model; prompt lengths \
+                         must be counted in the served model's tokens",
+                        model.display()
+                    )
+                });
+            Some(EngineFiles {
+                bin,
+                model,
+                tokenizer,
+            })
+        }
         _ => {
             let required = std::env::var("SERVEBENCH_REQUIRE_REAL_ENGINE").is_ok_and(|v| v == "1");
             assert!(
@@ -100,13 +134,33 @@ fn get_status(port: u16, path: &str) -> Option<u16> {
     head.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn start_server(bin: &Path, model: &Path, log: &Path) -> Server {
+/// `bin` run so that it is killed if this test process dies without dropping its [`Server`]
+/// (killed outright, or aborted): util-linux's `setpriv --pdeathsig KILL` sets the parent-death
+/// signal and execs it. The signal follows the spawning thread, which is the test's own and
+/// outlives the server. Without `setpriv` the server is spawned directly.
+fn command_dying_with_parent(bin: &Path) -> Command {
+    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.is_file());
+    match setpriv {
+        Some(setpriv) => {
+            let mut c = Command::new(setpriv);
+            c.args(["--pdeathsig", "KILL", "--"]).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    }
+}
+
+fn start_server(engine: &EngineFiles, log: &Path) -> Server {
+    let (bin, model) = (&engine.bin, &engine.model);
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let child = Command::new(bin)
+    let child = command_dying_with_parent(bin)
         .arg("-m")
         .arg(model)
         .args(["--alias", MODEL_NAME, "--host", "127.0.0.1"])
@@ -122,6 +176,7 @@ fn start_server(bin: &Path, model: &Path, log: &Path) -> Server {
     let mut server = Server {
         child,
         url: format!("http://127.0.0.1:{port}"),
+        tokenizer: engine.tokenizer.clone(),
     };
     let deadline = Instant::now() + START_TIMEOUT;
     while get_status(port, "/health") != Some(200) {
@@ -172,9 +227,7 @@ fn run(
         .stdin(Stdio::null())
         .stdout(fs::File::create(dir.join("stdout.txt")).unwrap())
         .stderr(fs::File::create(dir.join("stderr.txt")).unwrap());
-    if let Some(t) = std::env::var_os("REAL_ENGINE_TOKENIZER").filter(|t| !t.is_empty()) {
-        cmd.arg("--tokenizer").arg(t);
-    }
+    cmd.arg("--tokenizer").arg(&server.tokenizer);
     let mut child = cmd.spawn().expect("spawn servebench");
     let status = wait_or_kill(&mut child, RUN_TIMEOUT, &format!("servebench run {name}"));
     assert!(
@@ -276,13 +329,13 @@ fn machine_activity(before: &HashMap<u32, (String, u64)>, load_before: &str) -> 
 /// tilt the fit against the hold-out.
 #[test]
 fn calibration_on_two_runs_predicts_a_third() {
-    let Some((bin, model)) = engine_files() else {
+    let Some(engine) = engine_files() else {
         return;
     };
     let scratch = Scratch::new("calibration");
     let load_before = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cpu_before = cpu_ticks_by_process();
-    let server = start_server(&bin, &model, &scratch.0.join("llama-server.log"));
+    let server = start_server(&engine, &scratch.0.join("llama-server.log"));
     let started = Instant::now();
     // The first requests after start-up page the model in; none of them is measured.
     run(&server, &scratch.0, "warm-up", 1, (64, 16, 2));
