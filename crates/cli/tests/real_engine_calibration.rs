@@ -71,8 +71,9 @@ struct EngineFiles {
 /// The tokenizer is required: the prompt lengths the fit rests on are counted in the served
 /// model's tokens. Without it `servebench run` sizes prompts with its built-in tokenizer, and
 /// a "256-token" prompt reaches SmolLM2 as about 770 tokens (usage of two such requests: 788
-/// and 762), past the contexts the check holds to, and the hold-out missed mean TPOT by −40 %. `REAL_ENGINE_TOKENIZER`, else the
-/// `tokenizer.json` that `scripts/real-engine.sh build` writes beside the model.
+/// and 762), past the contexts the check holds to, and the hold-out missed mean TPOT by
+/// −40 %. The tokenizer is `REAL_ENGINE_TOKENIZER`, else the `tokenizer.json` that
+/// `scripts/real-engine.sh build` writes beside the model.
 fn engine_files() -> Option<EngineFiles> {
     let bin = std::env::var_os("REAL_ENGINE_BIN")
         .filter(|b| !b.is_empty())
