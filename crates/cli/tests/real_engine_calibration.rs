@@ -154,16 +154,20 @@ fn command_dying_with_parent(bin: &Path) -> Command {
     }
 }
 
-fn start_server(engine: &EngineFiles, log: &Path) -> Server {
-    let (bin, model) = (&engine.bin, &engine.model);
+fn start_server(engine: EngineFiles, log: &Path) -> Server {
+    let EngineFiles {
+        bin,
+        model,
+        tokenizer,
+    } = engine;
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let child = command_dying_with_parent(bin)
+    let child = command_dying_with_parent(&bin)
         .arg("-m")
-        .arg(model)
+        .arg(&model)
         .args(["--alias", MODEL_NAME, "--host", "127.0.0.1"])
         .args(["--port", &port.to_string()])
         // One compute thread (see the module docs); one slot, as every run is single-stream.
@@ -177,7 +181,7 @@ fn start_server(engine: &EngineFiles, log: &Path) -> Server {
     let mut server = Server {
         child,
         url: format!("http://127.0.0.1:{port}"),
-        tokenizer: engine.tokenizer.clone(),
+        tokenizer,
     };
     let deadline = Instant::now() + START_TIMEOUT;
     while get_status(port, "/health") != Some(200) {
@@ -336,7 +340,7 @@ fn calibration_on_two_runs_predicts_a_third() {
     let scratch = Scratch::new("calibration");
     let load_before = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cpu_before = cpu_ticks_by_process();
-    let server = start_server(&engine, &scratch.0.join("llama-server.log"));
+    let server = start_server(engine, &scratch.0.join("llama-server.log"));
     let started = Instant::now();
     // The first requests after start-up page the model in; none of them is measured.
     run(&server, &scratch.0, "warm-up", 1, (64, 16, 2));
