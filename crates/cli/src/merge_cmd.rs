@@ -143,10 +143,9 @@ pub fn merge(args: MergeArgs, command_line: Vec<String>) -> Result<ExitCode> {
     let meta = &first.result.metadata;
     let tokenizer = crate::run::load_tokenizer(run_args.tokenizer.as_deref(), false)?;
     let ramp_up = crate::run::options::check_ramp_up(&run_args)?;
-    let names = FileNames::new(&run_args, &meta.model_id, ramp_up.as_ref());
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
-    let jsonl_path = out_dir.join(format!("{}.requests.jsonl", names.stem));
-    let mut sink = JsonlSink::create(&jsonl_path)?;
+    let mut names = FileNames::new(&run_args, &meta.model_id, ramp_up.as_ref());
+    let (jsonl_path, file) = names.claim(&out_dir)?;
+    let mut sink = JsonlSink::from_file(&jsonl_path, file);
     for r in &records {
         sink.append(r)?;
     }

@@ -51,6 +51,16 @@ impl JsonlSink {
         })
     }
 
+    /// A sink writing into `file`, already opened (and so claimed) by the caller at `path`.
+    pub fn from_file(path: &Path, file: File) -> Self {
+        JsonlSink {
+            path: path.to_owned(),
+            out: file,
+            line: Vec::with_capacity(4096),
+            on_error: None,
+        }
+    }
+
     /// Call `f` with the first write error (writing stops there; what was written stays).
     pub fn on_write_error(mut self, f: OnWriteError) -> Self {
         self.on_error = Some(f);

@@ -138,6 +138,7 @@ async fn drive<B: Backend>(
     let semaphore = spec
         .max_concurrency
         .map(|n| Arc::new(Semaphore::new(n.max(1))));
+    let closed_loop = is_closed_loop(&spec.schedule, spec.max_concurrency);
 
     open_ahead(&*client, &spec, &stop).await;
     let (started_at, clock) = match spec.start_at {
@@ -180,6 +181,12 @@ async fn drive<B: Backend>(
                 queued.fetch_sub(1, Ordering::AcqRel);
                 // Interrupted while queued: never sent, so it is no request.
                 let Some(permit) = permit else { continue };
+                // A closed loop's user sends when a slot frees: that is the intended time.
+                let intended = if closed_loop {
+                    clock.now_ns()
+                } else {
+                    intended
+                };
                 spawn_request(
                     &client,
                     &tx,
@@ -247,6 +254,15 @@ async fn drive<B: Backend>(
         total.saturating_sub(c.finished)
     })
     .await
+}
+
+/// A closed loop: every request intended at time zero behind a concurrency cap
+/// (`--request-rate inf --max-concurrency N`, every concurrency sweep). Its users send when an
+/// answer arrives, so a request that waited for a slot is intended when the slot freed: that
+/// wait is the loop's definition, not latency (docs/metrics.md, "Open and closed loops").
+/// With a finite rate the schedule is the users' arrivals, and a wait for a slot is latency.
+pub fn is_closed_loop(schedule: &[u64], max_concurrency: Option<usize>) -> bool {
+    max_concurrency.is_some() && schedule.iter().all(|&t| t == 0)
 }
 
 /// The outcome of a run once every request has ended (the senders of `collector`'s channel
@@ -672,6 +688,57 @@ mod tests {
             .map(|(id, _)| *id)
             .collect();
         assert_eq!(order, vec![0, 1, 2, 3, 4]);
+    }
+
+    /// A closed loop (everything intended at 0 behind a cap): a request that waited for a slot
+    /// is intended when the slot freed, so no client queue is counted as latency.
+    #[tokio::test(start_paused = true)]
+    async fn a_closed_loop_intends_each_request_when_its_slot_frees() {
+        let out = run_load(
+            Dummy::new(100),
+            (0..5).collect(),
+            spec(&[0, 0, 0, 0, 0], Some(2)),
+            None,
+            StopSignal::never(),
+        )
+        .await
+        .unwrap();
+        let intended: Vec<u64> = out.records.iter().map(|r| r.intended / MS).collect();
+        assert_eq!(intended, vec![0, 0, 100, 100, 200]);
+        for r in &out.records {
+            assert_eq!(r.intended, r.released, "request {}", r.id);
+            assert_eq!(r.queue_ns(), Some(0), "request {}", r.id);
+        }
+    }
+
+    /// An open loop with a cap (a finite rate): the users arrived on schedule, so the wait for
+    /// a slot stays in their latency.
+    #[tokio::test(start_paused = true)]
+    async fn an_open_loop_keeps_the_scheduled_intended_time_behind_a_cap() {
+        let out = run_load(
+            Dummy::new(100),
+            (0..4).collect(),
+            spec(&[0, 10, 20, 30], Some(1)),
+            None,
+            StopSignal::never(),
+        )
+        .await
+        .unwrap();
+        let intended: Vec<u64> = out.records.iter().map(|r| r.intended / MS).collect();
+        assert_eq!(intended, vec![0, 10, 20, 30]);
+        let queue: Vec<u64> = out
+            .records
+            .iter()
+            .map(|r| r.queue_ns().unwrap() / MS)
+            .collect();
+        assert_eq!(queue, vec![0, 90, 180, 270]);
+    }
+
+    #[test]
+    fn only_a_capped_all_at_once_schedule_is_a_closed_loop() {
+        assert!(is_closed_loop(&[0, 0, 0], Some(4)));
+        assert!(!is_closed_loop(&[0, 0, 0], None));
+        assert!(!is_closed_loop(&[0, 5, 10], Some(4)));
     }
 
     #[tokio::test(start_paused = true)]

@@ -30,7 +30,7 @@ pub use backend::Backend;
 pub use client::{BackendClient, ClientOptions, Prepared};
 pub use clock::RunClock;
 pub use collector::{JsonlSink, Progress};
-pub use dispatcher::{run_load, run_load_feed, warm_up, LoadOutcome, LoadSpec};
+pub use dispatcher::{is_closed_loop, run_load, run_load_feed, warm_up, LoadOutcome, LoadSpec};
 pub use sessions::{run_sessions, ConversationBackend, ScriptedSession, ScriptedTurn, SessionSpec};
 pub use stop::{stop_pair, StopHandle, StopSignal};
 pub use target::{ApiKind, Target};

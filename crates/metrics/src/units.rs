@@ -80,3 +80,64 @@ mod tests {
         assert_eq!(NS_PER_MS / NS_PER_US, 1_000);
     }
 }
+
+/// The longest duration a flag may give: 30 days. No benchmark, timeout or injected stall
+/// comes near it, and it keeps every conversion to `Duration` and to nanoseconds exact.
+pub const MAX_FLAG_SECS: f64 = 30.0 * 86_400.0;
+
+/// Reads a duration flag given in `unit` ("s" or "ms") as seconds: a finite number in
+/// `min_s..=MAX_FLAG_SECS` (`allow_zero` admits 0). NaN, infinities, negatives and absurd
+/// values are refused with the allowed range, never converted (`Duration::from_secs_f64`
+/// panics on them).
+pub fn parse_duration_flag(text: &str, unit: &str, allow_zero: bool) -> Result<f64, String> {
+    let scale = match unit {
+        "ms" => 1e-3,
+        _ => 1.0,
+    };
+    let max = MAX_FLAG_SECS / scale;
+    let range = if allow_zero {
+        format!("0 to {max} {unit}")
+    } else {
+        format!("greater than 0 and at most {max} {unit}")
+    };
+    let v: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number (allowed: {range})"))?;
+    if !v.is_finite() || v < 0.0 || (v == 0.0 && !allow_zero) || v > max {
+        return Err(format!("{text:?} is out of range (allowed: {range})"));
+    }
+    Ok(v * scale)
+}
+
+/// clap value parser: seconds, greater than 0 and at most [`MAX_FLAG_SECS`].
+pub fn positive_secs(text: &str) -> Result<f64, String> {
+    parse_duration_flag(text, "s", false)
+}
+
+/// clap value parser: milliseconds, 0 to [`MAX_FLAG_SECS`] (as ms); the value stays in ms.
+pub fn non_negative_ms(text: &str) -> Result<f64, String> {
+    parse_duration_flag(text, "ms", true).map(|s| s * 1e3)
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+
+    #[test]
+    fn duration_flags_refuse_what_cannot_be_a_duration() {
+        for bad in ["nan", "NaN", "inf", "-inf", "1e30", "-1", "0", "x", ""] {
+            let e = positive_secs(bad).expect_err(bad);
+            assert!(e.contains("allowed: greater than 0"), "{bad}: {e}");
+        }
+        assert_eq!(positive_secs("2.5"), Ok(2.5));
+        assert_eq!(non_negative_ms("0"), Ok(0.0));
+        assert_eq!(non_negative_ms("2000"), Ok(2000.0));
+        for bad in ["1e30", "nan", "-5", "inf"] {
+            assert!(non_negative_ms(bad).is_err(), "{bad}");
+        }
+        // The largest accepted value converts without a panic.
+        let max = positive_secs(&MAX_FLAG_SECS.to_string()).expect("the ceiling itself");
+        let _ = std::time::Duration::from_secs_f64(max);
+    }
+}

@@ -29,7 +29,10 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use facts::{run_facts, FactsOptions};
-pub use load::{load_verdict, LoadVerdict, OVERLOAD_TOLERANCE, QUEUE_GROWTH_LIMIT};
+pub use load::{
+    load_verdict, LoadVerdict, ServerBacklog, BACKLOG_MIN_RISE_MS, MIN_BACKLOG_REQUESTS,
+    OVERLOAD_TOLERANCE, QUEUE_GROWTH_LIMIT,
+};
 
 use crate::steady_state::SteadyState;
 
@@ -160,6 +163,9 @@ pub enum Reason {
         queue_max_ms: Option<f64>,
         /// Queue seconds gained per second of schedule.
         queue_growth: Option<f64>,
+        /// The server's backlog when it fell behind the arrivals (the client kept up).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        server: Option<load::ServerBacklog>,
     },
     /// The client's timer released requests late.
     DispatchLag { p99_ms: f64, max_p99_ms: f64 },
@@ -252,17 +258,30 @@ impl fmt::Display for Reason {
                 achieved_rate,
                 queue_max_ms,
                 queue_growth,
+                server,
             } => {
                 f.write_str("overloaded: ")?;
-                match (achieved_rate, reference_rate) {
-                    (Some(a), Some(r)) => write!(f, "sent {a:.2} req/s of {r:.2} scheduled")?,
-                    _ => f.write_str("the client fell behind its schedule")?,
+                let short = matches!((achieved_rate, reference_rate),
+                    (Some(a), Some(r)) if *a < r * (1.0 - load::OVERLOAD_TOLERANCE));
+                let growing = queue_growth.is_some_and(|g| g > load::QUEUE_GROWTH_LIMIT);
+                let server_behind = server.filter(|b| b.behind);
+                if short || growing || server_behind.is_none() {
+                    match (achieved_rate, reference_rate) {
+                        (Some(a), Some(r)) => write!(f, "sent {a:.2} req/s of {r:.2} scheduled")?,
+                        _ => f.write_str("the client fell behind its schedule")?,
+                    }
+                    if let Some(q) = queue_max_ms {
+                        write!(f, ", requests waited up to {:.1} s in the client", q / 1e3)?;
+                    }
+                    if let Some(g) = queue_growth {
+                        write!(f, " (queue grew {g:.2} s per s)")?;
+                    }
+                    if server_behind.is_some() {
+                        f.write_str("; ")?;
+                    }
                 }
-                if let Some(q) = queue_max_ms {
-                    write!(f, ", requests waited up to {:.1} s in the client", q / 1e3)?;
-                }
-                if let Some(g) = queue_growth {
-                    write!(f, " (queue grew {g:.2} s per s)")?;
+                if let Some(b) = server_behind {
+                    write!(f, "{b}")?;
                 }
                 Ok(())
             }
@@ -508,17 +527,29 @@ pub fn absurd_latency_warning(
         }
     }
     if let Some(l) = validity.load.filter(|l| l.overloaded) {
-        match (l.offered_rate, l.achieved_rate) {
-            (Some(o), Some(a)) => why.push(format!(
+        match (
+            l.server.filter(|b| b.behind),
+            l.offered_rate,
+            l.achieved_rate,
+        ) {
+            (Some(b), _, _) => why.push(format!("overloaded: {b}")),
+            (None, Some(o), Some(a)) => why.push(format!(
                 "overloaded: offered {o:.2} req/s, achieved {a:.2} req/s"
             )),
             _ => why.push("overloaded: the client fell behind its schedule".to_owned()),
         }
     }
+    let server_behind = validity
+        .load
+        .is_some_and(|l| l.server.is_some_and(|b| b.behind));
+    let advice = if server_behind {
+        "Lower the request rate or give the server more capacity, or sweep the rate to find it."
+    } else {
+        "Lower the request rate or raise --max-concurrency, or sweep the rate to find capacity."
+    };
     (!why.is_empty()).then(|| {
         format!(
-            "WARNING: these latencies are not the server's at the offered load: {}. \
-             Lower the request rate or raise --max-concurrency, or sweep the rate to find capacity.",
+            "WARNING: these latencies are not the server's at the offered load: {}. {advice}",
             why.join("; ")
         )
     })
@@ -625,6 +656,7 @@ fn steadiness(facts: &RunFacts, t: &Thresholds) -> Vec<Reason> {
             achieved_rate: load.achieved_rate,
             queue_max_ms: load.queue_max_ms,
             queue_growth: load.queue_growth,
+            server: load.server.filter(|b| b.behind),
         });
     }
     if let Some(lag) = facts
@@ -890,6 +922,7 @@ mod tests {
                         queue_max_ms: Some(153_000.0),
                         queue_growth: Some(15.0),
                         overloaded: true,
+                        server: None,
                     }),
                     ..good()
                 },

@@ -42,7 +42,16 @@ pub fn verdict_block(v: &RunValidity) -> String {
         if let Some(q) = l.queue_max_ms.filter(|q| *q > 0.0) {
             let _ = write!(out, ", client queue up to {:.1} s", q / 1e3);
         }
-        if l.overloaded {
+        if let Some(b) = l.server.filter(|b| b.behind) {
+            let _ = write!(
+                out,
+                " — OVERLOADED: the server queued the arrivals itself (TTFT {:.1} s → {:.1} s; {:.0} s of arrivals served in {:.0} s)",
+                b.ttft_start_ms / 1e3,
+                b.ttft_end_ms / 1e3,
+                b.arrival_span_s,
+                b.serve_span_s
+            );
+        } else if l.overloaded {
             out.push_str(" — OVERLOADED: users also waited the queue time (see user TTFT)");
         }
         out.push('\n');
@@ -84,6 +93,7 @@ mod tests {
             queue_max_ms: Some(153_000.0),
             queue_growth: Some(15.0),
             overloaded: true,
+            server: None,
         };
         RunValidity {
             verdict: Verdict {
@@ -93,6 +103,7 @@ mod tests {
                     achieved_rate: Some(0.94),
                     queue_max_ms: Some(153_000.0),
                     queue_growth: Some(15.0),
+                    server: None,
                 }],
                 needed: None,
             },

@@ -189,7 +189,7 @@ pub struct SimArgs {
     pub precise_timing: bool,
 
     /// Re-anchor the engine timeline when it falls this far behind, in ms.
-    #[arg(long, value_name = "MS", default_value_t = 20.0)]
+    #[arg(long, value_name = "MS", default_value_t = 20.0, value_parser = servebench_metrics::units::non_negative_ms)]
     pub max_lag_ms: f64,
 
     /// Address to listen on.
@@ -242,7 +242,7 @@ pub struct SimArgs {
     pub fault_stall_prob: f64,
 
     /// Duration of an injected stall, in ms.
-    #[arg(long, value_name = "MS", default_value_t = 2000.0)]
+    #[arg(long, value_name = "MS", default_value_t = 2000.0, value_parser = servebench_metrics::units::non_negative_ms)]
     pub fault_stall_ms: f64,
 
     /// Per request: probability the stream is closed after a random token, without [DONE].

@@ -176,7 +176,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0, help_heading = "Target")]
     pub ready_check_timeout_sec: u64,
     /// Per-request timeout in seconds (whole request, send to end of stream).
-    #[arg(long, value_name = "SECS", help_heading = "Target")]
+    #[arg(long, value_name = "SECS", value_parser = servebench_metrics::units::positive_secs, help_heading = "Target")]
     pub request_timeout: Option<f64>,
     /// Simulator to start in-process when no server is given: the arguments of
     /// `servebench sim` as one string, e.g. "llama-3.1-70b --gpu h100 --dtype fp8 --tensor-parallel-size 2".

@@ -31,6 +31,31 @@ pub struct FileNames {
     pub date: String,
     pub stem: String,
     pub vllm_path: PathBuf,
+    /// The vLLM file name is servebench's (from the stem), not the user's `--result-filename`.
+    vllm_from_stem: bool,
+}
+
+/// How many suffixed names (`-2`, `-3`, …) are tried before giving up on a free one.
+const NAME_TRIES: usize = 10_000;
+
+/// `name` with `-n` before its extension (`a.json` → `a-2.json`); `name` itself for n = 1.
+fn suffixed(name: &str, n: usize) -> String {
+    if n == 1 {
+        return name.to_owned();
+    }
+    match name.rsplit_once('.') {
+        Some((base, ext)) if !base.is_empty() => format!("{base}-{n}.{ext}"),
+        _ => format!("{name}-{n}"),
+    }
+}
+
+/// Creates `path` only if nothing is there (`O_EXCL`): the one atomic way for two processes
+/// writing into one directory to never take the same name.
+fn create_new(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
 }
 
 impl FileNames {
@@ -61,6 +86,7 @@ impl FileNames {
                 python_float(args.request_rate)
             ),
         };
+        let vllm_from_stem = args.result_filename.is_none();
         let file = match &args.result_filename {
             // Shards writing into one directory must not overwrite each other's file.
             Some(name) if !shard.is_empty() => match name.rsplit_once('.') {
@@ -78,7 +104,47 @@ impl FileNames {
             date,
             stem,
             vllm_path,
+            vllm_from_stem,
         }
+    }
+
+    /// Claims a stem no other run in `dir` holds, by creating its records file exclusively:
+    /// two runs started in the same second with the same flags get `STEM` and `STEM-2`, and a
+    /// name whose result files are already there is skipped, so no result is overwritten.
+    /// The vLLM file name follows the stem when it is servebench's own.
+    pub fn claim(&mut self, dir: &Path) -> Result<(PathBuf, std::fs::File)> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create --output-dir {}", dir.display()))?;
+        let base = self.stem.clone();
+        for n in 1..=NAME_TRIES {
+            // Not `suffixed`: a stem (`…-0.5qps-…`) has dots but no extension.
+            let stem = if n == 1 {
+                base.clone()
+            } else {
+                format!("{base}-{n}")
+            };
+            let jsonl = dir.join(format!("{stem}.requests.jsonl"));
+            let native = dir.join(format!("{stem}.servebench.json"));
+            let vllm = self.vllm_path.with_file_name(format!("{stem}.json"));
+            if native.exists() || (self.vllm_from_stem && vllm.exists()) {
+                continue;
+            }
+            match create_new(&jsonl) {
+                Ok(file) => {
+                    self.stem = stem;
+                    if self.vllm_from_stem {
+                        self.vllm_path = vllm;
+                    }
+                    return Ok((jsonl, file));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e).with_context(|| format!("creating {}", jsonl.display())),
+            }
+        }
+        bail!(
+            "{} already holds {NAME_TRIES} runs named {base}: choose another --output-dir",
+            dir.display()
+        )
     }
 }
 
@@ -198,13 +264,9 @@ impl<'a> Finish<'a> {
         print: bool,
     ) -> Result<(Self, JsonlSink)> {
         let ramp_up = super::options::check_ramp_up(args)?;
-        let names = FileNames::new(args, &model_id, ramp_up.as_ref());
-        std::fs::create_dir_all(&args.output_dir)
-            .with_context(|| format!("cannot create --output-dir {}", args.output_dir.display()))?;
-        let jsonl_path = args
-            .output_dir
-            .join(format!("{}.requests.jsonl", names.stem));
-        let sink = JsonlSink::create(&jsonl_path)?;
+        let mut names = FileNames::new(args, &model_id, ramp_up.as_ref());
+        let (jsonl_path, file) = names.claim(&args.output_dir)?;
+        let sink = JsonlSink::from_file(&jsonl_path, file);
         let finish = Finish {
             args,
             model_id,
@@ -406,15 +468,15 @@ pub fn write_results(
 
     let mut vllm_path = None;
     if args.save_result || args.append_result {
-        save_vllm(
+        let written = save_vllm(
             &f.names.vllm_path,
             &to_python_json(&vllm),
             args.append_result,
         )?;
         if f.print {
-            eprintln!("vLLM-compatible result: {}", f.names.vllm_path.display());
+            eprintln!("vLLM-compatible result: {}", written.display());
         }
-        vllm_path = Some(f.names.vllm_path.clone());
+        vllm_path = Some(written);
     }
     let native_path = args
         .output_dir
@@ -457,8 +519,18 @@ pub fn write_results(
         stopped_early: f.stopped_early.clone(),
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
-    std::fs::write(&native_path, text)
-        .with_context(|| format!("writing {}", native_path.display()))?;
+    // The stem was claimed with the records file, so a file here is another run's: kept.
+    let mut file = create_new(&native_path).with_context(|| {
+        format!(
+            "creating {} (an existing result is never overwritten)",
+            native_path.display()
+        )
+    })?;
+    if let Err(e) = file.write_all(&text) {
+        drop(file);
+        let _ = std::fs::remove_file(&native_path);
+        return Err(e).with_context(|| format!("writing {}", native_path.display()));
+    }
     if f.print {
         eprintln!("servebench result: {}", native_path.display());
         eprintln!("per-request records: {}", f.jsonl_path.display());
@@ -541,23 +613,58 @@ fn clock_anchor(load: &LoadOutcome, args: &RunArgs) -> ClockAnchor {
 /// read at the run's time zero (or fixed in advance by `--start-at`).
 pub const CLOCK_SOURCE: &str = "offsets: CLOCK_MONOTONIC; anchor: CLOCK_REALTIME";
 
-fn save_vllm(path: &Path, bytes: &[u8], append: bool) -> Result<()> {
+/// Writes vLLM's result file and returns where it went. `--append-result` appends, as vLLM
+/// does; otherwise an existing file is never clobbered: the result goes to the first free
+/// `NAME-2.json`, `NAME-3.json`, … and a note says so (vLLM would overwrite it).
+fn save_vllm(path: &Path, bytes: &[u8], append: bool) -> Result<PathBuf> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .append(append)
-        .truncate(!append)
-        .open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    if append && file.metadata().map(|m| m.len() > 0).unwrap_or(false) {
-        file.write_all(b"\n")
+    if append {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        if file.metadata().map(|m| m.len() > 0).unwrap_or(false) {
+            file.write_all(b"\n")
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        file.write_all(bytes)
             .with_context(|| format!("writing {}", path.display()))?;
+        return Ok(path.to_owned());
     }
-    file.write_all(bytes)
-        .with_context(|| format!("writing {}", path.display()))
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    for n in 1..=NAME_TRIES {
+        let candidate = path.with_file_name(suffixed(&name, n));
+        match create_new(&candidate) {
+            Ok(mut file) => {
+                if n > 1 {
+                    eprintln!(
+                        "note: {} already exists and is kept; this run's vLLM-compatible result is {}",
+                        path.display(),
+                        candidate.display()
+                    );
+                }
+                if let Err(e) = file.write_all(bytes) {
+                    // A half-written result is worse than none: nothing is left behind.
+                    drop(file);
+                    let _ = std::fs::remove_file(&candidate);
+                    return Err(e).with_context(|| format!("writing {}", candidate.display()));
+                }
+                return Ok(candidate);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", candidate.display())),
+        }
+    }
+    bail!(
+        "{} and {NAME_TRIES} suffixed names are taken",
+        path.display()
+    )
 }
 
 fn hostname() -> String {
@@ -626,4 +733,70 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary) -> ClientHealt
         not_dispatched: outcome.not_dispatched as u64,
         resent: outcome.resent,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d =
+            std::env::temp_dir().join(format!("servebench-names-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    /// Two runs with the same flags in the same second get two stems, and the vLLM name
+    /// follows each stem.
+    #[test]
+    fn a_second_claim_of_the_same_name_gets_a_suffix() {
+        let dir = scratch("claim");
+        let args = RunArgs::from_flags(&["--save-result"]).unwrap();
+        let mut a = FileNames::new(&args, "org/model", None);
+        let mut b = FileNames {
+            date: a.date.clone(),
+            stem: a.stem.clone(),
+            vllm_path: a.vllm_path.clone(),
+            vllm_from_stem: true,
+        };
+        let (ja, _) = a.claim(&dir).unwrap();
+        let (jb, _) = b.claim(&dir).unwrap();
+        assert_ne!(ja, jb);
+        assert_eq!(b.stem, format!("{}-2", a.stem));
+        assert_eq!(
+            b.vllm_path.file_name().unwrap().to_string_lossy(),
+            format!("{}.json", b.stem)
+        );
+        // A stem whose result is already there is skipped even without its records file.
+        std::fs::write(dir.join(format!("{}-3.servebench.json", a.stem)), "{}").unwrap();
+        let mut c = FileNames {
+            date: a.date.clone(),
+            stem: a.stem.clone(),
+            vllm_path: a.vllm_path.clone(),
+            vllm_from_stem: true,
+        };
+        c.claim(&dir).unwrap();
+        assert_eq!(c.stem, format!("{}-4", a.stem));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The user's own `--result-filename` is never clobbered: the next free name is used.
+    #[test]
+    fn an_existing_vllm_result_is_kept() {
+        let dir = scratch("vllm");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bench.json");
+        std::fs::write(&path, "old").unwrap();
+        let written = save_vllm(&path, b"new", false).unwrap();
+        assert_eq!(written, dir.join("bench-2.json"));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old");
+        assert_eq!(std::fs::read_to_string(&written).unwrap(), "new");
+        // --append-result appends to the named file, as vLLM does.
+        let appended = save_vllm(&path, b"more", true).unwrap();
+        assert_eq!(appended, path);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "old\nmore");
+        assert_eq!(suffixed("noext", 3), "noext-3");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -323,6 +323,7 @@ impl RunPlan {
             duration_s: a.duration,
         };
         check_traffic(&traffic)?;
+        check_sizes(a, &traffic)?;
         let target = target(a)?;
         let dataset = dataset(a)?;
         check_self_timed(&dataset, &traffic)?;
@@ -651,9 +652,47 @@ fn ramp_up(a: &RunArgs) -> Result<Option<RampUpPlan>> {
     )
 }
 
+/// The most requests one run (or shard) schedules: every request's intended time and plan
+/// are held in memory, so `--num-prompts 1000000000000` must be refused before anything is
+/// allocated, not ended by the kernel's OOM killer. 100 million is about 28 hours at
+/// 1,000 req/s; vLLM's own benchmarks run thousands.
+pub const MAX_RUN_REQUESTS: usize = 100_000_000;
+
+/// The lowest finite `--request-rate`: one request a week on average. Below it the gaps
+/// between arrivals leave the range of the run's nanosecond clock.
+pub const MIN_REQUEST_RATE: f64 = 1.0 / (7.0 * 86_400.0);
+
+fn check_sizes(a: &RunArgs, t: &Traffic) -> Result<()> {
+    if a.num_prompts > MAX_RUN_REQUESTS {
+        bail!(
+            "--num-prompts {} is more than one run holds (allowed: 1 to {MAX_RUN_REQUESTS}); split it with --shard I/N",
+            a.num_prompts
+        );
+    }
+    if let Some(secs) = t.duration_s {
+        let peak_rate = match &t.ramp_up {
+            Some(r) => r.start_rps.max(r.end_rps) as f64,
+            None => t.request_rate,
+        };
+        let expected = peak_rate * secs;
+        if expected.is_finite() && expected > MAX_RUN_REQUESTS as f64 {
+            bail!(
+                "--duration {secs} at {peak_rate} req/s schedules about {expected:.0} requests, more than one run holds (allowed: up to {MAX_RUN_REQUESTS}); shorten it or split it with --shard I/N"
+            );
+        }
+    }
+    Ok(())
+}
+
 fn check_traffic(t: &Traffic) -> Result<()> {
     if t.max_concurrency == Some(0) {
         bail!("--max-concurrency must be greater than 0");
+    }
+    if t.request_rate.is_finite() && t.request_rate < MIN_REQUEST_RATE {
+        bail!(
+            "--request-rate {} is below the lowest rate a run keeps time for (allowed: {MIN_REQUEST_RATE:.3e} req/s, one a week, or more; inf for all at once)",
+            t.request_rate
+        );
     }
     if t.burstiness.is_nan() || t.burstiness <= 0.0 {
         bail!(
@@ -672,8 +711,9 @@ fn check_traffic(t: &Traffic) -> Result<()> {
 
 fn check_duration(t: &Traffic) -> Result<()> {
     if let Some(secs) = t.duration_s {
-        if secs.is_nan() || secs <= 0.0 || !secs.is_finite() {
-            bail!("--duration must be a positive number of seconds");
+        let max = servebench_metrics::units::MAX_FLAG_SECS;
+        if secs.is_nan() || secs <= 0.0 || !secs.is_finite() || secs > max {
+            bail!("--duration must be a positive number of seconds (allowed: greater than 0 and at most {max}, 30 days), got {secs}");
         }
         if t.request_rate.is_infinite() && t.ramp_up.is_none() {
             bail!("--duration needs a finite --request-rate (with an infinite rate every request would arrive at once)");

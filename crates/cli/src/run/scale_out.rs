@@ -153,8 +153,10 @@ fn shard_from_env(count: u32, index: Option<&str>) -> Result<Shard> {
 pub fn parse_start_at(s: &str) -> Result<SystemTime> {
     let t = s.trim();
     if let Ok(secs) = t.parse::<f64>() {
-        if !secs.is_finite() || secs < 0.0 {
-            bail!("--start-at {s:?}: Unix seconds must be a non-negative number");
+        // Up to the year 9999 (253402300799): RFC 3339's range, and far from where
+        // `Duration` or `SystemTime` overflow.
+        if !secs.is_finite() || !(0.0..=253_402_300_799.0).contains(&secs) {
+            bail!("--start-at {s:?}: Unix seconds out of range (allowed: 0 to 253402300799, the year 9999)");
         }
         return Ok(UNIX_EPOCH + Duration::from_secs_f64(secs));
     }

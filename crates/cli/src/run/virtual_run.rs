@@ -267,6 +267,7 @@ pub fn simulate_watched(
     let ignore_eos = plan.ignore_eos();
     let chat = plan.endpoint.api == servebench_loadgen::ApiKind::Chat;
     let max_concurrency = plan.traffic.max_concurrency;
+    let closed_loop = servebench_loadgen::is_closed_loop(schedule, max_concurrency);
     let num_warmups = plan.traffic.num_warmups;
     let cold = plan.random.prefix_mode == servebench_workload::PrefixMode::PerRequest;
     let lora = plan.lora.as_ref().map(|l| {
@@ -334,6 +335,10 @@ pub fn simulate_watched(
         .enumerate()
         .map(|(i, (t, r))| {
             let mut rec = record(t, r, chat);
+            // As the HTTP dispatcher does: a closed loop's user sends when a slot frees.
+            if closed_loop && rec.waited_for_slot {
+                rec.intended = rec.released;
+            }
             if plan.pooling.is_some() {
                 super::pooling::virtual_record(&mut rec);
             }

@@ -104,8 +104,9 @@ pub async fn sweep_serve(args: SweepServeArgs, command_line: Vec<String>) -> Res
     if args.num_runs == 0 {
         bail!("--num-runs must be at least 1");
     }
-    if !(args.server_stop_timeout.is_finite() && args.server_stop_timeout >= 0.0) {
-        bail!("--server-stop-timeout must be a non-negative number of seconds");
+    let max = servebench_metrics::units::MAX_FLAG_SECS;
+    if !(args.server_stop_timeout.is_finite() && (0.0..=max).contains(&args.server_stop_timeout)) {
+        bail!("--server-stop-timeout must be a number of seconds from 0 to {max} (30 days)");
     }
     if !(args.alpha > 0.0 && args.alpha < 1.0) {
         bail!("--alpha must be in (0, 1), got {}", args.alpha);

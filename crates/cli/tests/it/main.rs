@@ -18,6 +18,7 @@ mod fleet;
 mod fleet_pooling;
 mod gpu_telemetry;
 mod help_text;
+mod hostile_flags;
 mod k8s_job;
 mod kill_nine;
 mod latency_cli;

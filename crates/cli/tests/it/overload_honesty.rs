@@ -246,3 +246,72 @@ fn plan_from_an_unsaturated_run_warns_its_rate_is_a_lower_bound() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The README's 70B/H200 what-if, shortened to 300 s of arrivals: the client sends every
+/// request on time, but the simulated server cannot keep up with 10 req/s, so it queues
+/// them itself. The verdict says overloaded with the growth that shows it, the result file
+/// holds the backlog, and plan refuses the rate. (Before, the verdict was `valid` with no
+/// reason and only a separate warning line.)
+#[test]
+fn a_what_if_the_server_cannot_keep_up_with_is_overloaded_with_its_backlog() {
+    let dir = tempdir("server-behind");
+    let d = dir.to_str().unwrap();
+    let o = servebench(&[
+        "run",
+        "--virtual-time",
+        "--sim",
+        "llama-3.1-70b --gpu h200 --dtype fp8",
+        "--request-rate",
+        "10",
+        "--duration",
+        "300",
+        "--random-input-len",
+        "1024",
+        "--random-output-len",
+        "256",
+        "--output-dir",
+        d,
+    ]);
+    let out = ok(&o);
+    assert!(
+        out.contains(
+            "Verdict: NOT STEADY: overloaded: the server fell behind the arrivals: TTFT rose from"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("OVERLOADED: the server queued the arrivals itself"),
+        "{out}"
+    );
+    assert!(out.contains("give the server more capacity"), "{out}");
+    let native = native_result(&dir);
+    let r = read_json(&native);
+    let load = &r["validity"]["load"];
+    assert_eq!(load["overloaded"], true, "{load}");
+    // The client kept its schedule: this is the server's backlog, not the client's queue.
+    let achieved = load["achieved_rate"].as_f64().unwrap();
+    assert!((achieved - 10.0).abs() < 1.0, "{load}");
+    let server = &load["server"];
+    assert_eq!(server["behind"], true, "{server}");
+    assert!(server["ttft_growth"].as_f64().unwrap() > 0.5, "{server}");
+    assert!(
+        server["serve_span_s"].as_f64().unwrap() > 1.5 * server["arrival_span_s"].as_f64().unwrap(),
+        "{server}"
+    );
+    let reasons = r["validity"]["verdict"]["reasons"].as_array().unwrap();
+    assert!(
+        reasons
+            .iter()
+            .any(|x| x["kind"] == "overloaded" && x["server"]["behind"] == true),
+        "{reasons:?}"
+    );
+    let p = servebench(&[
+        "plan",
+        "--from",
+        native.to_str().unwrap(),
+        "--daily-requests",
+        "1000000",
+    ]);
+    assert!(!p.status.success(), "{}", text(&p));
+    let _ = std::fs::remove_dir_all(&dir);
+}

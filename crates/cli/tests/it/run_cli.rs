@@ -440,3 +440,47 @@ fn duration_runs_by_time_and_queue_time_appears_when_the_cap_binds() {
     let ttft = native["summary"]["ttft"]["median"].as_f64().expect("ttft");
     assert!(user_ttft > ttft + 1000.0, "user TTFT includes the queue");
 }
+
+/// Two runs started together in one directory with the same flags (virtual-time runs take
+/// under a second, so their names' time stamps agree): both results are kept, none is
+/// overwritten, and each result names its own records file.
+#[test]
+fn two_runs_started_together_in_one_directory_keep_both_results() {
+    let dir = tempdir("no-clobber");
+    let args = [
+        "run",
+        "--virtual-time",
+        "--num-prompts",
+        "20",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "8",
+        "--save-result",
+        "--disable-tqdm",
+    ];
+    let spawn = || {
+        bin()
+            .current_dir(&dir)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn servebench")
+    };
+    let (a, b, c) = (spawn(), spawn(), spawn());
+    for child in [a, b, c] {
+        let o = child.wait_with_output().expect("wait");
+        assert!(o.status.success(), "{}", common::text(&o));
+    }
+    let natives = files_with_suffix(&dir.join("results/runs"), ".servebench.json");
+    let records = files_with_suffix(&dir.join("results/runs"), ".requests.jsonl");
+    assert_eq!(natives.len(), 3, "{natives:?}");
+    assert_eq!(records.len(), 3, "{records:?}");
+    let vllm: Vec<PathBuf> = files_with_suffix(&dir, ".json");
+    assert_eq!(vllm.len(), 3, "{vllm:?}");
+    for n in &natives {
+        let r = read_json(n);
+        assert_eq!(r["summary"]["completed"], 20, "{}", n.display());
+    }
+}

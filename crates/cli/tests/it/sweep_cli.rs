@@ -295,3 +295,90 @@ fn sweeping_needs_exactly_one_list() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// p99 of `metric` (ms) of each point's first run, as the sweep judged it (user latency).
+fn p99_of(dir: &Path, exp: &Value, metric: &str) -> Vec<f64> {
+    exp["sweep"]["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .map(|p| {
+            let r = read_json(&dir.join(p["runs"][0].as_str().expect("run")));
+            r["summary"][metric]["percentiles"]
+                .as_array()
+                .expect("percentiles")
+                .iter()
+                .find(|q| q["p"] == 99.0)
+                .and_then(|q| q["value"].as_f64())
+                .expect("p99")
+        })
+        .collect()
+}
+
+/// The README's concurrency sweep: a closed loop's users send when an answer arrives, so the
+/// wait for a free slot is no latency. At concurrency 1 a request takes about 0.9 s end to
+/// end; latency rises with concurrency and the sweep names a knee. (Before, every request
+/// was intended at time zero and p99 E2EL at concurrency 1 was about 180 s.)
+#[test]
+fn a_concurrency_sweep_measures_latency_from_the_send_and_finds_a_knee() {
+    let dir = tempdir("closed-loop");
+    let o = bin()
+        .current_dir(&dir)
+        .args([
+            "sweep",
+            "--input-len",
+            "1024",
+            "--output-len",
+            "128",
+            "--max-concurrency",
+            "1,4,16,64",
+            "--latency-metric",
+            "e2el:p99",
+            "--virtual-time",
+        ])
+        .output()
+        .expect("spawn servebench");
+    assert!(o.status.success(), "{}", text(&o));
+    let exp_dir = dir.join(
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("experiment: "))
+            .unwrap_or_else(|| panic!("{}", text(&o))),
+    );
+    let exp = read_json(&exp_dir.join("experiment.json"));
+    let user = p99_of(&exp_dir, &exp, "user_e2el");
+    let server = p99_of(&exp_dir, &exp, "e2el");
+    assert!(
+        (700.0..1200.0).contains(&user[0]),
+        "p99 user E2EL at concurrency 1: {user:?}"
+    );
+    for (u, s) in user.iter().zip(&server) {
+        assert!(
+            (u - s).abs() < 1.0,
+            "no client queue in a closed loop: {user:?} vs {server:?}"
+        );
+    }
+    assert!(
+        user.windows(2).all(|w| w[1] >= w[0]),
+        "latency rises with concurrency: {user:?}"
+    );
+    assert!(
+        exp["sweep"]["knee"].is_u64(),
+        "a knee is named: {}",
+        exp["sweep"]
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Knee: concurrency"), "{out}");
+    let queue_max: f64 = exp["sweep"]["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .map(|p| {
+            read_json(&exp_dir.join(p["runs"][0].as_str().expect("run")))["summary"]["queue"]["max"]
+                .as_f64()
+                .unwrap_or(0.0)
+        })
+        .fold(0.0, f64::max);
+    assert!(queue_max < 1.0, "client queue max {queue_max} ms");
+}

@@ -47,8 +47,96 @@ pub struct LoadVerdict {
     /// times.
     pub queue_growth: Option<f64>,
     /// The achieved rate fell short of the scheduled one by more than
-    /// [`OVERLOAD_TOLERANCE`], or the queue grew faster than [`QUEUE_GROWTH_LIMIT`].
+    /// [`OVERLOAD_TOLERANCE`], the queue grew faster than [`QUEUE_GROWTH_LIMIT`], or the
+    /// server fell behind the arrivals ([`ServerBacklog::behind`]).
     pub overloaded: bool,
+    /// Whether the server kept up with an open loop's arrivals; absent for an unlimited rate
+    /// and for runs with fewer than [`MIN_BACKLOG_REQUESTS`] completed requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerBacklog>,
+}
+
+/// Completed requests needed before a server backlog is judged (a tenth of them at each end).
+pub const MIN_BACKLOG_REQUESTS: usize = 20;
+
+/// How far TTFT must rise from the start of the run to its end, besides growing faster than
+/// [`QUEUE_GROWTH_LIMIT`], before the server counts as behind: it at least doubles and
+/// rises by this much. A server at a steady operating point warms up by tens or hundreds of
+/// milliseconds; one that cannot keep up adds the run's whole excess of arrivals.
+pub const BACKLOG_MIN_RISE_MS: f64 = 1_000.0;
+
+/// The server's side of an open loop: a server that cannot keep up with the arrivals queues
+/// them itself (the client sent every request on time), so TTFT from the send grows through
+/// the run and the last answers come long after the last arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ServerBacklog {
+    /// Least-squares slope of TTFT (from the send) against intended send time: seconds of
+    /// TTFT gained per second of schedule.
+    pub ttft_growth: f64,
+    /// Mean TTFT of the first tenth of completed requests (by intended time), ms.
+    pub ttft_start_ms: f64,
+    /// Mean TTFT of the last tenth, ms.
+    pub ttft_end_ms: f64,
+    /// First to last intended send time, s.
+    pub arrival_span_s: f64,
+    /// First intended send time to the last answer's end, s: how long serving the arrivals
+    /// took.
+    pub serve_span_s: f64,
+    /// TTFT grew faster than [`QUEUE_GROWTH_LIMIT`] and rose from start to end by more than
+    /// [`BACKLOG_MIN_RISE_MS`] and at least twofold.
+    pub behind: bool,
+}
+
+impl std::fmt::Display for ServerBacklog {
+    /// `the server fell behind the arrivals: TTFT rose from 0.2 s to 3296.1 s (+0.91 s per s);
+    /// serving 3600 s of arrivals took 10228 s`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the server fell behind the arrivals: TTFT rose from {:.1} s to {:.1} s ({:+.2} s per s); serving {:.0} s of arrivals took {:.0} s",
+            self.ttft_start_ms / 1e3,
+            self.ttft_end_ms / 1e3,
+            self.ttft_growth,
+            self.arrival_span_s,
+            self.serve_span_s
+        )
+    }
+}
+
+/// The server backlog of an open-loop run (see [`ServerBacklog`]).
+fn server_backlog(records: &[RequestRecord]) -> Option<ServerBacklog> {
+    let mut done: Vec<(u64, f64, u64)> = records
+        .iter()
+        .filter(|r| r.failure.is_none())
+        .filter_map(|r| {
+            let ttft = r.ttft_ns()? as f64 / NS_PER_S;
+            Some((r.intended, ttft, r.end.or(r.done)?))
+        })
+        .collect();
+    if done.len() < MIN_BACKLOG_REQUESTS {
+        return None;
+    }
+    done.sort_unstable_by_key(|d| d.0);
+    let first = done.first()?.0;
+    let last = done.last()?.0;
+    let tenth = done.len() / 10;
+    let mean_ms =
+        |part: &[(u64, f64, u64)]| part.iter().map(|d| d.1).sum::<f64>() / part.len() as f64 * 1e3;
+    let ttft_start_ms = mean_ms(&done[..tenth]);
+    let ttft_end_ms = mean_ms(&done[done.len() - tenth..]);
+    let ttft_growth = slope(done.iter().map(|d| (d.0 as f64 / NS_PER_S, d.1)))?;
+    let last_end = done.iter().map(|d| d.2).max()?;
+    let rise = ttft_end_ms - ttft_start_ms;
+    Some(ServerBacklog {
+        ttft_growth,
+        ttft_start_ms,
+        ttft_end_ms,
+        arrival_span_s: (last - first) as f64 / NS_PER_S,
+        serve_span_s: last_end.saturating_sub(first) as f64 / NS_PER_S,
+        behind: ttft_growth > QUEUE_GROWTH_LIMIT
+            && rise > BACKLOG_MIN_RISE_MS
+            && ttft_end_ms > 2.0 * ttft_start_ms,
+    })
 }
 
 impl LoadVerdict {
@@ -93,6 +181,7 @@ pub fn load_verdict(offered_rate: Option<f64>, records: &[RequestRecord]) -> Loa
         queue_max_ms,
         queue_growth,
         overloaded: false,
+        server: offered_rate.and_then(|_| server_backlog(records)),
     };
     // An unlimited rate has no schedule to fall behind, whatever the records say.
     let short = offered_rate.is_some()
@@ -100,7 +189,8 @@ pub fn load_verdict(offered_rate: Option<f64>, records: &[RequestRecord]) -> Loa
             .achieved_share()
             .is_some_and(|s| s < 1.0 - OVERLOAD_TOLERANCE);
     let growing = offered_rate.is_some() && queue_growth.is_some_and(|g| g > QUEUE_GROWTH_LIMIT);
-    verdict.overloaded = short || growing;
+    let behind = verdict.server.is_some_and(|b| b.behind);
+    verdict.overloaded = short || growing || behind;
     verdict
 }
 
@@ -117,15 +207,17 @@ fn rate_over(times: impl Iterator<Item = u64>) -> Option<f64> {
 
 /// Least-squares slope of queue time (s) against intended time (s).
 fn queue_growth(records: &[RequestRecord]) -> Option<f64> {
-    let points: Vec<(f64, f64)> = records
-        .iter()
-        .filter_map(|r| {
-            Some((
-                r.intended as f64 / NS_PER_S,
-                r.queue_ns()? as f64 / NS_PER_S,
-            ))
-        })
-        .collect();
+    slope(records.iter().filter_map(|r| {
+        Some((
+            r.intended as f64 / NS_PER_S,
+            r.queue_ns()? as f64 / NS_PER_S,
+        ))
+    }))
+}
+
+/// Least-squares slope of `y` against `x`; `None` for fewer than three points or no spread.
+fn slope(points: impl Iterator<Item = (f64, f64)>) -> Option<f64> {
+    let points: Vec<(f64, f64)> = points.collect();
     if points.len() < 3 {
         return None;
     }
@@ -229,6 +321,72 @@ pub(crate) mod tests {
         assert!(beyond.achieved_share().unwrap() < 1.0 - OVERLOAD_TOLERANCE);
         assert!((beyond.queue_growth.unwrap() - 0.06).abs() < 1e-9);
         assert!(beyond.overloaded, "{beyond:?}");
+    }
+
+    /// Requests sent exactly on schedule (1 per 100 ms), whose TTFT is `ttft_ms(i)`: the
+    /// client keeps up whatever the server does.
+    fn on_time(n: u64, ttft_ms: impl Fn(u64) -> u64) -> Vec<RequestRecord> {
+        (0..n)
+            .map(|i| {
+                let sent = i * 100;
+                let first = sent + ttft_ms(i);
+                let mut r = record(i, sent, &[first, first + 50], 2);
+                r.intended = sent * MS;
+                r
+            })
+            .collect()
+    }
+
+    /// The README's 70B what-if in miniature: every request sent on time, but the server
+    /// queues them, so TTFT grows through the run. The client rules see nothing; the
+    /// server's backlog makes the run overloaded, with the figures that show it.
+    #[test]
+    fn a_server_that_falls_behind_an_on_time_client_is_overloaded() {
+        // 10 req/s offered, the server serves 5: each request waits 0.1 s longer.
+        let records = on_time(300, |i| 200 + i * 100);
+        let v = load_verdict(Some(10.0), &records);
+        assert!(
+            v.achieved_share().unwrap() > 0.99,
+            "the client kept up: {v:?}"
+        );
+        assert!(v.queue_growth.unwrap().abs() < 1e-9);
+        let b = v.server.expect("backlog judged");
+        assert!(b.behind, "{b:?}");
+        assert!((b.ttft_growth - 1.0).abs() < 1e-6, "{b:?}");
+        assert!(
+            b.ttft_end_ms > 25_000.0 && b.ttft_start_ms < 3_000.0,
+            "{b:?}"
+        );
+        assert!(b.serve_span_s > b.arrival_span_s * 1.9, "{b:?}");
+        assert!(v.overloaded);
+        let text = b.to_string();
+        assert!(
+            text.contains("the server fell behind the arrivals"),
+            "{text}"
+        );
+    }
+
+    /// A server at a steady operating point: TTFT varies and warms up a little, never grows.
+    #[test]
+    fn a_server_that_keeps_up_is_not_behind() {
+        let records = on_time(300, |i| {
+            150 + (i * 7919) % 120 + if i < 10 { 0 } else { 40 }
+        });
+        let v = load_verdict(Some(10.0), &records);
+        let b = v.server.expect("backlog judged");
+        assert!(!b.behind, "{b:?}");
+        assert!(!v.overloaded, "{v:?}");
+        // Slow but steady (TTFT 5 s throughout) is not a backlog either.
+        let slow = load_verdict(Some(10.0), &on_time(300, |i| 5_000 + i % 7));
+        assert!(!slow.overloaded, "{slow:?}");
+        // Closed loops and unlimited rates have no arrivals to fall behind.
+        assert!(load_verdict(None, &on_time(300, |i| 200 + i * 100))
+            .server
+            .is_none());
+        // Too few requests to tell.
+        assert!(load_verdict(Some(10.0), &on_time(10, |i| i * 1000))
+            .server
+            .is_none());
     }
 
     #[test]
