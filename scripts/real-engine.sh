@@ -137,7 +137,14 @@ check_cpu() {
 # run here (an instruction this CPU or VM does not allow) fails now, with its log, rather
 # than as every real-engine test failing later.
 smoke_test() {
-    local bin=$1 port url pid log=$CACHE/smoke-test.log body deadline
+    local bin=$1 port url pid log=$CACHE/smoke-test.log body deadline amx
+    # A run here proves nothing about a host that advertises AMX without enabling it: the
+    # binary must hold no AMX tile instruction at all.
+    if command -v objdump >/dev/null 2>&1; then
+        amx=$(objdump -d --no-show-raw-insn "$bin" | grep -cE '\b(tilezero|tileloadd|tilestored|tdpb[a-z]*|ldtilecfg)\b' || true)
+        [[ $amx == 0 ]] || die "smoke test: $bin holds $amx AMX instructions; the build must be portable"
+        log "smoke test: no AMX instruction in the binary"
+    fi
     port=$(free_port)
     url=http://127.0.0.1:$port
     log "smoke test: $bin on a short prompt ($url)"
