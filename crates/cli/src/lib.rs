@@ -198,7 +198,8 @@ pub fn error_text(e: &anyhow::Error) -> String {
         }
         text.push_str(&m);
     }
-    text
+    // Errors quote servers and files: shown with their control characters escaped.
+    servebench_wire::printable::printable_lines(&text).into_owned()
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -212,8 +213,10 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SERVEBENCH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Colour codes only for a terminal: a log redirected to a file stays plain text.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }

@@ -134,7 +134,15 @@ pub(crate) async fn collect(
         Duration::from_secs(10)
     };
     let mut last_print = started;
-    while let Some(record) = rx.recv().await {
+    while let Some(mut record) = rx.recv().await {
+        // Failure messages quote the server (error bodies, broken chunks): kept printable, as
+        // everything that shows them prints them raw.
+        if let Some(f) = record.failure.as_mut() {
+            if let std::borrow::Cow::Owned(safe) = servebench_wire::printable::printable(&f.message)
+            {
+                f.message = safe;
+            }
+        }
         out.finished += 1;
         out.last_end_ns = out
             .last_end_ns

@@ -125,7 +125,7 @@ fn first_of(m: &BTreeMap<String, f64>, names: &[&str]) -> Option<f64> {
 /// A background scraper; `finish` stops it and returns what it saw.
 #[derive(Debug)]
 pub struct Scraper {
-    stop: tokio::sync::oneshot::Sender<()>,
+    stop: tokio::sync::watch::Sender<bool>,
     task: tokio::task::JoinHandle<ServerTelemetry>,
 }
 
@@ -133,7 +133,7 @@ impl Scraper {
     /// Start scraping `target`'s `/metrics` every `every`. A server without `/metrics` costs one
     /// failed request per interval and yields empty telemetry.
     pub fn start(target: Target, clock: RunClock, every: Duration) -> Self {
-        let (stop, mut stopped) = tokio::sync::oneshot::channel();
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut t = ServerTelemetry::default();
             let mut first: Option<BTreeMap<String, f64>> = None;
@@ -143,12 +143,27 @@ impl Scraper {
             loop {
                 // A stop still takes one last scrape, so counters cover the whole run.
                 let last_round = tokio::select! {
-                    _ = &mut stopped => true,
+                    _ = stopped.wait_for(|s| *s) => true,
                     _ = ticker.tick() => false,
                 };
-                match crate::probe::get_text(&target, "/metrics", every.max(Duration::from_secs(2)))
-                    .await
-                {
+                // A server that has never answered `/metrics` gets no last scrape, and a stop
+                // cuts its scrape in flight short: it must not hold the run's end by a timeout.
+                let answered = first.is_some();
+                if last_round && !answered {
+                    break;
+                }
+                let scrape =
+                    crate::probe::get_text(&target, "/metrics", every.max(Duration::from_secs(2)));
+                let scraped = if answered || last_round {
+                    Some(scrape.await)
+                } else {
+                    tokio::select! {
+                        r = scrape => Some(r),
+                        _ = stopped.wait_for(|s| *s) => None,
+                    }
+                };
+                let Some(scraped) = scraped else { break };
+                match scraped {
                     Ok(text) => {
                         let m = parse_prometheus(&text);
                         t.samples.push(TelemetrySample {
@@ -188,7 +203,7 @@ impl Scraper {
 
     /// Scrape once more, stop, and return the telemetry.
     pub async fn finish(self) -> ServerTelemetry {
-        let _ = self.stop.send(());
+        let _ = self.stop.send(true);
         self.task.await.unwrap_or_default()
     }
 }

@@ -15,6 +15,7 @@ mod error;
 pub mod image;
 pub mod openai;
 pub mod pooling;
+pub mod printable;
 pub mod protocol;
 pub mod render;
 pub mod sse;

@@ -17,6 +17,10 @@ use super::plan::RunPlan;
 use super::target::SimInfo;
 use super::{output, RunOutcome};
 
+/// How long model discovery (`GET /v1/models` without `--model`) waits at most; a shorter
+/// `--request-timeout` bounds it instead.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A server at `base_url`; `sim` when it is a simulator servebench started.
 pub struct HttpTarget {
     pub base_url: String,
@@ -121,7 +125,10 @@ impl Executor for HttpTarget {
         if print {
             print_traffic(plan);
         }
-        let metrics_timeout = Duration::from_secs(5);
+        // Probes of a server that never answers end within the user's --request-timeout.
+        let metrics_timeout = plan
+            .request_timeout
+            .map_or(Duration::from_secs(5), |t| t.min(Duration::from_secs(5)));
         if let Some(start) = &plan.scale_out.start_at {
             // The schedule keeps the agreed time zero; whatever was due before now goes late.
             if let Ok(late) = std::time::SystemTime::now().duration_since(start.at) {
@@ -134,8 +141,12 @@ impl Executor for HttpTarget {
                 eprintln!("Starting the schedule at {}", start.given);
             }
         }
-        let spec_before =
-            servebench_loadgen::probe::spec_decode_counters(client.target(), metrics_timeout).await;
+        // What the server says about itself does not change with load: asked together with
+        // the counters before the run, so a server that answers nothing costs one wait.
+        let (spec_before, server) = tokio::join!(
+            servebench_loadgen::probe::spec_decode_counters(client.target(), metrics_timeout),
+            output::ServerInfo::fetch(client.target(), self.sim.clone(), plan.request_timeout)
+        );
         let spec = LoadSpec {
             // Each shard takes its part of the cap, so the shards together hold it.
             max_concurrency: plan
@@ -191,13 +202,19 @@ impl Executor for HttpTarget {
                 finish.jsonl_path.display()
             );
         }
-        let spec_after =
-            servebench_loadgen::probe::spec_decode_counters(client.target(), metrics_timeout).await;
+        // The counters again only when the server gave them before the run: a delta needs
+        // both ends, and a server that never answered costs no second wait.
+        let spec_after = match &spec_before {
+            Some(_) => {
+                servebench_loadgen::probe::spec_decode_counters(client.target(), metrics_timeout)
+                    .await
+            }
+            None => None,
+        };
         let spec_decode = servebench_metrics::vllm::SpecDecodeStats::between(
             spec_before.as_ref(),
             spec_after.as_ref(),
         );
-        let server = output::ServerInfo::fetch(client.target(), self.sim.clone()).await;
         let simulated = server.sim.is_some();
         let meta = server.target_info(&client.target().display_url())?;
         // Records written during the run were not kept in memory (it stays flat however long
@@ -331,12 +348,16 @@ pub async fn connect(
             m.clone(),
         ),
         None => {
-            let (id, root) =
-                servebench_loadgen::probe::first_model_card(&target, Duration::from_secs(30))
-                    .await?;
+            // Bounded by the user's --request-timeout when it is shorter than the default.
+            let wait = plan
+                .request_timeout
+                .map_or(DISCOVERY_TIMEOUT, |t| t.min(DISCOVERY_TIMEOUT));
+            let (id, root) = servebench_loadgen::probe::first_model_card(&target, wait).await?;
             if print {
                 eprintln!(
-                    "Model not specified; using the server's first model: {id} (root {root})"
+                    "Model not specified; using the server's first model: {} (root {})",
+                    servebench_wire::printable::printable(&id),
+                    servebench_wire::printable::printable(&root)
                 );
             }
             (plan.served_model_name.clone().unwrap_or(id), root)

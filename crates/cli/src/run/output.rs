@@ -35,6 +35,30 @@ pub struct FileNames {
     vllm_from_stem: bool,
 }
 
+/// How long each probe of the server after a run waits at most.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The longest model name put into a file name: with the rest of the stem it stays far
+/// below the 255 bytes a file name may have.
+const MAX_NAME_IN_FILE: usize = 96;
+
+/// A model name as part of a file name, as vLLM builds it (the part after the last `/`) for
+/// every name a model has on a hub; a server's id can be anything, so any other character
+/// (a control character, a path separator, a space) becomes `_` and the name is cut to
+/// [`MAX_NAME_IN_FILE`] characters.
+fn file_safe(name: &str) -> String {
+    name.chars()
+        .take(MAX_NAME_IN_FILE)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '+') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// How many suffixed names (`-2`, `-3`, …) are tried before giving up on a free one.
 const NAME_TRIES: usize = 10_000;
 
@@ -61,7 +85,7 @@ fn create_new(path: &Path) -> std::io::Result<std::fs::File> {
 impl FileNames {
     pub fn new(args: &RunArgs, model_id: &str, ramp_up: Option<&(String, u64, u64)>) -> Self {
         let date = chrono::Local::now().format("%Y%m%d-%H%M%S").to_string();
-        let base_model = model_id.rsplit('/').next().unwrap_or(model_id);
+        let base_model = file_safe(model_id.rsplit('/').next().unwrap_or(model_id));
         let label = args
             .label
             .clone()
@@ -168,17 +192,21 @@ impl ServerInfo {
         Ok(target)
     }
 
-    pub async fn fetch(target: &Target, sim: Option<SimInfo>) -> Self {
-        let t = Duration::from_secs(5);
+    /// Asks `/version` and `/v1/models` at once, each for at most 5 s (less when
+    /// `timeout`, the user's `--request-timeout`, is shorter): a server that never answers
+    /// delays the end of a run by one wait, not one per probe.
+    pub async fn fetch(target: &Target, sim: Option<SimInfo>, timeout: Option<Duration>) -> Self {
+        let t = timeout.map_or(PROBE_TIMEOUT, |t| t.min(PROBE_TIMEOUT));
         let get = |path: &'static str| async move {
             servebench_loadgen::probe::get_json(target, path, t)
                 .await
                 .ok()
                 .map(ServerReply)
         };
+        let (version, models) = tokio::join!(get("/version"), get("/v1/models"));
         ServerInfo {
-            version: get("/version").await,
-            models: get("/v1/models").await,
+            version,
+            models,
             sim,
         }
     }
@@ -797,6 +825,9 @@ mod tests {
         assert_eq!(appended, path);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "old\nmore");
         assert_eq!(suffixed("noext", 3), "noext-3");
+        assert_eq!(file_safe("Llama-3.1-8B_v0+x"), "Llama-3.1-8B_v0+x");
+        assert_eq!(file_safe("a\u{1b}[2J b"), "a__2J_b");
+        assert_eq!(file_safe(&"m".repeat(5000)).len(), MAX_NAME_IN_FILE);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

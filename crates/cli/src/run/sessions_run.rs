@@ -183,7 +183,8 @@ async fn measure(
             finish.jsonl_path.display()
         );
     }
-    let server = output::ServerInfo::fetch(client.target(), http.sim.clone()).await;
+    let server =
+        output::ServerInfo::fetch(client.target(), http.sim.clone(), plan.request_timeout).await;
     let simulated = server.sim.is_some();
     let meta = server.target_info(&client.target().display_url())?;
     let records = outcome.take_records()?;

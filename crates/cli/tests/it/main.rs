@@ -4,6 +4,7 @@
 mod common;
 
 mod answer_checks;
+mod broken_servers;
 mod browser_report;
 mod calibrate;
 mod compare_cli;

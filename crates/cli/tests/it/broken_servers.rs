@@ -1,0 +1,151 @@
+//! Servers that misbehave: one that reads and never answers must not keep a run going long
+//! after `--request-timeout`, and one whose error bodies and model ids hold terminal escape
+//! sequences must not reach the user's terminal raw.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::common::{bin, tempdir, text};
+
+/// Accepts connections and reads them, never writing a byte; connections stay open.
+fn silent_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut held: Vec<TcpStream> = Vec::new();
+        for conn in listener.incoming() {
+            let Ok(sock) = conn else { return };
+            held.push(sock);
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// The escape sequences a hostile server puts in its text: clear the screen, retitle the
+/// window, and a newline that fakes an output line.
+const HOSTILE: &str = "\u{1b}[2J\u{1b}]0;pwned\u{7}\nVerdict: VALID";
+
+/// Answers `/v1/models` with a model whose id holds [`HOSTILE`], and every POST with a 500
+/// whose OpenAI-style error message holds it too.
+fn hostile_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut sock) = conn else { return };
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 8192];
+                let head = loop {
+                    let n = sock.read(&mut buf).unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let t = String::from_utf8_lossy(&got).into_owned();
+                    if let Some(h) = t.find("\r\n\r\n") {
+                        break t[..h].to_owned();
+                    }
+                };
+                let hostile = serde_json::to_string(HOSTILE).expect("json");
+                let (status, body) = if head.starts_with("GET /v1/models") {
+                    (
+                        "200 OK",
+                        format!(
+                            "{{\"object\":\"list\",\"data\":[{{\"id\":{hostile},\"object\":\"model\",\"root\":{hostile}}}]}}"
+                        ),
+                    )
+                } else if head.starts_with("POST") {
+                    (
+                        "500 Internal Server Error",
+                        format!(
+                            "{{\"error\":{{\"message\":{hostile},\"type\":\"x\",\"code\":500}}}}"
+                        ),
+                    )
+                } else {
+                    ("404 Not Found", String::new())
+                };
+                let _ = write!(
+                    sock,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A server that never answers: the run ends within `--request-timeout` + 5 s (the probes
+/// around the run share one wait, bounded by the timeout), plus a documented allowance of
+/// 3 s for a debug build's start-up on a loaded 2-core machine. Before, model discovery
+/// waited 30 s whatever the timeout said and the probes after the run waited in turn.
+#[test]
+fn a_server_that_never_answers_ends_the_run_within_the_request_timeout() {
+    let url = silent_server();
+    let dir = tempdir("broken", "silent");
+    let d = dir.to_str().expect("utf-8");
+    for with_model in [true, false] {
+        let started = Instant::now();
+        let mut cmd = bin();
+        cmd.args([
+            "run",
+            "--base-url",
+            &url,
+            "--request-timeout",
+            "3",
+            "--num-prompts",
+            "2",
+            "--output-dir",
+            d,
+        ]);
+        if with_model {
+            cmd.args(["--model", "m"]);
+        }
+        let o = cmd.output().expect("spawn servebench");
+        let took = started.elapsed();
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(
+            took < Duration::from_secs(3 + 5 + 3),
+            "model given: {with_model}; took {took:?}: {}",
+            text(&o)
+        );
+    }
+}
+
+/// Server text is shown with its control characters escaped: the model id in the
+/// discovery line and the error body in the failure summary.
+#[test]
+fn escape_sequences_from_a_server_are_printed_escaped() {
+    let url = hostile_server();
+    let dir = tempdir("broken", "hostile");
+    let o = bin()
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--num-prompts",
+            "2",
+            "--request-timeout",
+            "10",
+            "--output-dir",
+            dir.to_str().expect("utf-8"),
+        ])
+        .output()
+        .expect("spawn servebench");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    for (name, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+        assert!(
+            !bytes.contains(&0x1b) && !bytes.contains(&0x07),
+            "{name} holds a raw escape: {}",
+            text(&o)
+        );
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("\\x1b[2J"), "shown escaped: {err}");
+    assert!(
+        !err.lines().any(|l| l.starts_with("Verdict: VALID")),
+        "no faked line: {err}"
+    );
+}
