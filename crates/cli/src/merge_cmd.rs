@@ -30,6 +30,10 @@ pub struct MergeArgs {
     /// shard's dispatch lag p99 exceeds it.
     #[arg(long, default_value_t = 10.0, value_name = "MS")]
     pub max_clock_spread_ms: f64,
+    /// Merge a shard whose records file holds fewer or more records than its result states
+    /// (a cut file): with a warning carried into the merged result, instead of an error.
+    #[arg(long)]
+    pub allow_incomplete: bool,
 }
 
 /// One shard's result as read from disk.
@@ -49,8 +53,35 @@ pub fn merge(args: MergeArgs, command_line: Vec<String>) -> Result<ExitCode> {
     let count = first.shard.count;
 
     let mut records = Vec::new();
+    let mut warnings = Vec::new();
     for s in &shards {
-        records.extend(shard_records(s)?);
+        let mine = shard_records(s)?;
+        if let Some(problem) = count_mismatch(s, mine.len()) {
+            if !args.allow_incomplete {
+                bail!("{problem}; pass --allow-incomplete to merge what is there, with a warning in the merged result");
+            }
+            warnings.push(problem);
+        }
+        records.extend(mine);
+    }
+    // A shard that stopped early measured only part of its schedule: so did the merged run.
+    let interrupted: Vec<String> = shards
+        .iter()
+        .filter(|s| s.result.interrupted)
+        .map(|s| {
+            format!(
+                "shard {}/{count} was interrupted ({})",
+                s.index,
+                s.result
+                    .interrupted_reason
+                    .as_deref()
+                    .unwrap_or("no reason recorded")
+            )
+        })
+        .collect();
+    if !interrupted.is_empty() {
+        crate::run::mark_interrupted(interrupted.join("; "));
+        warnings.extend(interrupted);
     }
     records.sort_by_key(|r| r.id);
     if let Some(w) = records.windows(2).find(|w| w[0].id == w[1].id) {
@@ -86,7 +117,6 @@ pub fn merge(args: MergeArgs, command_line: Vec<String>) -> Result<ExitCode> {
                 .and_then(|m| m.dispatch_lag_p99_ms)
         })
         .collect();
-    let mut warnings = Vec::new();
     if spread_ms > args.max_clock_spread_ms {
         warnings.push(format!(
             "the shards' clock anchors are {spread_ms:.3} ms apart (above {} ms): their records do not share one time zero; start them with --start-at",
@@ -315,6 +345,23 @@ fn shard_records(s: &ShardFile) -> Result<Vec<RequestRecord>> {
         );
     }
     Ok(records)
+}
+
+/// A shard whose records file does not hold the requests its own result counts
+/// (`completed + failed`): the file was cut, or belongs to another run of the same name.
+fn count_mismatch(s: &ShardFile, records: usize) -> Option<String> {
+    let sum = &s.result.summary;
+    let stated = sum.completed + sum.failed;
+    (records as u64 != stated).then(|| {
+        format!(
+            "shard {}/{} ({}) states {stated} requests ({} completed, {} failed) but its records file holds {records}",
+            s.index,
+            s.shard.count,
+            s.path.display(),
+            sum.completed,
+            sum.failed
+        )
+    })
 }
 
 /// The `servebench run` flags a shard ran with, from its recorded command line.

@@ -72,6 +72,12 @@ fn set_interruption(reason: String, exit: u8) {
     }
 }
 
+/// Marks the result this process writes as interrupted, for a reason found outside the
+/// measurement (`merge` of a shard that was interrupted).
+pub fn mark_interrupted(reason: String) {
+    set_interruption(reason, EXIT_INTERRUPTED);
+}
+
 /// Stop measuring because the run's output cannot be written: no new requests, in-flight
 /// ones cancelled after the usual grace.
 pub fn stop_for_output_failure(reason: String) {

@@ -688,12 +688,6 @@ fn check_traffic(t: &Traffic) -> Result<()> {
     if t.max_concurrency == Some(0) {
         bail!("--max-concurrency must be greater than 0");
     }
-    if t.request_rate.is_finite() && t.request_rate < MIN_REQUEST_RATE {
-        bail!(
-            "--request-rate {} is below the lowest rate a run keeps time for (allowed: {MIN_REQUEST_RATE:.3e} req/s, one a week, or more; inf for all at once)",
-            t.request_rate
-        );
-    }
     if t.burstiness.is_nan() || t.burstiness <= 0.0 {
         bail!(
             "--burstiness must be positive (1 = Poisson), got {}",
@@ -703,6 +697,12 @@ fn check_traffic(t: &Traffic) -> Result<()> {
     if t.request_rate.is_nan() || t.request_rate <= 0.0 {
         bail!(
             "--request-rate must be positive or inf, got {}",
+            t.request_rate
+        );
+    }
+    if t.request_rate.is_finite() && t.request_rate < MIN_REQUEST_RATE {
+        bail!(
+            "--request-rate {} is below the lowest rate a run keeps time for (allowed: {MIN_REQUEST_RATE:.3e} req/s, one a week, or more; inf for all at once)",
             t.request_rate
         );
     }

@@ -333,3 +333,78 @@ fn shard_flags_are_checked() {
     assert!(!o.status.success());
     assert!(text(&o).contains("virtual-time"), "{}", text(&o));
 }
+
+/// Copies every file of `from` into a fresh `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    let _ = std::fs::remove_dir_all(to);
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+    }
+}
+
+/// A shard whose records file was cut, or that was interrupted, never merges silently: the
+/// cut is an error naming the shard and both counts (or, with --allow-incomplete, a warning
+/// in the merged result), and an interrupted shard makes the merged result interrupted.
+#[test]
+fn a_cut_or_interrupted_shard_is_never_merged_silently() {
+    let sim = start_sim();
+    let root = common::tempdir("merge", "cut");
+    let shards = root.join("shards");
+    std::fs::create_dir_all(&shards).unwrap();
+    run_shards(&sim.url, &shards, 2, false);
+
+    // Cut shard 1's records file to its first 3 records.
+    let cut = root.join("cut");
+    copy_dir(&shards, &cut);
+    let results = shard_results(&cut);
+    let r1 = read_json(&results[1]);
+    let rec = cut.join(r1["records_path"].as_str().unwrap());
+    let text_all = std::fs::read_to_string(&rec).unwrap();
+    let kept: Vec<&str> = text_all.lines().take(3).collect();
+    std::fs::write(&rec, kept.join("\n") + "\n").unwrap();
+    let o = merge(&[&cut], &root.join("out-cut"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("shard 1/2"), "{err}");
+    assert!(err.contains("states 12 requests"), "{err}");
+    assert!(err.contains("records file holds 3"), "{err}");
+    assert!(err.contains("--allow-incomplete"), "{err}");
+
+    let out = root.join("out-allowed");
+    let o = bin()
+        .args(["merge", "--allow-incomplete", "-o"])
+        .arg(&out)
+        .arg(&cut)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let merged = read_json(&files_with(&out, ".servebench.json")[0]);
+    let warnings = merged["metadata"]["shard"]["warnings"].to_string();
+    assert!(warnings.contains("records file holds 3"), "{warnings}");
+    assert_eq!(merged["summary"]["completed"], 15, "12 + 3 records");
+
+    // Mark shard 0 interrupted, as a Ctrl-C would have.
+    let intr = root.join("interrupted");
+    copy_dir(&shards, &intr);
+    let r0_path = &shard_results(&intr)[0];
+    let mut r0 = read_json(r0_path);
+    r0["interrupted"] = serde_json::Value::Bool(true);
+    r0["interrupted_reason"] = serde_json::Value::String("interrupted by SIGINT".into());
+    std::fs::write(r0_path, serde_json::to_string_pretty(&r0).unwrap()).unwrap();
+    let out = root.join("out-interrupted");
+    let o = merge(&[&intr], &out);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("shard 0/2 was interrupted"), "{err}");
+    let merged = read_json(&files_with(&out, ".servebench.json")[0]);
+    assert_eq!(merged["interrupted"], true, "{}", text(&o));
+    assert!(
+        merged["interrupted_reason"]
+            .as_str()
+            .unwrap()
+            .contains("shard 0/2 was interrupted (interrupted by SIGINT)"),
+        "{merged}"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -516,3 +516,45 @@ fn inspect_reads_vllm_timed_traces_with_16_token_chunks() {
     // Full 16-token blocks already seen: 2 + 4 + 4 + 2 + 3 of them.
     assert_eq!(j["prefix_reuse"]["reused_tokens"], 15 * 16);
 }
+
+/// One detector serves `trace inspect` and `run`: vLLM's timed trace (decimal seconds) is
+/// read in seconds by both, without `--trace-format`. Before, `inspect` took it for Mooncake
+/// (milliseconds): span 0.003 s and 2,121 req/s where `run` replayed 3.3 s.
+#[test]
+fn inspect_and_run_read_a_vllm_timed_trace_alike_without_a_format_flag() {
+    let file = example("vllm-timed-trace.jsonl");
+    let j: Value =
+        serde_json::from_str(&ok(&servebench(&["trace", "inspect", "--json", &file]))).unwrap();
+    assert_eq!(j["format"], "vllm", "{j}");
+    assert!((j["span_s"].as_f64().unwrap() - 3.3).abs() < 1e-9, "{j}");
+    let dir = tempdir("timed", "one-detector");
+    let recs = virtual_run(
+        &dir,
+        &["--dataset-name", "timed_trace", "--dataset-path", &file],
+    );
+    let last = recs
+        .iter()
+        .map(|r| r["intended"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(last, 3_300_000_000, "run replays the same 3.3 s");
+    // Integer timestamps are Mooncake's milliseconds, for both.
+    let mooncake = example("mooncake.jsonl");
+    let j: Value =
+        serde_json::from_str(&ok(&servebench(&["trace", "inspect", "--json", &mooncake]))).unwrap();
+    assert_eq!(j["format"], "mooncake", "{j}");
+    let span_ns = (j["span_s"].as_f64().unwrap() * 1e9).round() as u64;
+    let recs = virtual_run(
+        &dir,
+        &["--dataset-name", "timed_trace", "--dataset-path", &mooncake],
+    );
+    let last = recs
+        .iter()
+        .map(|r| r["intended"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(
+        last, span_ns,
+        "run replays mooncake.jsonl in ms as inspect reads it"
+    );
+}

@@ -92,12 +92,38 @@ impl Default for TraceLabels {
     }
 }
 
+/// How many JSON lines the detector reads to decide the unit of their timestamps.
+pub const DETECT_LINES: usize = 1000;
+
 impl TraceFormat {
-    /// Recognises the format from the file's first non-empty line.
+    /// Recognises the format from the file's text (see [`TraceFormat::detect_lines`]).
     pub fn detect(text: &str) -> Option<Self> {
-        let first = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+        Self::detect_lines(text.lines(), "timestamp")
+    }
+
+    /// The one format detector of every trace reader (`trace inspect`, `matrix --trace`,
+    /// `run --dataset-name timed_trace`). CSV: by the header's columns. JSON lines hold the
+    /// same fields in two units: vLLM's timed trace writes seconds as decimals (`0.4`),
+    /// Mooncake's published traces milliseconds as integers (`27482`). So JSON lines whose
+    /// `timestamp_label` values, in the first [`DETECT_LINES`] rows, include one written as a
+    /// decimal are vLLM's (seconds), and integers throughout are Mooncake's (milliseconds).
+    /// `--trace-format` overrides either.
+    pub fn detect_lines<'a>(
+        lines: impl Iterator<Item = &'a str>,
+        timestamp_label: &str,
+    ) -> Option<Self> {
+        let mut lines = lines.map(str::trim).filter(|l| !l.is_empty());
+        let first = lines.next()?;
         if first.starts_with('{') {
-            return Some(Self::Mooncake);
+            let decimal = std::iter::once(first)
+                .chain(lines)
+                .take(DETECT_LINES)
+                .map_while(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .any(|v| {
+                    v.get(timestamp_label)
+                        .is_some_and(serde_json::Value::is_f64)
+                });
+            return Some(if decimal { Self::Vllm } else { Self::Mooncake });
         }
         let header: Vec<String> = csv::split_line(first)
             .iter()
@@ -385,6 +411,28 @@ mod tests {
         assert_eq!(e[0].offset_ns, 0);
         assert_eq!(e[1].offset_ns, 1_000_000_000);
         assert_eq!(e[1].input_tokens, 512);
+    }
+
+    #[test]
+    fn json_lines_timestamps_written_as_decimals_are_seconds_integers_milliseconds() {
+        let vllm = "{\"timestamp\": 0.0, \"input_length\": 7, \"output_length\": 1}\n\
+                    {\"timestamp\": 0.4, \"input_length\": 7, \"output_length\": 1}\n";
+        assert_eq!(TraceFormat::detect(vllm), Some(TraceFormat::Vllm));
+        let e = parse_trace(vllm, None, p()).unwrap();
+        assert_eq!(e[1].offset_ns, 400_000_000);
+        // A decimal far down the file still counts (within DETECT_LINES).
+        let mut late =
+            "{\"timestamp\": 1, \"input_length\": 7, \"output_length\": 1}\n".repeat(500);
+        late.push_str("{\"timestamp\": 501.5, \"input_length\": 7, \"output_length\": 1}\n");
+        assert_eq!(TraceFormat::detect(&late), Some(TraceFormat::Vllm));
+        let mooncake = "{\"timestamp\": 0, \"input_length\": 7, \"output_length\": 1}\n\
+                        {\"timestamp\": 350, \"input_length\": 7, \"output_length\": 1}\n";
+        assert_eq!(TraceFormat::detect(mooncake), Some(TraceFormat::Mooncake));
+        // Another label: the detector reads that field.
+        assert_eq!(
+            TraceFormat::detect_lines(["{\"at\": 1.5}"].into_iter(), "at"),
+            Some(TraceFormat::Vllm)
+        );
     }
 
     #[test]

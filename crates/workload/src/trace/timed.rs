@@ -56,7 +56,8 @@ impl TraceWindow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimedTraceConfig {
     pub path: PathBuf,
-    /// `None`: detected (JSON lines read as vLLM's timed trace).
+    /// `None`: detected ([`TraceFormat::detect_lines`]; JSON lines are vLLM's timed trace
+    /// whenever a vLLM timed-trace flag is given).
     pub format: Option<TraceFormat>,
     /// Timestamp × multiplier = seconds; `None`: the format's default.
     pub sec_multiplier: Option<f64>,
@@ -127,7 +128,14 @@ pub fn load_timed_trace(cfg: &TimedTraceConfig) -> Result<TimedTrace, WorkloadEr
     let path = cfg.path.as_path();
     let format = match cfg.format {
         Some(f) => f,
-        None => detect_file(path)?,
+        None => {
+            // vLLM's timed-trace flags (a multiplier, a chunk size, field names) say the
+            // file is vLLM's, whatever its numbers look like.
+            let vllm_flags = cfg.sec_multiplier.is_some()
+                || cfg.chunk_hash_size.is_some()
+                || cfg.labels != TraceLabels::default();
+            detect_file(path, &cfg.labels.timestamp, vllm_flags)?
+        }
     };
     let sec_multiplier = cfg
         .sec_multiplier
@@ -273,40 +281,55 @@ fn describe_window(w: &TraceWindow) -> String {
     }
 }
 
-/// The format a file's first non-empty line shows; JSON lines are vLLM's timed trace.
-fn detect_file(path: &Path) -> Result<TraceFormat, WorkloadError> {
+/// The format of a file, by the detector every trace reader shares
+/// ([`TraceFormat::detect_lines`]: decimal timestamps are vLLM's seconds, integers
+/// Mooncake's milliseconds). `vllm_flags`: the run gave one of vLLM's timed-trace flags, so
+/// its JSON lines are vLLM's whatever their numbers look like.
+fn detect_file(
+    path: &Path,
+    timestamp_label: &str,
+    vllm_flags: bool,
+) -> Result<TraceFormat, WorkloadError> {
     let file = std::fs::File::open(path).map_err(|e| WorkloadError::io(path, e))?;
     let mut reader = BufReader::new(file);
     let mut buf = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
+    let mut first_line_no = 0;
     let mut line_no = 0;
-    loop {
+    while lines.len() < super::DETECT_LINES {
         buf.clear();
         let n = reader
             .read_until(b'\n', &mut buf)
             .map_err(|e| WorkloadError::io(path, e))?;
         if n == 0 {
-            return Err(WorkloadError::Empty {
-                path: path.to_path_buf(),
-                reason: "empty trace: the file has no lines".to_owned(),
-            });
+            break;
         }
         line_no += 1;
-        let line = String::from_utf8_lossy(&buf);
-        let line = line.trim();
+        let line = String::from_utf8_lossy(&buf).trim().to_owned();
         if line.is_empty() {
             continue;
         }
-        return match TraceFormat::detect(line) {
-            Some(TraceFormat::Mooncake) => Ok(TraceFormat::Vllm),
-            Some(f) => Ok(f),
-            None => Err(WorkloadError::malformed(
-                path,
-                line_no,
-                "unknown trace format: expected JSON lines (vLLM timed trace or Mooncake) or a \
-                 CSV header with ContextTokens,GeneratedTokens (Azure) or Request \
-                 tokens,Response tokens (BurstGPT); --trace-format forces one",
-            )),
-        };
+        if lines.is_empty() {
+            first_line_no = line_no;
+        }
+        lines.push(line);
+    }
+    if lines.is_empty() {
+        return Err(WorkloadError::Empty {
+            path: path.to_path_buf(),
+            reason: "empty trace: the file has no lines".to_owned(),
+        });
+    }
+    match TraceFormat::detect_lines(lines.iter().map(String::as_str), timestamp_label) {
+        Some(TraceFormat::Mooncake) if vllm_flags => Ok(TraceFormat::Vllm),
+        Some(f) => Ok(f),
+        None => Err(WorkloadError::malformed(
+            path,
+            first_line_no,
+            "unknown trace format: expected JSON lines (vLLM timed trace or Mooncake) or a \
+             CSV header with ContextTokens,GeneratedTokens (Azure) or Request \
+             tokens,Response tokens (BurstGPT); --trace-format forces one",
+        )),
     }
 }
 
