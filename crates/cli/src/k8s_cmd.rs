@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Map, Value};
 
 /// Arguments of `servebench k8s`.
@@ -290,8 +290,8 @@ fn check_run_flags(flags: &[String]) -> Result<()> {
     }
     let mut argv = vec!["servebench".to_owned(), "run".to_owned()];
     argv.extend(flags.iter().cloned());
-    let cli = crate::Cli::try_parse_from(&argv).context("the run flags after `--`")?;
-    let crate::Command::Run(args) = cli.command else {
+    let cli = crate::try_parse_cli(&argv).context("the run flags after `--`")?;
+    let crate::Command::Run { args, .. } = cli.command else {
         bail!("the flags after `--` must be `servebench run` flags");
     };
     if args.base_url.is_none() && args.host.is_none() {
@@ -319,7 +319,7 @@ mod tests {
             "--num-prompts",
             "100",
         ]);
-        let cli = crate::Cli::try_parse_from(argv).unwrap();
+        let cli = <crate::Cli as clap::Parser>::try_parse_from(argv).unwrap();
         match cli.command {
             crate::Command::K8s(k) => match k.command {
                 K8sCommand::Job(j) => j,

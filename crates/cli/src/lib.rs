@@ -25,6 +25,7 @@ mod sweep_search;
 mod sweep_serve;
 mod throughput_cmd;
 mod trace_cmd;
+mod vllm_argv;
 
 use std::process::ExitCode;
 
@@ -41,16 +42,36 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    // The three commands that stand in for vLLM's take its argument rules (vllm_argv.rs): a
+    // flag given twice keeps its last value, as argparse does.
     /// Benchmark one workload against a server (flags of `vllm bench serve`). Without
     /// --base-url/--host it starts the simulator in-process.
-    Run(Box<run::args::RunArgs>),
+    #[command(args_override_self = true)]
+    Run {
+        #[command(flatten)]
+        args: Box<run::args::RunArgs>,
+        #[command(flatten)]
+        engine_only: vllm_argv::EngineOnlyFlags,
+    },
     /// The latency of one batch released at once, repeated (flags and JSON of `vllm bench
     /// latency`); --batch-size 1,8,64 sweeps batch sizes beside the roofline's prediction.
     /// Without --base-url/--host it runs the simulator in virtual time.
-    Latency(Box<latency_cmd::LatencyArgs>),
+    #[command(args_override_self = true)]
+    Latency {
+        #[command(flatten)]
+        args: Box<latency_cmd::LatencyArgs>,
+        #[command(flatten)]
+        engine_only: vllm_argv::EngineOnlyFlags,
+    },
     /// Every request released at once, timed to the last one (flags and JSON of `vllm bench
     /// throughput`). Without --base-url/--host it runs the simulator in virtual time.
-    Throughput(Box<throughput_cmd::ThroughputArgs>),
+    #[command(args_override_self = true)]
+    Throughput {
+        #[command(flatten)]
+        args: Box<throughput_cmd::ThroughputArgs>,
+        #[command(flatten)]
+        engine_only: vllm_argv::EngineOnlyFlags,
+    },
     /// Serve the simulated inference engine (an OpenAI-compatible server). `servebench sim
     /// calibrate RESULT...` fits its cost model to measured runs instead.
     Sim(Box<servebench_sim::args::SimArgs>),
@@ -92,10 +113,23 @@ pub enum Command {
 pub fn main() -> ExitCode {
     init_tracing();
     let argv: Vec<String> = std::env::args().collect();
-    let refused = match argv.get(1).map(String::as_str) {
-        Some("run") => run::args::check_unsupported(&argv[2..]),
-        Some("latency") => latency_cmd::check_unsupported(&argv[2..]),
-        Some("throughput") => throughput_cmd::check_unsupported(&argv[2..]),
+    // `argv` stays as the user wrote it: the recorded command line keeps their spelling.
+    let words = match vllm_rules(&argv) {
+        Ok(n) => {
+            if let Some(w) = n.warning {
+                eprintln!("{w}");
+            }
+            n.words
+        }
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    let refused = match words.get(1).map(String::as_str) {
+        Some("run") => run::args::check_unsupported(&words[2..]),
+        Some("latency") => latency_cmd::check_unsupported(&words[2..]),
+        Some("throughput") => throughput_cmd::check_unsupported(&words[2..]),
         _ => Ok(()),
     };
     if let Err(msg) = refused {
@@ -131,8 +165,16 @@ pub fn main() -> ExitCode {
     if argv.get(1).map(String::as_str) == Some("plan") && fleet_compare::wants(&argv[2..]) {
         return fleet_compare::main(&argv[2..]);
     }
-    let cli = Cli::parse_from(&argv);
-    if let Command::Run(args) = &cli.command {
+    let cli = Cli::parse_from(&words);
+    if let Command::Run { engine_only, .. }
+    | Command::Latency { engine_only, .. }
+    | Command::Throughput { engine_only, .. } = &cli.command
+    {
+        if let Some(note) = engine_only.notice() {
+            eprintln!("{note}");
+        }
+    }
+    if let Command::Run { args, .. } = &cli.command {
         if let Some(p) = args.realtime_priority {
             if let Err(msg) = servebench_loadgen::realtime::enable(p) {
                 eprintln!("error: {msg}");
@@ -155,9 +197,9 @@ pub fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Run(args) => run::run(*args, redact_argv(&argv)).await,
-            Command::Latency(args) => latency_cmd::latency(*args).await,
-            Command::Throughput(args) => throughput_cmd::throughput(*args).await,
+            Command::Run { args, .. } => run::run(*args, redact_argv(&argv)).await,
+            Command::Latency { args, .. } => latency_cmd::latency(*args).await,
+            Command::Throughput { args, .. } => throughput_cmd::throughput(*args).await,
             Command::Sim(args) => sim_cmd::serve(*args).await,
             Command::Predict(args) => predict_cmd::predict(*args),
             Command::Plan(args) => plan_cmd::plan(*args),
@@ -182,6 +224,51 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// A command line with vLLM's argument rules applied (`words`, for clap) and the warning for
+/// flags given twice.
+pub(crate) struct VllmWords {
+    pub words: Vec<String>,
+    pub warning: Option<String>,
+}
+
+/// `argv` (the binary's name first) with vLLM's argument rules applied to the commands that
+/// stand in for vLLM's (`run`, `latency`, `throughput`; see vllm_argv.rs); other commands as
+/// given. Err: an ambiguous abbreviation.
+pub(crate) fn vllm_rules(argv: &[String]) -> Result<VllmWords, String> {
+    let refused: &[(&str, &str)] = match argv.get(1).map(String::as_str) {
+        Some("run") => run::args::UNSUPPORTED_VLLM_FLAGS,
+        Some("latency") => latency_cmd::UNSUPPORTED_VLLM_FLAGS,
+        Some("throughput") => throughput_cmd::UNSUPPORTED_VLLM_FLAGS,
+        _ => {
+            return Ok(VllmWords {
+                words: argv.to_vec(),
+                warning: None,
+            })
+        }
+    };
+    let Some(spec) = argv.get(1).and_then(|c| vllm_argv::spec_of_subcommand(c)) else {
+        return Err("the command's flags are not defined".to_owned());
+    };
+    let names: Vec<&str> = refused.iter().map(|(f, _)| *f).collect();
+    let n = spec
+        .with_refused(&names)
+        .normalise(&argv[2..])
+        .map_err(|e| e.to_string())?;
+    let mut words = argv[..2].to_vec();
+    words.extend(n.args());
+    Ok(VllmWords {
+        words,
+        warning: n.duplicate_warning(),
+    })
+}
+
+/// Parses a recorded or built command line as `main` does (vLLM's rules for the commands that
+/// take them), without printing.
+pub(crate) fn try_parse_cli(argv: &[String]) -> anyhow::Result<Cli> {
+    let words = vllm_rules(argv).map_err(anyhow::Error::msg)?.words;
+    Ok(Cli::try_parse_from(&words)?)
 }
 
 /// An error and its causes on one line, each cause once: a cause a message already quotes

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Parser};
+use clap::Args;
 use servebench_loadgen::JsonlSink;
 use servebench_metrics::result::{
     ClientHealth, ClockAnchor, MeasuredHealth, RunResult, ShardInfo, TargetInfo,
@@ -367,14 +367,14 @@ fn count_mismatch(s: &ShardFile, records: usize) -> Option<String> {
 /// The `servebench run` flags a shard ran with, from its recorded command line.
 fn run_args_of(s: &ShardFile) -> Result<RunArgs> {
     let argv = &s.result.metadata.command_line;
-    let cli = crate::Cli::try_parse_from(argv).with_context(|| {
+    let cli = crate::try_parse_cli(argv).with_context(|| {
         format!(
             "{}: its recorded command line is not a servebench run",
             s.path.display()
         )
     })?;
     match cli.command {
-        crate::Command::Run(args) => Ok(*args),
+        crate::Command::Run { args, .. } => Ok(*args),
         _ => bail!(
             "{}: recorded by another command than `servebench run`",
             s.path.display()

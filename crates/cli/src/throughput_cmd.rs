@@ -21,7 +21,6 @@ pub const DEFAULT_RANDOM_OUTPUT_LEN: u64 = 128;
 /// `vllm bench throughput` flags servebench refuses, with the reason.
 pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
     ("--profile", "profiling the engine"),
-    ("--async-engine", "an in-process engine"),
     ("--disable-frontend-multiprocessing", "an in-process engine"),
     (
         "--disable-detokenize",

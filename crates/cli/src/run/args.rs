@@ -581,7 +581,6 @@ pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
         "--tokenizer-mode",
         "tokenizer modes other than HuggingFace tokenizer.json",
     ),
-    ("--trust-remote-code", "remote tokenizer code"),
     ("--plot-timeline", "timeline plots"),
     ("--timeline-itl-thresholds", "timeline plots"),
     ("--plot-dataset-stats", "dataset plots"),
@@ -607,27 +606,52 @@ pub fn check_unsupported(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+// The user's flags of rows and points are read as `servebench run` reads its command line:
+// vLLM's argument rules (crate::vllm_argv), the last of a repeated flag, the ignored vLLM
+// flags accepted.
 #[derive(Debug, clap::Parser)]
-#[command(no_binary_name = true)]
+#[command(no_binary_name = true, args_override_self = true)]
 struct RunArgsOnly {
     #[command(flatten)]
     args: RunArgs,
+    #[command(flatten)]
+    _engine_only: crate::vllm_argv::EngineOnlyFlags,
 }
 
 impl RunArgs {
-    /// What clap read from `flags` (after refusing unsupported vLLM flags).
-    pub(crate) fn matches<S: AsRef<str>>(flags: &[S]) -> Result<clap::ArgMatches, String> {
-        let flags: Vec<String> = flags.iter().map(|s| s.as_ref().to_owned()).collect();
+    /// What clap read from `flags` (after vLLM's argument rules and refusing unsupported vLLM
+    /// flags), and the warning for a flag given twice.
+    fn vllm_matches<S: AsRef<str>>(
+        flags: &[S],
+    ) -> Result<(clap::ArgMatches, Option<String>), String> {
+        let cmd = <RunArgsOnly as clap::CommandFactory>::command();
+        let refused: Vec<&str> = UNSUPPORTED_VLLM_FLAGS.iter().map(|(f, _)| *f).collect();
+        let words = crate::vllm_argv::FlagSpec::of(&cmd)
+            .with_refused(&refused)
+            .normalise(flags)
+            .map_err(|e| e.to_string())?;
+        let flags = words.args();
         check_unsupported(&flags)?;
-        <RunArgsOnly as clap::CommandFactory>::command()
+        let m = cmd
             .try_get_matches_from(&flags)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok((m, words.duplicate_warning()))
+    }
+
+    /// What clap read from `flags` (after vLLM's argument rules and refusing unsupported vLLM
+    /// flags).
+    pub(crate) fn matches<S: AsRef<str>>(flags: &[S]) -> Result<clap::ArgMatches, String> {
+        RunArgs::vllm_matches(flags).map(|(m, _)| m)
     }
 
     /// Parse `servebench run` flags from a list (the user's own flags of matrix rows and sweep
-    /// points). Unsupported vLLM flags are refused as on the command line.
+    /// points). Unsupported vLLM flags are refused as on the command line, and a repeated
+    /// flag is warned about as there.
     pub fn from_flags<S: AsRef<str>>(flags: &[S]) -> Result<RunArgs, String> {
-        let m = RunArgs::matches(flags)?;
+        let (m, warning) = RunArgs::vllm_matches(flags)?;
+        if let Some(w) = warning {
+            eprintln!("{w}");
+        }
         <RunArgsOnly as clap::FromArgMatches>::from_arg_matches(&m)
             .map(|w| w.args)
             .map_err(|e| e.to_string())
@@ -650,5 +674,14 @@ mod tests {
         assert!(inf.request_rate.is_infinite());
         let err = RunArgs::from_flags(&["--profile"]).unwrap_err();
         assert!(err.contains("does not support yet"), "{err}");
+        // A row's flags take vLLM's argument rules (issue 28).
+        let a = RunArgs::from_flags(&[
+            "--num_prompts",
+            "3",
+            "--num-prompt=4",
+            "--trust-remote-code",
+        ])
+        .unwrap();
+        assert_eq!(a.num_prompts, 4);
     }
 }

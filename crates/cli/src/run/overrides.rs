@@ -183,12 +183,19 @@ impl RunBase {
             output_dir.display().to_string(),
         ]);
         let set = workload.iter().chain(run).flat_map(Override::ids);
-        if set.chain(RUN_IDS.iter()).any(|id| self.given.contains(*id)) {
-            // The user also set a value the row sets: clap's own words for a flag given twice.
-            let err = RunArgs::from_flags(&flags).err().unwrap_or_else(|| {
-                "a flag given by the row is also set by the matrix or sweep".to_owned()
-            });
-            bail!(err);
+        let mut clash: Vec<String> = set
+            .chain(RUN_IDS.iter())
+            .filter(|id| self.given.contains(**id))
+            .map(|id| format!("--{}", id.replace('_', "-")))
+            .collect();
+        clash.dedup();
+        if !clash.is_empty() {
+            // A repeated flag would keep its last value (vLLM's rule), silently dropping the
+            // user's: which one was meant is not ours to guess.
+            bail!(
+                "{} given by the row's own flags and also set by the matrix or sweep: give it in one place",
+                clash.join(", ")
+            );
         }
         let mut a = self.args.clone();
         for o in workload.iter().chain(run) {
@@ -265,7 +272,8 @@ mod tests {
             .plan(&[Override::RandomOutputLen(30)], &[], Path::new("o"), None)
             .unwrap_err();
         assert!(
-            err.to_string().contains("cannot be used multiple times"),
+            err.to_string()
+                .contains("--random-output-len given by the row's own flags and also set"),
             "{err}"
         );
         let (plan, flags) = base

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use crate::server_proc::port::{flag_value, PLACEHOLDER};
+use crate::vllm_argv::{self, FlagSpec, Normalised};
 
 /// What kind of benchmark a `--bench-cmd` is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +56,38 @@ impl BenchCmd {
     /// The API key the runs send, resolved as `servebench run` resolves its `--api-key`: the
     /// flag in the command, else `OPENAI_API_KEY` (which the benchmark process inherits).
     pub fn api_key(&self) -> Option<String> {
-        api_key_of(&self.words, std::env::var("OPENAI_API_KEY").ok())
+        let words = match self.kind {
+            // `--api_key` and `--api-k` are `--api-key` to the run.
+            BenchKind::Run => self.run_flags(&self.words).args(),
+            _ => self.words.clone(),
+        };
+        api_key_of(&words, std::env::var("OPENAI_API_KEY").ok())
+    }
+
+    /// A run's flags as vLLM's argument rules read them: checked once, before anything runs,
+    /// so that an ambiguous abbreviation fails the sweep at once (and in `--dry-run`) rather
+    /// than every run. Returns the warning for a flag the command repeats (the run keeps the
+    /// last value; so does the built command).
+    pub fn check_flags(&self) -> Result<Option<String>, String> {
+        if self.kind != BenchKind::Run {
+            return Ok(None);
+        }
+        let n = vllm_argv::run_spec()
+            .normalise(&self.words[self.program_words..])
+            .map_err(|e| e.to_string())?;
+        Ok(n.duplicate_warning())
+    }
+
+    /// `words` (the program's words first) as `servebench run` reads them, each flag once.
+    /// An ambiguous abbreviation (refused by `check_flags` already) is left for the run to
+    /// report.
+    fn run_flags(&self, words: &[String]) -> Normalised {
+        let rest = words.get(self.program_words..).unwrap_or_default();
+        vllm_argv::run_spec()
+            .normalise(rest)
+            .or_else(|_| FlagSpec::default().normalise(rest))
+            .map(Normalised::keep_last)
+            .unwrap_or_else(|_| unreachable!("a spec that knows no flag finds no ambiguity"))
     }
 
     /// The command of one run: `params` already applied to `words`; pointed at `base_url`,
@@ -71,42 +103,33 @@ impl BenchCmd {
         warmups: usize,
     ) -> Vec<String> {
         let port_text = port.map_or_else(|| PLACEHOLDER.to_owned(), |p| p.to_string());
-        let rest: Vec<String> = applied
+        let filled: Vec<String> = applied
             .iter()
-            .skip(self.program_words)
             .map(|a| a.replace(PLACEHOLDER, &port_text))
             .collect();
-        let names_server = flag_value(&rest, &["--base-url", "--host", "--port"]).is_some();
         let dir = out.parent().unwrap_or(Path::new("."));
         let file = out
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if self.kind == BenchKind::Run {
+            return self.run_argv(&filled, exe, base_url, dir, &file, warmups);
+        }
+        let rest = filled.get(self.program_words..).unwrap_or_default();
+        let names_server = flag_value(rest, &["--base-url", "--host", "--port"]).is_some();
         let mut argv = match self.kind {
-            BenchKind::Run => vec![exe.to_owned(), "run".to_owned()],
             BenchKind::Frontier => vec![exe.to_owned(), "sweep".to_owned()],
-            BenchKind::External => Vec::new(),
+            _ => Vec::new(),
         };
         // The frontier's own flags end where `--` starts its run flags.
         let split = match self.kind {
             BenchKind::Frontier => rest.iter().position(|a| a == "--").unwrap_or(rest.len()),
             _ => rest.len(),
         };
-        argv.extend(rest[..split].iter().cloned());
         match self.kind {
-            BenchKind::Run => {
-                if !names_server {
-                    argv.extend(["--base-url".to_owned(), base_url.to_owned()]);
-                }
-                if flag_value(&rest, &["--output-dir"]).is_none() {
-                    argv.extend(["--output-dir".to_owned(), dir.display().to_string()]);
-                }
-                if warmups > 0 {
-                    argv.extend(["--num-warmups".to_owned(), warmups.to_string()]);
-                }
-                argv.extend(vllm_result_flags(dir, &file));
-            }
             BenchKind::Frontier => {
+                // The frontier's directory is where sweep serve looks for it: ours wins.
+                argv.extend(without_valued(&rest[..split], "--results-dir"));
                 if !names_server {
                     argv.extend(["--base-url".to_owned(), base_url.to_owned()]);
                 }
@@ -116,11 +139,105 @@ impl BenchCmd {
                     dir.join(stem).display().to_string(),
                 ]);
             }
-            BenchKind::External => argv.extend(vllm_result_flags(dir, &file)),
+            _ => {
+                // Another program's flags are its own business: only the result flags are
+                // looked for, by vLLM's names, so none is given twice.
+                let mut words = without_valued(rest, "--result-dir");
+                words = without_valued(&words, "--result-filename");
+                let metrics = valued(&words, "--percentile-metrics").map(str::to_owned);
+                words = without_valued(&words, "--percentile-metrics");
+                let save = !words.iter().any(|w| dashed_name(w) == "--save-result");
+                argv.extend(words);
+                argv.extend(vllm_result_flags(dir, &file, metrics.as_deref(), save));
+            }
         }
         argv.extend(rest[split..].iter().cloned());
         argv
     }
+
+    /// A `servebench run`: the user's flags each once (a repeated flag at its last value, as
+    /// the run would read it), then only what they leave out.
+    fn run_argv(
+        &self,
+        filled: &[String],
+        exe: &str,
+        base_url: &str,
+        dir: &Path,
+        file: &str,
+        warmups: usize,
+    ) -> Vec<String> {
+        let mut user = self.run_flags(filled);
+        // Sweep serve reads each run's result back from DIR/run=N.json, one file per run: a
+        // result directory or file name in the user's command (one name for every run, each
+        // run overwriting the last) gives way to ours.
+        user.remove("--result-dir");
+        user.remove("--result-filename");
+        // --warmup-num-prompts is sweep serve's own word on warm-ups; without it the user's
+        // --num-warmups stands.
+        if warmups > 0 {
+            user.remove("--num-warmups");
+        }
+        // The user's percentile metrics are kept, with those the summary reads added.
+        let metrics = user.value_of("--percentile-metrics").map(str::to_owned);
+        user.remove("--percentile-metrics");
+        let names_server = ["--base-url", "--host", "--port"]
+            .iter()
+            .any(|f| user.has(f));
+        let names_output = user.has("--output-dir");
+        let save = !user.has("--save-result");
+        let mut argv = vec![exe.to_owned(), "run".to_owned()];
+        argv.extend(user.args());
+        if !names_server {
+            argv.extend(["--base-url".to_owned(), base_url.to_owned()]);
+        }
+        if !names_output {
+            argv.extend(["--output-dir".to_owned(), dir.display().to_string()]);
+        }
+        if warmups > 0 {
+            argv.extend(["--num-warmups".to_owned(), warmups.to_string()]);
+        }
+        argv.extend(vllm_result_flags(dir, file, metrics.as_deref(), save));
+        argv
+    }
+}
+
+/// A word's flag name as vLLM reads it (`--result_dir=x` → `--result-dir`); other words as
+/// they are.
+fn dashed_name(word: &str) -> String {
+    match word.strip_prefix("--") {
+        Some(body) => format!(
+            "--{}",
+            body.split('=').next().unwrap_or(body).replace('_', "-")
+        ),
+        None => word.to_owned(),
+    }
+}
+
+/// The value of a one-value flag in another program's words (under vLLM's spellings).
+fn valued<'a>(words: &'a [String], flag: &str) -> Option<&'a str> {
+    let i = words.iter().rposition(|w| dashed_name(w) == flag)?;
+    match words[i].split_once('=') {
+        Some((_, v)) => Some(v),
+        None => words.get(i + 1).map(String::as_str),
+    }
+}
+
+/// `words` without a one-value flag (under vLLM's spellings) and its value.
+fn without_valued(words: &[String], flag: &str) -> Vec<String> {
+    let mut out = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        let w = &words[i];
+        i += 1;
+        if dashed_name(w) == flag {
+            if !w.contains('=') {
+                i += 1;
+            }
+            continue;
+        }
+        out.push(w.clone());
+    }
+    out
 }
 
 fn api_key_of(words: &[String], env: Option<String>) -> Option<String> {
@@ -130,20 +247,42 @@ fn api_key_of(words: &[String], env: Option<String>) -> Option<String> {
         .filter(|k| !k.is_empty())
 }
 
-/// The flags vLLM's sweep adds to every benchmark run.
-fn vllm_result_flags(dir: &Path, file: &str) -> Vec<String> {
-    vec![
-        "--percentile-metrics".to_owned(),
-        "ttft,tpot,itl,e2el".to_owned(),
-        "--save-result".to_owned(),
+/// The metrics whose percentiles vLLM's sweep asks every run for (its summary and decision.md
+/// read their p99).
+const SWEEP_METRICS: [&str; 4] = ["ttft", "tpot", "itl", "e2el"];
+
+/// The flags vLLM's sweep adds to every benchmark run: the user's `--percentile-metrics`
+/// (`given`) with the sweep's added, `--save-result` unless given (`save`), and where the
+/// result goes.
+fn vllm_result_flags(dir: &Path, file: &str, given: Option<&str>, save: bool) -> Vec<String> {
+    let mut metrics: Vec<&str> = given
+        .map(|g| {
+            g.split(',')
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    for m in SWEEP_METRICS {
+        if !metrics.contains(&m) {
+            metrics.push(m);
+        }
+    }
+    let mut flags = vec!["--percentile-metrics".to_owned(), metrics.join(",")];
+    if save {
+        flags.push("--save-result".to_owned());
+    }
+    flags.extend([
         "--result-dir".to_owned(),
         dir.display().to_string(),
         "--result-filename".to_owned(),
         file.to_owned(),
-    ]
+    ]);
+    flags
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -218,6 +357,84 @@ mod tests {
         assert_eq!(
             a,
             argv("sb sweep --max-concurrency 1,4 --base-url http://h:1 --results-dir d/run=0 -- --ignore-eos")
+        );
+    }
+
+    /// Issue 28: a bench command that already holds the result flags got them twice, and
+    /// every run failed while --dry-run looked fine.
+    #[test]
+    fn the_users_result_flags_are_given_once_and_the_sweeps_file_wins() {
+        let b = BenchCmd::new(argv(
+            "vllm bench serve --model m --save-result --result_dir mine --result-file=x.json \
+             --percentile-metrics ttft,e2el --num_prompts 4 --num-prompt 8 --num-warmups 1",
+        ));
+        assert_eq!(b.check_flags().unwrap().unwrap().lines().count(), 1);
+        let a = b.argv(
+            &b.words,
+            "sb",
+            "http://h:9",
+            Some(9),
+            Path::new("/x/C/run=0.json"),
+            0,
+        );
+        assert_eq!(
+            a,
+            argv(
+                "sb run --model m --save-result --num-prompts 8 --num-warmups 1 \
+                 --base-url http://h:9 --output-dir /x/C \
+                 --percentile-metrics ttft,e2el,tpot,itl \
+                 --result-dir /x/C --result-filename run=0.json"
+            )
+        );
+        // Sweep serve's own warm-ups replace the command's.
+        let a = b.argv(&b.words, "sb", "u", None, Path::new("d/run=1.json"), 3);
+        let warmups: Vec<_> = a.iter().filter(|w| *w == "--num-warmups").collect();
+        assert_eq!(warmups.len(), 1);
+        assert!(a.windows(2).any(|w| w == ["--num-warmups", "3"]), "{a:?}");
+    }
+
+    #[test]
+    fn an_abbreviated_server_or_key_counts_as_given() {
+        let b = BenchCmd::new(argv("vllm bench serve --base_url http://h:1 --api_k sk-1"));
+        let a = b.argv(
+            &b.words,
+            "sb",
+            "http://other:2",
+            Some(2),
+            Path::new("d/r.json"),
+            0,
+        );
+        assert!(!a.contains(&"http://other:2".to_owned()), "{a:?}");
+        assert_eq!(
+            api_key_of(&b.run_flags(&b.words).args(), None).as_deref(),
+            Some("sk-1")
+        );
+    }
+
+    #[test]
+    fn an_ambiguous_abbreviation_in_the_bench_command_is_an_error() {
+        let b = BenchCmd::new(argv("vllm bench serve --random 8"));
+        let e = b.check_flags().unwrap_err();
+        assert!(e.contains("--random is ambiguous: --random-"), "{e}");
+        // Another program's flags are not ours to judge.
+        assert_eq!(
+            BenchCmd::new(argv("python b.py --random 8")).check_flags(),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn other_commands_keep_their_result_flags_once() {
+        let b = BenchCmd::new(argv(
+            "python b.py --save_result --result-dir a --percentile-metrics=ttft",
+        ));
+        let a = b.argv(&b.words, "sb", "u", Some(5), Path::new("d/run=0.json"), 0);
+        assert_eq!(
+            a,
+            argv(
+                "python b.py --save_result --percentile-metrics ttft,tpot,itl,e2el \
+                 --result-dir d --result-filename run=0.json"
+            )
         );
     }
 

@@ -96,6 +96,13 @@ impl Plan {
             .display()
             .to_string();
         let bench = BenchCmd::new(bench_words);
+        if let Some(w) = bench
+            .check_flags()
+            .map_err(anyhow::Error::msg)
+            .context("--bench-cmd")?
+        {
+            eprintln!("{w} (in --bench-cmd)");
+        }
         let api_key = bench.api_key();
         Ok(Plan {
             serve_cmd,

@@ -49,4 +49,5 @@ mod timed_trace;
 mod tls;
 mod trace_cli;
 mod trust;
+mod vllm_argv;
 mod vllm_parity;

@@ -153,8 +153,13 @@ fn bad_flags_exit_2_with_a_clear_message() {
             "--num-prompts",
         ),
         (
-            &["throughput", "--input-len", "8", "--async-engine"],
-            "--async-engine is a `vllm bench throughput` flag",
+            &[
+                "throughput",
+                "--input-len",
+                "8",
+                "--disable-frontend-multiprocessing",
+            ],
+            "--disable-frontend-multiprocessing is a `vllm bench throughput` flag",
         ),
         (
             &[
