@@ -181,12 +181,8 @@ async fn drive<B: Backend>(
                 queued.fetch_sub(1, Ordering::AcqRel);
                 // Interrupted while queued: never sent, so it is no request.
                 let Some(permit) = permit else { continue };
-                // A closed loop's user sends when a slot frees: that is the intended time.
-                let intended = if closed_loop {
-                    clock.now_ns()
-                } else {
-                    intended
-                };
+                // A closed loop's user sends when a slot frees: its release is the intended time.
+                let intended = (!closed_loop).then_some(intended);
                 spawn_request(
                     &client,
                     &tx,
@@ -237,7 +233,14 @@ async fn drive<B: Backend>(
         };
         match direct {
             Some(permit) => spawn_request(
-                &client, &tx, &stop, clock, prepared, intended, permit, false,
+                &client,
+                &tx,
+                &stop,
+                clock,
+                prepared,
+                Some(intended),
+                permit,
+                false,
             ),
             None => {
                 queued.fetch_add(1, Ordering::AcqRel);
@@ -380,7 +383,9 @@ fn open_ahead_wanted() -> bool {
     *WANTED.get_or_init(|| std::env::var_os("SERVEBENCH_OPEN_AHEAD").is_none_or(|v| v != "off"))
 }
 
-/// Start one request: `released` is now; the permit (if any) is held until it ends.
+/// Start one request: `released` is now, and so is its intended time when `intended` is
+/// `None` (a closed loop's request that waited for its slot); the permit (if any) is held
+/// until it ends.
 #[allow(clippy::too_many_arguments)]
 fn spawn_request<B: Backend>(
     client: &Arc<B>,
@@ -388,12 +393,13 @@ fn spawn_request<B: Backend>(
     stop: &StopSignal,
     clock: RunClock,
     prepared: B::Request,
-    intended: u64,
+    intended: Option<u64>,
     permit: Option<OwnedSemaphorePermit>,
     waited: bool,
 ) {
     let (client, tx, stop) = (Arc::clone(client), tx.clone(), stop.clone());
     let released = clock.now_ns();
+    let intended = intended.unwrap_or(released);
     tokio::spawn(async move {
         let record = client
             .execute(&clock, &prepared, intended, released, waited, &stop)
