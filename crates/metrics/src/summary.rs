@@ -747,12 +747,25 @@ fn warnings(
         .filter(|r| r.input_source == crate::CountSource::Usage && r.intended_input_tokens > 0)
         .collect();
     if !checked.is_empty() {
-        let server: u64 = checked.iter().map(|r| r.input_tokens).sum();
+        // A chat template (or a BOS token) adds the same few tokens to every prompt: the
+        // prompts are the lengths intended and the tokenizers agree, so that constant is
+        // taken off before the lengths are compared.
+        let overhead = per_request_overhead(
+            checked
+                .iter()
+                .map(|r| i128::from(r.input_tokens) - i128::from(r.intended_input_tokens)),
+        );
+        let server: u64 = checked
+            .iter()
+            .map(|r| r.input_tokens.saturating_sub(overhead))
+            .sum();
         let intended: u64 = checked.iter().map(|r| r.intended_input_tokens).sum();
         let off = checked
             .iter()
             .filter(|r| {
-                r.input_tokens.abs_diff(r.intended_input_tokens) as f64
+                r.input_tokens
+                    .saturating_sub(overhead)
+                    .abs_diff(r.intended_input_tokens) as f64
                     > 0.01 * r.intended_input_tokens as f64
             })
             .count();
@@ -807,6 +820,33 @@ fn warnings(
     w
 }
 
+/// Requests needed before a constant excess is taken for a chat template.
+const MIN_TEMPLATE_REQUESTS: usize = 5;
+
+/// The most prompt tokens a chat template or special tokens add to each request.
+const MAX_TEMPLATE_TOKENS: i128 = 256;
+
+/// The constant a server adds to every prompt's length (a chat template, a BOS token): the
+/// median of `server − intended` when every request's excess lies within 2 tokens of it
+/// (token merges at the template's edge) and it is between 1 and [`MAX_TEMPLATE_TOKENS`];
+/// 0 otherwise, when the excess varies as it does when the tokenizers differ.
+fn per_request_overhead(excess: impl Iterator<Item = i128>) -> u64 {
+    let mut e: Vec<i128> = excess.collect();
+    // A constant shows only across requests: one or two cannot tell a template from a
+    // tokenizer that differs.
+    if e.len() < MIN_TEMPLATE_REQUESTS {
+        return 0;
+    }
+    e.sort_unstable();
+    let median = e[e.len() / 2];
+    let (lo, hi) = (e[0], e[e.len() - 1]);
+    if (1..=MAX_TEMPLATE_TOKENS).contains(&median) && median - lo <= 2 && hi - median <= 2 {
+        u64::try_from(median).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -832,6 +872,43 @@ mod tests {
             percentiles: vec![50.0, 99.0],
             ..SummaryOptions::default()
         }
+    }
+
+    /// Records whose server prompt counts exceed the intended 100 tokens by `excess(i)`.
+    fn prompts(excess: impl Fn(u64) -> u64) -> Vec<RequestRecord> {
+        (0..40)
+            .map(|i| {
+                let mut r = record(i, i * 10, &[i * 10 + 5, i * 10 + 8], 2);
+                r.intended_input_tokens = 100 + i;
+                r.input_tokens = 100 + i + excess(i);
+                r
+            })
+            .collect()
+    }
+
+    fn tokenizer_warning(records: &[RequestRecord]) -> Option<String> {
+        summarize(records, &opts())
+            .warnings
+            .into_iter()
+            .find(|w| w.contains("prompt"))
+    }
+
+    /// A chat template adds the same tokens to every prompt: no tokenizer mismatch. Counts
+    /// that drift per request still warn.
+    #[test]
+    fn a_constant_chat_template_overhead_is_not_a_tokenizer_mismatch() {
+        assert_eq!(tokenizer_warning(&prompts(|_| 8)), None);
+        // Token merges at the template's edge: within 2 tokens of the constant.
+        assert_eq!(tokenizer_warning(&prompts(|i| 8 + i % 3)), None);
+        let drift = tokenizer_warning(&prompts(|i| i / 2)).expect("warned");
+        assert!(drift.contains("tokenizers likely differ"), "{drift}");
+        // A template on top of a tokenizer mismatch still warns.
+        assert!(tokenizer_warning(&prompts(|i| 8 + i)).is_some());
+        assert_eq!(per_request_overhead([5, 5, 6, 5, 4].into_iter()), 5);
+        assert_eq!(per_request_overhead([0; 6].into_iter()), 0);
+        assert_eq!(per_request_overhead([400; 6].into_iter()), 0);
+        // Too few requests to tell a template from a tokenizer.
+        assert_eq!(per_request_overhead([5, 5].into_iter()), 0);
     }
 
     #[test]

@@ -634,7 +634,8 @@ fn data_shortfall(facts: &RunFacts, t: &Thresholds) -> (Vec<Reason>, Option<Need
         }
     }
 
-    let needed = (more_requests > 0).then(|| {
+    // A run whose every request failed needs a working server, not more of the same.
+    let needed = (more_requests > 0 && facts.failed < facts.requests).then(|| {
         let by_requests = pace.map(|pace| more_requests as f64 / pace);
         Needed {
             more_requests,
@@ -748,6 +749,22 @@ mod tests {
             }),
             steady_state: None,
         }
+    }
+
+    /// Every request failed in a short run: more requests of the same would not help, so
+    /// the verdict asks for none.
+    #[test]
+    fn an_all_failed_run_asks_for_no_more_requests() {
+        let mut f = good();
+        f.failed = f.requests;
+        f.duration_s = 5.0;
+        for p in &mut f.percentiles {
+            p.samples = 0;
+        }
+        let v = judge(&f, &Thresholds::default());
+        assert_eq!(v.status, VerdictStatus::NotEnoughData);
+        assert_eq!(v.needed, None, "{v}");
+        assert!(!v.to_string().contains("more request"), "{v}");
     }
 
     #[test]

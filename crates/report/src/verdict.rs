@@ -7,12 +7,12 @@ use servebench_metrics::validity::{LoadVerdict, RunValidity};
 
 /// `4 → 0.94 req/s`: offered rate against the rate actually sent (`inf` when unlimited).
 pub fn rate_cell(load: &LoadVerdict) -> String {
-    let offered = load
-        .offered_rate
-        .map_or_else(|| "inf".to_owned(), |r| format!("{r:.2}"));
-    match load.achieved_rate {
-        Some(a) => format!("{offered} → {a:.2}"),
-        None => offered,
+    // At an unlimited rate every request is due at once: the rate the client sent them at is
+    // its dispatch speed, not a load the server achieved.
+    match (load.offered_rate, load.achieved_rate) {
+        (None, _) => "inf".to_owned(),
+        (Some(r), Some(a)) => format!("{r:.2} → {a:.2}"),
+        (Some(r), None) => format!("{r:.2}"),
     }
 }
 
@@ -32,13 +32,17 @@ pub fn verdict_block(v: &RunValidity) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Verdict: {}", v.verdict);
     if let Some(l) = &v.load {
-        let offered = l
-            .offered_rate
-            .map_or_else(|| "unlimited".to_owned(), |r| format!("{r:.2} req/s"));
-        let achieved = l
-            .achieved_rate
-            .map_or_else(|| "-".to_owned(), |r| format!("{r:.2} req/s"));
-        let _ = write!(out, "Load: offered {offered}, achieved {achieved}");
+        match l.offered_rate {
+            // Every request due at once: the client's send rate would only be its dispatch
+            // speed, so it is not shown as an achieved load.
+            None => out.push_str("Load: offered unlimited (every request due at once)"),
+            Some(r) => {
+                let achieved = l
+                    .achieved_rate
+                    .map_or_else(|| "-".to_owned(), |a| format!("{a:.2} req/s"));
+                let _ = write!(out, "Load: offered {r:.2} req/s, achieved {achieved}");
+            }
+        }
         if let Some(q) = l.queue_max_ms.filter(|q| *q > 0.0) {
             let _ = write!(out, ", client queue up to {:.1} s", q / 1e3);
         }

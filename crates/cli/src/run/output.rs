@@ -437,7 +437,11 @@ pub fn write_results(
     };
     let vllm = vllm_result(&info, records);
     let health = match (load, &f.merged) {
-        (Some(o), _) => client_health(o, &summary),
+        (Some(o), _) => client_health(
+            o,
+            &summary,
+            args.request_rate.is_finite() || f.ramp_up.is_some(),
+        ),
         (None, Some((h, _))) => h.clone(),
         (None, None) => ClientHealth::virtual_time(),
     };
@@ -576,12 +580,24 @@ pub fn write_results(
         let first = records
             .iter()
             .find_map(|r| r.failure.as_ref())
-            .map(|f| f.message.clone())
-            .unwrap_or_default();
-        eprintln!(
-            "error: every request failed ({}); first error: {first}",
-            reasons.join(", ")
-        );
+            .map(|f| f.message.clone());
+        match (records.is_empty(), first) {
+            (true, _) => match super::interruption() {
+                Some(i) => eprintln!(
+                    "error: no request was sent before the run stopped ({})",
+                    i.reason
+                ),
+                None => eprintln!("error: no request was sent"),
+            },
+            (false, Some(first)) => eprintln!(
+                "error: every request failed ({}); first error: {first}",
+                reasons.join(", ")
+            ),
+            (false, None) => eprintln!(
+                "error: no request completed with output ({} requests)",
+                records.len()
+            ),
+        }
         exit = ExitCode::from(2);
     }
     Ok(super::RunOutcome {
@@ -740,7 +756,9 @@ fn plan_section(f: &Finish<'_>) -> PlanSection {
 }
 
 /// Client health of a real run: dispatch lag, CPU, and whether the client limited the run.
-pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary) -> ClientHealth {
+/// `paced`: the run had a finite request rate; at an unlimited one every request is due at
+/// once, so a late release is the burst's own length, not a client that fell behind.
+pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary, paced: bool) -> ClientHealth {
     let lag = &summary.dispatch_lag;
     let lag_p = |p: f64| lag.percentile(p).map(|s| s.value);
     let wall = outcome.duration_ns as f64 / 1e9;
@@ -748,7 +766,7 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary) -> ClientHealt
     let cpus = servebench_loadgen::health::available_cpus();
     let cpu_pct = if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 };
     let saturated_cpu = cpu_pct > 90.0 * cpus as f64;
-    let lagging = lag_p(99.0).map(|l| l > 10.0).unwrap_or(false);
+    let lagging = paced && lag_p(99.0).map(|l| l > 10.0).unwrap_or(false);
     ClientHealth::Measured(MeasuredHealth {
         dispatch_lag_p50_ms: lag_p(50.0),
         dispatch_lag_p99_ms: lag_p(99.0),

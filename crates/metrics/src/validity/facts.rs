@@ -62,9 +62,12 @@ pub fn run_facts(records: &[RequestRecord], summary: &RunSummary, opts: &FactsOp
         })
         .collect();
 
-    // Lag is the client's own health, so every record counts, failed or not.
+    // Lag is the client's own health, so every record counts, failed or not. At an
+    // unlimited rate every request is due at once: its "lag" is how long releasing the burst
+    // takes, which no schedule asked the client to beat, so it is not judged.
     let lags: Vec<f64> = records
         .iter()
+        .filter(|_| opts.offered_rate.is_some_and(f64::is_finite))
         .filter_map(RequestRecord::dispatch_lag_ns)
         .map(|l| l as f64 / NS_PER_MS)
         .collect();
@@ -212,6 +215,29 @@ mod tests {
         assert!(ss.warmup_s <= 5.0, "{ss:?}");
         let v = judge(&f, &Thresholds::default());
         assert!(v.is_valid(), "{v}");
+    }
+
+    /// A burst released at once (an unlimited rate) is late by its own length: no schedule
+    /// asked for better, so its dispatch lag is no verdict; a paced run's is.
+    #[test]
+    fn dispatch_lag_is_judged_only_for_a_paced_schedule() {
+        let mut records = steady_run(2000, 100, 10);
+        for r in &mut records {
+            r.released = r.intended + 50 * 1_000_000;
+        }
+        let unlimited = facts(&records, &FactsOptions::default());
+        assert_eq!(unlimited.dispatch_lag_p99_ms, None);
+        assert!(!judge(&unlimited, &Thresholds::default())
+            .to_string()
+            .contains("dispatch lag"));
+        let paced = facts(
+            &records,
+            &FactsOptions {
+                offered_rate: Some(10.0),
+                ..FactsOptions::default()
+            },
+        );
+        assert_eq!(paced.dispatch_lag_p99_ms, Some(50.0));
     }
 
     #[test]
