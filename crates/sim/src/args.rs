@@ -209,6 +209,12 @@ pub struct SimArgs {
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub header_timeout_secs: f64,
 
+    /// Seconds a request body may take to arrive in full, counted from the end of its head; a
+    /// slower body is answered 408 and its connection closed, so clients trickling bodies
+    /// cannot hold every connection slot.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = servebench_metrics::units::positive_secs)]
+    pub body_timeout_secs: f64,
+
     /// Connections served at once; one more is answered 503 and closed.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub max_connections: usize,

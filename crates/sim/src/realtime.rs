@@ -58,6 +58,9 @@ pub struct TokenEvent {
     pub token: Option<u32>,
     /// Set when the request left the engine in this step (finished or aborted).
     pub finished: Option<Finished>,
+    /// The request's prefix-cache hit in tokens (usage's `cached_tokens`), so that a server
+    /// ending a request itself on a stop string can report it at once.
+    pub cached_tokens: u32,
 }
 
 /// Metrics published after every step.
@@ -77,6 +80,11 @@ enum Command {
     },
     Abort {
         id: u64,
+    },
+    /// The server stopped the request after `emitted` tokens (a stop string).
+    Stop {
+        id: u64,
+        emitted: u32,
     },
     Reset {
         reply: oneshot::Sender<bool>,
@@ -107,6 +115,7 @@ impl std::fmt::Debug for Command {
         match self {
             Command::Add { request, .. } => write!(f, "Add({})", request.id),
             Command::Abort { id } => write!(f, "Abort({id})"),
+            Command::Stop { id, emitted } => write!(f, "Stop({id}, {emitted})"),
             Command::Reset { .. } => f.write_str("Reset"),
             Command::ImportKv { .. } => f.write_str("ImportKv"),
         }
@@ -146,7 +155,19 @@ impl EngineHandle {
 
     /// Aborts a request, freeing its blocks. Never waits: usable from `Drop`.
     pub fn abort(&self, id: u64) {
-        match self.commands.try_send(Command::Abort { id }) {
+        self.send_now(Command::Abort { id });
+    }
+
+    /// Ends a request the server stopped after `emitted` output tokens (a stop string in its
+    /// text): its blocks are freed and it counts as finished with reason `stop`. Call it
+    /// before dropping the request's event receiver, so that the engine, finding the receiver
+    /// gone, sees this command first and does not count an abort. Never waits.
+    pub fn stop_early(&self, id: u64, emitted: u32) {
+        self.send_now(Command::Stop { id, emitted });
+    }
+
+    fn send_now(&self, cmd: Command) {
+        match self.commands.try_send(cmd) {
             Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
             Err(mpsc::error::TrySendError::Full(cmd)) => {
                 // The channel is full only under extreme load; the abort still must happen.
@@ -393,6 +414,15 @@ impl Driver {
                 }
                 self.sinks.remove(&id);
             }
+            Command::Stop { id, emitted } => {
+                if let Some(pos) = self.pending.iter().position(|(r, _, _)| r.id == id) {
+                    // Not admitted yet: it never ran, so there is nothing to count.
+                    self.pending.remove(pos);
+                } else {
+                    self.core.stop_early(id, emitted);
+                }
+                self.sinks.remove(&id);
+            }
             Command::Reset { reply } => {
                 let _ = reply.send(self.core.reset_prefix_cache());
             }
@@ -475,16 +505,19 @@ impl Driver {
             let event = TokenEvent {
                 token: Some(t.token),
                 finished: fin,
+                cached_tokens: t.cached_tokens,
             };
             self.deliver(t.id, event, done);
         }
         for f in finished {
             let id = f.id;
+            let cached_tokens = f.cached_tokens;
             self.deliver(
                 id,
                 TokenEvent {
                     token: None,
                     finished: Some(f),
+                    cached_tokens,
                 },
                 true,
             );
@@ -500,6 +533,12 @@ impl Driver {
             self.sinks.remove(&id);
         } else if !sent {
             self.sinks.remove(&id);
+            // A server that stopped the request on a stop string sent `Stop` before it let go
+            // of the receiver: apply the commands already queued, so that request counts as
+            // stopped rather than aborted.
+            while let Ok(cmd) = self.commands.try_recv() {
+                self.accept(cmd);
+            }
             if self.core.abort(id) {
                 self.core.take_aborted();
             }

@@ -70,6 +70,7 @@ impl EngineCore {
                 token,
                 index,
                 finish,
+                cached_tokens: r.num_cached,
             });
             if let Some(reason) = finish {
                 let mut r = match self.slots[it.slot].take() {
@@ -78,7 +79,7 @@ impl EngineCore {
                 };
                 self.index.remove(&r.id);
                 self.free_blocks(&mut r);
-                self.observe_finished(&r, t1_ns);
+                self.observe_finished(&r, reason, t1_ns);
                 out.finished.push(finished_of(&r, reason));
                 self.free_slots.push(it.slot);
                 any_finished = true;
@@ -102,10 +103,10 @@ impl EngineCore {
         out
     }
 
-    fn observe_finished(&mut self, r: &Request, t1_ns: u64) {
+    pub(super) fn observe_finished(&mut self, r: &Request, reason: FinishReason, t1_ns: u64) {
         self.observe_finished_counts(r);
         let m = &mut self.metrics;
-        match r.target_reason {
+        match reason {
             FinishReason::Stop => m.request_success_stop += 1,
             FinishReason::Length => m.request_success_length += 1,
             FinishReason::Abort => m.request_success_abort += 1,

@@ -15,7 +15,7 @@ mod types;
 
 pub use lora::LoraConfig;
 pub use metrics::{EngineMetrics, Histogram};
-pub use request::planned_output_len;
+pub use request::{choice_seed, planned_output_len};
 pub use types::{FinishReason, Finished, NewRequest, StepOutputs, TokenOutput};
 
 use std::collections::{HashMap, VecDeque};
@@ -327,6 +327,34 @@ impl EngineCore {
         self.metrics.request_success_abort += 1;
         self.observe_finished_counts(&r);
         self.aborted.push(finished_of(&r, FinishReason::Abort));
+        self.refresh_gauges();
+        true
+    }
+
+    /// Ends a request that its server stopped after `emitted` output tokens (a stop string or
+    /// stop token found in its text, as vLLM's frontend finds them and then aborts the request
+    /// in its engine core): its blocks are freed as on abort, but it counts as a success with
+    /// reason `stop`, its latencies end at its last token and its length is what the client
+    /// got. Returns whether it was known. Nothing is reported for it: the server already
+    /// answered.
+    pub fn stop_early(&mut self, id: u64, emitted: u32) -> bool {
+        let Some(slot) = self.index.remove(&id) else {
+            return false;
+        };
+        let Some(mut r) = self.slots[slot].take() else {
+            return false;
+        };
+        match r.queue {
+            Queue::Waiting => self.waiting.retain(|&s| s != slot),
+            Queue::Running => self.running.retain(|&s| s != slot),
+        }
+        self.free_blocks(&mut r);
+        self.free_slots.push(slot);
+        // Tokens sampled after the stop (the engine runs ahead of the server by a step) never
+        // reached the client.
+        r.output.truncate(emitted as usize);
+        let end = r.last_token_ns.unwrap_or(r.arrival_ns);
+        self.observe_finished(&r, FinishReason::Stop, end);
         self.refresh_gauges();
         true
     }

@@ -78,6 +78,20 @@ pub fn planned_output_len(
     target(&mut rng, req, eos_len_median, eos_len_sigma).0
 }
 
+/// The `seed` of choice `index` of a request asking for several (`n`): choice 0 is the request
+/// itself; later choices get `seed + index` as vLLM seeds its child requests, or, unseeded, a
+/// seed derived from the prompt's stream so that each choice draws its own output.
+pub fn choice_seed(seed: Option<u64>, prompt: &[u32], index: u32) -> Option<u64> {
+    if index == 0 {
+        return seed;
+    }
+    Some(match seed {
+        Some(s) => s.wrapping_add(u64::from(index)),
+        // An odd multiplier spreads consecutive indices over the whole key space.
+        None => request_stream(None, prompt) ^ u64::from(index).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    })
+}
+
 impl Request {
     pub(crate) fn new(
         req: NewRequest,

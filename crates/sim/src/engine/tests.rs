@@ -377,6 +377,44 @@ fn abort_frees_blocks_and_is_reported_once() {
     assert_eq!(core.take_aborted().len(), 1);
 }
 
+/// Issue 26 item 10: a request its server stops on a stop string leaves like a finished one
+/// (blocks freed, counted under `stop`, its length what the client got), not as an abort.
+#[test]
+fn a_request_stopped_by_its_server_frees_its_blocks_and_counts_as_stop() {
+    let mut core = EngineCore::new(config(64, 4, 64, 8)).unwrap();
+    core.add(request(1, tokens(0, 12), 30));
+    let mut t = 0;
+    for _ in 0..4 {
+        step(&mut core, &mut t);
+    }
+    let free_before = core.num_free_blocks();
+    // The server saw a stop string in the 2nd token; the engine has sampled 4 by now.
+    assert!(core.stop_early(1, 2));
+    assert!(!core.stop_early(1, 2), "only once");
+    assert!(core.is_idle());
+    core.check_invariants().unwrap();
+    assert!(core.num_free_blocks() > free_before);
+    let m = core.metrics();
+    assert_eq!((m.request_success_stop, m.request_success_abort), (1, 0));
+    assert_eq!(m.request_generation_tokens.sum, 2.0);
+    assert!(
+        core.take_aborted().is_empty(),
+        "nothing to report: the server answered"
+    );
+}
+
+#[test]
+fn choices_draw_their_own_outputs_and_keep_vllm_child_seeds() {
+    let prompt = tokens(0, 12);
+    assert_eq!(choice_seed(None, &prompt, 0), None);
+    assert_eq!(choice_seed(Some(5), &prompt, 0), Some(5));
+    assert_eq!(choice_seed(Some(5), &prompt, 2), Some(7));
+    let a = choice_seed(None, &prompt, 1);
+    let b = choice_seed(None, &prompt, 2);
+    assert!(a.is_some() && a != b);
+    assert_eq!(a, choice_seed(None, &prompt, 1), "deterministic");
+}
+
 #[test]
 fn natural_stops_and_filler_tokens_are_seeded() {
     let run = |seed: u64, order: &[u64]| {

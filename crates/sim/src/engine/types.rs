@@ -52,6 +52,9 @@ pub struct TokenOutput {
     pub index: u32,
     /// Set on the request's last token.
     pub finish: Option<FinishReason>,
+    /// The request's prefix-cache hit at first admission, in tokens: a server that ends a
+    /// request itself (a stop string) reports it in usage without waiting for the engine.
+    pub cached_tokens: u32,
 }
 
 /// A request that left the engine in this step (finished or aborted), with its usage.

@@ -257,9 +257,11 @@ impl FleetEngines {
             if let Some(f) = ev.finished {
                 prefilled = f.reason != crate::engine::FinishReason::Abort;
                 if !prefilled {
+                    let cached_tokens = f.cached_tokens;
                     let _ = tx.send(TokenEvent {
                         token: None,
                         finished: Some(f),
+                        cached_tokens,
                     });
                 }
                 break;

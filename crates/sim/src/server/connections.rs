@@ -25,13 +25,15 @@ use crate::SimError;
 const REFUSED_DRAIN: Duration = Duration::from_secs(1);
 
 /// The connection-level limits of `servebench sim` (`--max-connections`,
-/// `--header-timeout-secs`, `--max-body-bytes`).
+/// `--header-timeout-secs`, `--body-timeout-secs`, `--max-body-bytes`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ConnectionLimits {
     /// Open connections served at once.
     pub max_connections: usize,
     /// Time allowed for a request head, from connect or from the previous response.
     pub header_timeout: Duration,
+    /// Time allowed for a whole request body, from the end of its head.
+    pub body_timeout: Duration,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
 }
@@ -49,21 +51,30 @@ impl ConnectionLimits {
                 "--max-body-bytes must be at least 1".to_owned(),
             ));
         }
-        let header_timeout = Duration::try_from_secs_f64(args.header_timeout_secs)
-            .ok()
-            .filter(|d| !d.is_zero())
-            .ok_or_else(|| {
-                SimError::Config(format!(
-                    "--header-timeout-secs must be a positive number of seconds, got {}",
-                    args.header_timeout_secs
-                ))
-            })?;
+        let header_timeout = positive_duration("--header-timeout-secs", args.header_timeout_secs)?;
+        // clap checks the flag; this catches a value set in code (the in-process simulator).
+        let body_timeout = positive_duration("--body-timeout-secs", args.body_timeout_secs)?;
         Ok(ConnectionLimits {
             max_connections: args.max_connections,
             header_timeout,
+            body_timeout,
             max_body_bytes: args.max_body_bytes,
         })
     }
+}
+
+/// `secs` as a duration: finite, above 0 and at most the flag ceiling of
+/// [`servebench_metrics::units::positive_secs`] (so no deadline overflows an `Instant`).
+fn positive_duration(flag: &str, secs: f64) -> Result<Duration, SimError> {
+    servebench_metrics::units::positive_secs(&secs.to_string())
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            SimError::Config(format!(
+                "{flag} must be a positive number of seconds (at most 30 days), got {secs}"
+            ))
+        })
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then stops accepting, lets every
@@ -210,12 +221,22 @@ mod tests {
         let l = ConnectionLimits::from_args(&a).unwrap();
         assert_eq!(l.max_connections, 4096);
         assert_eq!(l.header_timeout, Duration::from_secs(10));
+        assert_eq!(l.body_timeout, Duration::from_secs(30));
         assert_eq!(l.max_body_bytes, 8 * 1024 * 1024);
         a.header_timeout_secs = 0.0;
         assert!(ConnectionLimits::from_args(&a).is_err());
         a.header_timeout_secs = f64::NAN;
         assert!(ConnectionLimits::from_args(&a).is_err());
         a.header_timeout_secs = 0.5;
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e30] {
+            a.body_timeout_secs = bad;
+            assert!(ConnectionLimits::from_args(&a).is_err(), "{bad}");
+        }
+        a.body_timeout_secs = 1.0;
+        assert_eq!(
+            ConnectionLimits::from_args(&a).unwrap().body_timeout,
+            Duration::from_secs(1)
+        );
         a.max_connections = 0;
         assert!(ConnectionLimits::from_args(&a).is_err());
         a.max_connections = 1;

@@ -15,6 +15,7 @@ mod request;
 mod response;
 mod secure;
 mod signal;
+mod stop;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -46,8 +47,9 @@ use crate::reasoning::ReasoningSplit;
 use crate::resolve::ResolvedSim;
 use crate::SimError;
 use request::{GenerateBody, Limits};
-use response::{AbortOnDrop, ChunkTemplate, StreamState};
+use response::{AbortOnDrop, ChoiceStream, ChunkTemplate, StreamState};
 use servebench_wire::openai::{ModelCard, ModelList, TokenizeRequest};
+use stop::StopScan;
 
 /// Shared state of every handler: immutable configuration plus the engine handle.
 #[derive(Debug, Clone)]
@@ -70,8 +72,8 @@ struct Shared {
     limits: Limits,
     /// `--max-body-bytes`.
     max_body_bytes: usize,
-    /// Longest wait for the next piece of a request body (`--header-timeout-secs`).
-    body_stall: std::time::Duration,
+    /// How long a request body may take (`--header-timeout-secs`, `--body-timeout-secs`).
+    body_timeouts: body::BodyTimeouts,
     /// Output words by token id, each with its leading space: raw and JSON-escaped.
     words: HashMap<u32, Word>,
     sim_config: Bytes,
@@ -140,9 +142,15 @@ impl AppState {
                 },
                 max_body_bytes: sim.args.max_body_bytes,
                 // `serve` refuses a bad timeout before any state exists; this fallback is the default.
-                body_stall: ConnectionLimits::from_args(&sim.args)
-                    .map(|l| l.header_timeout)
-                    .unwrap_or(std::time::Duration::from_secs(10)),
+                body_timeouts: ConnectionLimits::from_args(&sim.args)
+                    .map(|l| body::BodyTimeouts {
+                        stall: l.header_timeout,
+                        total: l.body_timeout,
+                    })
+                    .unwrap_or(body::BodyTimeouts {
+                        stall: std::time::Duration::from_secs(10),
+                        total: std::time::Duration::from_secs(30),
+                    }),
                 words,
                 sim_config,
                 faults: FaultInjector::new(sim.faults.clone(), e.seed),
@@ -281,6 +289,8 @@ pub fn router(state: AppState) -> Router {
         .route("/reset_prefix_cache", post(reset_prefix_cache))
         .route("/sim/config", get(sim_config))
         .merge(pooling::routes())
+        .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(state)
 }
 
@@ -309,7 +319,7 @@ async fn generate(
         headers,
         body,
         app.inner.max_body_bytes,
-        app.inner.body_stall,
+        app.inner.body_timeouts,
     )
     .await?;
     let body = GenerateBody::parse(endpoint, &body)?;
@@ -333,7 +343,7 @@ async fn generate(
         ));
     }
     let prompt_tokens = u32::try_from(req.prompt.len()).unwrap_or(u32::MAX);
-    let new = NewRequest {
+    let first = NewRequest {
         lora: app.lora_of(body.model()),
         id: 0,
         prompt: req.prompt,
@@ -344,26 +354,45 @@ async fn generate(
         cache_salt: req.cache_salt,
         arrival_ns: 0,
     };
-    let reasoning = app.reasoning_tokens(endpoint, &new);
-    let (engine, submitted, served) = match &app.inner.fleet {
-        Some(fleet) => crate::fleet::server_hooks::submit(fleet, new, received).await?,
-        None => {
-            let engine = app.inner.engine.clone();
-            let submitted = engine
-                .submit(new, received)
-                .await
-                .map_err(|_| ApiError::engine_stopped())?;
-            (engine, submitted, None)
+    let reasoning = app.reasoning_tokens(endpoint, &first);
+    // `n` choices are `n` engine requests with the same prompt, as vLLM V1 fans a request out
+    // into child requests; each draws its own output (`choice_seed`). Every choice is
+    // submitted before any token is awaited, so they are scheduled together.
+    let mut submitted = Vec::with_capacity(req.n as usize);
+    let mut served = None;
+    for index in 0..req.n {
+        let mut new = first.clone();
+        new.seed = engine::choice_seed(first.seed, &first.prompt, index);
+        let (engine, sub, labels) = match &app.inner.fleet {
+            Some(fleet) => crate::fleet::server_hooks::submit(fleet, new, received).await?,
+            None => {
+                let engine = app.inner.engine.clone();
+                let sub = engine
+                    .submit(new, received)
+                    .await
+                    .map_err(|_| ApiError::engine_stopped())?;
+                (engine, sub, None)
+            }
+        };
+        if index == 0 {
+            served = labels;
         }
-    };
-    let mut guard = AbortOnDrop::new(engine, submitted.id);
+        let guard = AbortOnDrop::new(engine, sub.id);
+        submitted.push((sub, guard));
+    }
+    let response_id = submitted.first().map_or(0, |(s, _)| s.id);
     let created = unix_now();
     let details = app.inner.prompt_tokens_details;
+    let scan = |req_stop: &Option<stop::StopSpec>| {
+        req_stop
+            .clone()
+            .map(|spec| StopScan::new(spec, req.min_tokens, reasoning.unwrap_or(0)))
+    };
 
     if req.stream {
         let mut template = ChunkTemplate::new(
             endpoint,
-            submitted.id,
+            response_id,
             created,
             &app.inner.served_name,
             prompt_tokens,
@@ -374,15 +403,19 @@ async fn generate(
             template = template.with_reasoning(n);
         }
         let template = Arc::new(template);
+        let choices = submitted
+            .into_iter()
+            .zip(0u32..)
+            .map(|((sub, guard), index)| {
+                ChoiceStream::new(index, sub.id, sub.events, guard, scan(&req.stop))
+            })
+            .collect();
         let state = StreamState {
             app,
             template,
-            events: submitted.events,
-            guard,
+            choices,
             faults,
             include_usage: req.include_usage,
-            sent: 0,
-            role_sent: false,
             reasoning: reasoning.unwrap_or(0),
             done: false,
             cut: false,
@@ -402,43 +435,86 @@ async fn generate(
         return Ok(resp);
     }
 
-    let mut events = submitted.events;
-    let mut text = String::new();
-    let mut thinking = reasoning.map(|_| String::new());
-    let mut generated = 0u32;
-    let finished = loop {
-        match events.recv().await {
-            Some(ev) => {
-                if let Some(t) = ev.token {
-                    match &mut thinking {
-                        Some(th) if generated < reasoning.unwrap_or(0) => {
-                            th.push_str(&app.raw_word(t));
-                        }
-                        _ => text.push_str(&app.raw_word(t)),
-                    }
-                    generated += 1;
-                }
-                if let Some(f) = ev.finished {
-                    break f;
-                }
-            }
-            None => return Err(ApiError::engine_stopped()),
-        }
-    };
-    guard.disarm();
+    // The choices run together in the engine; their events queue until read, so reading
+    // them one after the other costs nothing.
+    let mut texts = Vec::with_capacity(submitted.len());
+    for (sub, mut guard) in submitted {
+        let choice = collect_choice(&app, sub, &mut guard, scan(&req.stop), reasoning).await?;
+        texts.push(choice);
+    }
     let meta = response::ResponseMeta {
         endpoint,
-        id: submitted.id,
+        id: response_id,
         created,
         model: &app.inner.served_name,
         prompt_tokens,
         details,
         reasoning,
     };
-    let body = response::full_body(meta, text, thinking, &finished);
+    let body = response::full_body(meta, texts);
     let mut resp = axum::Json(body).into_response();
     crate::fleet::server_hooks::mark_served(&mut resp, served.as_ref());
     Ok(resp)
+}
+
+/// Reads one choice of a non-streaming response to its end: the engine's finish, or the
+/// first stop in its text.
+async fn collect_choice(
+    app: &AppState,
+    sub: crate::realtime::Submitted,
+    guard: &mut AbortOnDrop,
+    mut scan: Option<StopScan>,
+    reasoning: Option<u32>,
+) -> Result<response::ChoiceText, ApiError> {
+    let mut events = sub.events;
+    let mut text = String::new();
+    let mut thinking = reasoning.map(|_| String::new());
+    let mut generated = 0u32;
+    let finished = loop {
+        let Some(ev) = events.recv().await else {
+            return Err(ApiError::engine_stopped());
+        };
+        if let Some(t) = ev.token {
+            if let Some(scan) = &mut scan {
+                if scan.push(t, &app.raw_word(t)) {
+                    // Tell the engine before `events` is dropped (see `stop_early`).
+                    guard.stop_early(scan.tokens());
+                    break engine::Finished {
+                        id: sub.id,
+                        reason: engine::FinishReason::Stop,
+                        prompt_tokens: 0,
+                        completion_tokens: scan.tokens(),
+                        cached_tokens: ev.cached_tokens,
+                        preemptions: 0,
+                    };
+                }
+            } else {
+                match &mut thinking {
+                    Some(th) if generated < reasoning.unwrap_or(0) => {
+                        th.push_str(&app.raw_word(t));
+                    }
+                    _ => text.push_str(&app.raw_word(t)),
+                }
+            }
+            generated += 1;
+        }
+        if let Some(f) = ev.finished {
+            break f;
+        }
+    };
+    guard.disarm();
+    if let Some(scan) = scan {
+        let (th, answer) = scan.into_text();
+        text = answer;
+        if let Some(t) = &mut thinking {
+            *t = th;
+        }
+    }
+    Ok(response::ChoiceText {
+        text,
+        thinking,
+        finished,
+    })
 }
 
 async fn models(State(app): State<AppState>) -> Response {
@@ -495,7 +571,7 @@ async fn tokenize(State(app): State<AppState>, headers: HeaderMap, body: Body) -
         &headers,
         body,
         app.inner.max_body_bytes,
-        app.inner.body_stall,
+        app.inner.body_timeouts,
     )
     .await
     {

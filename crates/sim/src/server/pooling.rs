@@ -63,7 +63,7 @@ async fn read(app: &AppState, headers: &HeaderMap, body: Body) -> Result<Vec<u8>
         headers,
         body,
         app.inner.max_body_bytes,
-        app.inner.body_stall,
+        app.inner.body_timeouts,
     )
     .await?;
     Ok(b.to_vec())

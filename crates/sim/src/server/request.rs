@@ -10,6 +10,7 @@ use servebench_wire::openai::{
 use servebench_wire::protocol::DEFAULT_COMPLETION_MAX_TOKENS;
 
 use super::error::ApiError;
+use super::stop::StopSpec;
 
 /// Chat template token ids: every tokenizer has ids this small, and their identity only matters
 /// for prefix hashing (a repeated conversation must hash the same).
@@ -43,6 +44,8 @@ struct Common<'a> {
     top_p: Option<f64>,
     top_k: Option<i64>,
     min_p: Option<f64>,
+    /// Fields the wire types do not name (`stop`, `stop_token_ids`, …).
+    extra: &'a serde_json::Map<String, serde_json::Value>,
 }
 
 impl GenerateBody {
@@ -86,6 +89,7 @@ impl GenerateBody {
                     top_p: $b.top_p,
                     top_k: $b.top_k,
                     min_p: $b.min_p,
+                    extra: &$b.extra,
                 }
             };
         }
@@ -108,7 +112,16 @@ pub struct ValidRequest {
     pub continuous_usage: bool,
     pub seed: Option<u64>,
     pub cache_salt: Option<String>,
+    /// Choices to generate (`n`), each an engine request of its own.
+    pub n: u32,
+    /// `stop` / `stop_token_ids`, if any.
+    pub stop: Option<StopSpec>,
 }
+
+/// The most choices (`n`) one request may ask for. vLLM sets no limit, but every choice is an
+/// engine request holding a copy of the prompt, so an unbounded `n` would let one request
+/// take unbounded memory; beyond this it is a 400.
+pub const MAX_N: i64 = 128;
 
 /// What validation needs to know about the server.
 #[derive(Debug, Clone, Copy)]
@@ -254,21 +267,25 @@ pub fn validate(
 ) -> Result<ValidRequest, ApiError> {
     let endpoint = body.endpoint();
     let common = body.common();
-    if let Some(n) = common.n {
-        if n < 1 {
+    let n = match common.n {
+        Some(n) if n < 1 => {
             return Err(ApiError::bad_request(
                 format!("n must be at least 1, got {n}."),
                 Some("n"),
-            ));
+            ))
         }
-        if n != 1 {
+        Some(n) if n > MAX_N => {
             return Err(ApiError::bad_request(
-                format!("n must be 1 (the simulator generates one choice per request), got {n}."),
+                format!("n must be at most {MAX_N} (the simulator's limit), got {n}."),
                 Some("n"),
-            ));
+            ))
         }
-    }
+        // In 1..=MAX_N here.
+        Some(n) => u32::try_from(n).unwrap_or(1),
+        None => 1,
+    };
     check_sampling(&common)?;
+    let stop = StopSpec::from_extra(common.extra)?;
     let requested = requested_max_tokens(body)?;
     let min_tokens = match common.min_tokens {
         Some(m) if m < 0 => {
@@ -360,6 +377,8 @@ pub fn validate(
         // Negative seeds are valid in vLLM; their bit pattern keys the stream.
         seed: common.seed.map(|s| s as u64),
         cache_salt: common.cache_salt.cloned(),
+        n,
+        stop,
     })
 }
 
@@ -456,8 +475,13 @@ mod tests {
         );
         check(
             Endpoint::Completions,
-            r#"{"prompt":[1],"n":2}"#,
-            "n must be 1",
+            r#"{"prompt":[1],"n":129}"#,
+            "n must be at most 128",
+        );
+        check(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"stop":[1]}"#,
+            "`stop` must be a string or a list of strings.",
         );
         check(
             Endpoint::Completions,
@@ -562,6 +586,21 @@ mod tests {
         assert_eq!(v.max_tokens, 7);
         assert!(v.stream && v.include_usage && !v.continuous_usage);
         assert_eq!(v.seed, Some(u64::MAX));
+        assert_eq!((v.n, v.stop), (1, None));
+    }
+
+    #[test]
+    fn n_and_stop_are_read_not_refused() {
+        let tok = Tokenizer::builtin();
+        let b = body(
+            Endpoint::Completions,
+            r#"{"prompt":[1],"n":3,"stop":["x"," y"],"stop_token_ids":[9]}"#,
+        );
+        let v = validate(&b, &tok, LIMITS).unwrap();
+        assert_eq!(v.n, 3);
+        let stop = v.stop.unwrap();
+        assert_eq!(stop.strings, vec!["x", " y"]);
+        assert_eq!(stop.token_ids, vec![9]);
     }
 
     #[test]

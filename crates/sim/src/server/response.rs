@@ -20,6 +20,7 @@ use servebench_wire::render::DONE_EVENT;
 use servebench_wire::{ChunkHead, ChunkRenderer, ChunkStyle};
 
 use super::request::Endpoint;
+use super::stop::StopScan;
 use super::AppState;
 use crate::engine::{FinishReason, Finished};
 use crate::faults::{FaultKind, RequestFaults};
@@ -47,6 +48,15 @@ impl AbortOnDrop {
     /// The request finished; nothing to abort.
     pub fn disarm(&mut self) {
         self.armed = false;
+    }
+
+    /// The server ended the request after `emitted` tokens (a stop): the engine frees it and
+    /// counts it as stopped, not aborted.
+    pub fn stop_early(&mut self, emitted: u32) {
+        if self.armed {
+            self.engine.stop_early(self.id, emitted);
+            self.armed = false;
+        }
     }
 }
 
@@ -147,10 +157,53 @@ impl ChunkTemplate {
             .content(out, text, finish.map(FinishReason::as_str), usage.as_ref());
     }
 
-    /// Appends the final usage chunk (empty `choices`).
-    fn usage_chunk(&self, out: &mut Vec<u8>, finished: &Finished) {
-        let usage = self.usage(finished.completion_tokens, Some(finished.cached_tokens));
+    /// Appends the final usage chunk (empty `choices`): the prompt once, the completion
+    /// tokens of every choice.
+    fn usage_chunk(&self, out: &mut Vec<u8>, completion_tokens: u32, cached_tokens: u32) {
+        let usage = self.usage(completion_tokens, Some(cached_tokens));
         self.chunks.usage(out, &usage);
+    }
+}
+
+/// One choice of a streaming response: its engine request and how far it has got.
+pub struct ChoiceStream {
+    /// The choice's `index` (0 for a request with `n` 1).
+    pub index: u32,
+    /// The choice's engine request id.
+    pub id: u64,
+    /// Token events from the engine.
+    pub events: mpsc::UnboundedReceiver<TokenEvent>,
+    /// Aborts the request if the stream is dropped early.
+    pub guard: AbortOnDrop,
+    /// The request's stop strings / stop tokens, if it has any.
+    pub stop: Option<StopScan>,
+    /// Tokens taken so far.
+    pub sent: u32,
+    /// The chat role chunk has gone out.
+    pub role_sent: bool,
+    /// Set once the choice has finished (the engine ended it, or a stop did).
+    pub finished: Option<Finished>,
+}
+
+impl ChoiceStream {
+    /// A choice that has not produced anything yet.
+    pub fn new(
+        index: u32,
+        id: u64,
+        events: mpsc::UnboundedReceiver<TokenEvent>,
+        guard: AbortOnDrop,
+        stop: Option<StopScan>,
+    ) -> Self {
+        ChoiceStream {
+            index,
+            id,
+            events,
+            guard,
+            stop,
+            sent: 0,
+            role_sent: false,
+            finished: None,
+        }
     }
 }
 
@@ -160,18 +213,12 @@ pub struct StreamState {
     pub app: AppState,
     /// The request's pre-serialized chunk pieces.
     pub template: Arc<ChunkTemplate>,
-    /// Token events from the engine.
-    pub events: mpsc::UnboundedReceiver<TokenEvent>,
-    /// Aborts the request if the stream is dropped early.
-    pub guard: AbortOnDrop,
-    /// The request's injected faults.
+    /// The choices, by index.
+    pub choices: Vec<ChoiceStream>,
+    /// The request's injected faults (they follow choice 0's tokens).
     pub faults: RequestFaults,
     /// Send a usage chunk before `[DONE]`.
     pub include_usage: bool,
-    /// Tokens written so far.
-    pub sent: u32,
-    /// The chat role chunk has gone out.
-    pub role_sent: bool,
     /// Output tokens before this index are sent as reasoning (0: none).
     pub reasoning: u32,
     /// Nothing more to write: the next poll ends the stream.
@@ -180,7 +227,7 @@ pub struct StreamState {
     pub cut: bool,
 }
 
-/// One write's worth of output, split into reasoning and answer.
+/// One write's worth of output of one choice, split into reasoning and answer.
 #[derive(Default)]
 struct Batch {
     thinking: Vec<u8>,
@@ -196,31 +243,131 @@ impl Batch {
 }
 
 /// Appends one step's event to `batch`: to the reasoning part while the response's output
-/// index (`sent` before this write, plus the batch so far) is below `reasoning`. Returns the
-/// finish if any.
+/// index (`c.sent` before this write, plus the batch so far) is below `reasoning`. With stop
+/// conditions the token goes through the scan instead, whose text [`release_text`] adds; a
+/// stop ends the choice here, and its engine request with it.
 fn merge_event(
     app: &AppState,
+    c: &mut ChoiceStream,
     ev: TokenEvent,
     batch: &mut Batch,
-    sent: u32,
     reasoning: u32,
-) -> Option<Finished> {
+    prompt_tokens: u32,
+) {
+    if c.finished.is_some() {
+        // Steps the engine ran before it learnt of a stop: never shown.
+        return;
+    }
     if let Some(t) = ev.token {
-        let word = app.word(t);
-        if sent + batch.tokens() < reasoning {
-            batch.thinking.extend_from_slice(word.as_bytes());
+        let thinking = c.sent + batch.tokens() < reasoning;
+        if thinking {
             batch.thinking_tokens += 1;
         } else {
-            batch.text.extend_from_slice(word.as_bytes());
             batch.answer_tokens += 1;
         }
+        match &mut c.stop {
+            None => {
+                let word = app.word(t);
+                let part = if thinking {
+                    &mut batch.thinking
+                } else {
+                    &mut batch.text
+                };
+                part.extend_from_slice(word.as_bytes());
+            }
+            Some(scan) => {
+                if scan.push(t, &app.raw_word(t)) {
+                    // Tell the engine before the receiver can be dropped (see `stop_early`).
+                    c.guard.stop_early(scan.tokens());
+                    c.finished = Some(Finished {
+                        id: c.id,
+                        reason: FinishReason::Stop,
+                        prompt_tokens,
+                        completion_tokens: scan.tokens(),
+                        cached_tokens: ev.cached_tokens,
+                        preemptions: 0,
+                    });
+                    return;
+                }
+            }
+        }
     }
-    ev.finished
+    if let Some(f) = ev.finished {
+        c.guard.disarm();
+        c.finished = Some(f);
+    }
+}
+
+/// Moves the text a stop scan lets out now into `batch`, JSON-escaped.
+fn release_text(c: &mut ChoiceStream, batch: &mut Batch) {
+    let ended = c.finished.is_some();
+    if let Some(scan) = &mut c.stop {
+        let out = scan.release(ended);
+        batch
+            .thinking
+            .extend_from_slice(super::escape_text(out.thinking).as_bytes());
+        batch
+            .text
+            .extend_from_slice(super::escape_text(out.answer).as_bytes());
+    }
+}
+
+/// Rewrites the choice index of rendered chunks: wire's renderer writes index 0, and a chunk
+/// of choice `i` differs from it only there. The pattern cannot occur inside a JSON string
+/// (its quotes would be escaped), so only the choice objects match.
+fn with_choice_index(out: &[u8], index: u32) -> Vec<u8> {
+    const PATTERN: &[u8] = br#""choices":[{"index":0,"#;
+    if index == 0 {
+        return out.to_vec();
+    }
+    let replacement = format!(r#""choices":[{{"index":{index},"#);
+    let mut res = Vec::with_capacity(out.len() + 8);
+    let mut rest = out;
+    while let Some(p) = rest.windows(PATTERN.len()).position(|w| w == PATTERN) {
+        res.extend_from_slice(&rest[..p]);
+        res.extend_from_slice(replacement.as_bytes());
+        rest = &rest[p + PATTERN.len()..];
+    }
+    res.extend_from_slice(rest);
+    res
 }
 
 impl StreamState {
-    /// The next write: one chunk per engine step, or every queued step merged into one chunk
-    /// when this handler fell behind. `None` ends the stream.
+    /// Waits for the next event of any unfinished choice; `None` when the engine stopped.
+    async fn next_event(&mut self) -> Option<(usize, TokenEvent)> {
+        std::future::poll_fn(|cx| {
+            for (i, c) in self.choices.iter_mut().enumerate() {
+                if c.finished.is_some() {
+                    continue;
+                }
+                match c.events.poll_recv(cx) {
+                    std::task::Poll::Ready(Some(ev)) => {
+                        return std::task::Poll::Ready(Some((i, ev)))
+                    }
+                    std::task::Poll::Ready(None) => return std::task::Poll::Ready(None),
+                    std::task::Poll::Pending => {}
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+
+    /// Merges every event already queued for the unfinished choices.
+    fn drain(&mut self, batches: &mut [Batch]) {
+        let prompt_tokens = self.template.prompt_tokens;
+        for (c, batch) in self.choices.iter_mut().zip(batches.iter_mut()) {
+            while c.finished.is_none() {
+                match c.events.try_recv() {
+                    Ok(ev) => merge_event(&self.app, c, ev, batch, self.reasoning, prompt_tokens),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
+    /// The next write: one chunk per choice per engine step, or every queued step of a choice
+    /// merged into one chunk when this handler fell behind. `None` ends the stream.
     pub async fn next_write(&mut self) -> Option<Result<Bytes, std::io::Error>> {
         if self.cut {
             // An injected disconnect: fail the body so the connection is dropped mid-stream.
@@ -232,77 +379,99 @@ impl StreamState {
         if self.done {
             return None;
         }
-        let first = self.events.recv().await;
-        let Some(first) = first else {
+        let Some((first_choice, first)) = self.next_event().await else {
             // The engine stopped: end without [DONE], as a dying server would.
             self.done = true;
             return None;
         };
-        let mut batch = Batch::default();
-        let (sent, reasoning) = (self.sent, self.reasoning);
-        let mut finished = merge_event(&self.app, first, &mut batch, sent, reasoning);
-        while finished.is_none() {
-            match self.events.try_recv() {
-                Ok(ev) => finished = merge_event(&self.app, ev, &mut batch, sent, reasoning),
-                Err(_) => break,
-            }
-        }
+        let mut batches: Vec<Batch> = self.choices.iter().map(|_| Batch::default()).collect();
+        let prompt_tokens = self.template.prompt_tokens;
+        merge_event(
+            &self.app,
+            &mut self.choices[first_choice],
+            first,
+            &mut batches[first_choice],
+            self.reasoning,
+            prompt_tokens,
+        );
+        self.drain(&mut batches);
         if let Some(stall) = self.faults.stall_before_chunk() {
             self.app.faults().record(FaultKind::Stall);
             tokio::time::sleep(stall).await;
             // Steps that ended during the stall are merged into this chunk.
-            while finished.is_none() {
-                match self.events.try_recv() {
-                    Ok(ev) => finished = merge_event(&self.app, ev, &mut batch, sent, reasoning),
-                    Err(_) => break,
-                }
-            }
-        }
-        let before = self.sent;
-        let new_tokens = batch.tokens();
-        self.sent += new_tokens;
-        let reason = finished.as_ref().map(|f| f.reason);
-        if finished.is_some() {
-            self.guard.disarm();
+            self.drain(&mut batches);
         }
 
-        let mut out = Vec::with_capacity(batch.thinking.len() + batch.text.len() + 400);
-        if !self.role_sent {
-            self.template.role_chunk(&mut out);
-            self.role_sent = true;
-        }
-        if new_tokens > 0 || reason.is_some() {
-            let start = out.len();
-            if batch.thinking_tokens > 0 {
+        let mut out = Vec::with_capacity(400 * self.choices.len());
+        for (c, mut batch) in self.choices.iter_mut().zip(batches) {
+            release_text(c, &mut batch);
+            let before = c.sent;
+            let new_tokens = batch.tokens();
+            let reason = c.finished.as_ref().map(|f| f.reason);
+            c.sent += new_tokens;
+            if batch.thinking.is_empty() && batch.text.is_empty() && reason.is_none() {
+                // Nothing to show: no new step for this choice, or its text is all held back
+                // by a stop scan. Not even a chat role chunk goes out alone, so a client's first
+                // byte is still its first text.
+                continue;
+            }
+            let mut piece = Vec::with_capacity(batch.thinking.len() + batch.text.len() + 400);
+            if !c.role_sent {
+                self.template.role_chunk(&mut piece);
+                c.role_sent = true;
+            }
+            let start = piece.len();
+            if !batch.thinking.is_empty() {
                 self.template.reasoning_chunk(
-                    &mut out,
+                    &mut piece,
                     &batch.thinking,
                     before + batch.thinking_tokens,
                 );
             }
             // The answer's chunk, or the finishing one (a response that ended while still
-            // reasoning closes with an empty content chunk carrying the finish reason).
-            if batch.answer_tokens > 0 || reason.is_some() {
+            // reasoning closes with an empty content chunk carrying the finish reason). Tokens
+            // whose text a stop scan still holds back make no chunk: vLLM sends none either.
+            let answer = if c.stop.is_some() {
+                !batch.text.is_empty()
+            } else {
+                batch.answer_tokens > 0
+            };
+            if answer || reason.is_some() {
                 self.template
-                    .content_chunk(&mut out, &batch.text, reason, self.sent);
+                    .content_chunk(&mut piece, &batch.text, reason, c.sent);
             }
-            let hit = |k: Option<u32>| k.is_some_and(|k| k > before && k <= self.sent);
-            if hit(self.faults.malformed_at) {
-                self.app.faults().record(FaultKind::Malformed);
-                // Cut the JSON in half but keep the SSE framing so later events still parse.
-                let cut = start + (out.len() - start) / 2;
-                out.truncate(cut);
-                out.extend_from_slice(b"\n\n");
+            let mut cut = false;
+            if c.index == 0 && piece.len() > start {
+                let hit = |k: Option<u32>| k.is_some_and(|k| k > before && k <= c.sent);
+                if hit(self.faults.malformed_at) {
+                    self.app.faults().record(FaultKind::Malformed);
+                    // Cut the JSON in half but keep the SSE framing so later events still parse.
+                    let half = start + (piece.len() - start) / 2;
+                    piece.truncate(half);
+                    piece.extend_from_slice(b"\n\n");
+                }
+                cut = hit(self.faults.disconnect_after);
             }
-            if hit(self.faults.disconnect_after) {
+            out.extend_from_slice(&with_choice_index(&piece, c.index));
+            if cut {
                 self.app.faults().record(FaultKind::Disconnect);
                 self.cut = true;
                 return Some(Ok(Bytes::from(out)));
             }
         }
-        if let Some(f) = &finished {
+        if self.choices.iter().all(|c| c.finished.is_some()) {
             if self.include_usage {
-                self.template.usage_chunk(&mut out, f);
+                let completion = self
+                    .choices
+                    .iter()
+                    .filter_map(|c| c.finished.as_ref())
+                    .map(|f| f.completion_tokens)
+                    .sum();
+                let cached = self.choices[0]
+                    .finished
+                    .as_ref()
+                    .map_or(0, |f| f.cached_tokens);
+                self.template.usage_chunk(&mut out, completion, cached);
             }
             out.extend_from_slice(DONE_EVENT);
             self.done = true;
@@ -330,14 +499,21 @@ pub struct ResponseMeta<'a> {
     pub reasoning: Option<u32>,
 }
 
-/// The one-shot JSON body of a non-streaming request. `thinking`: the reasoning text of a
-/// reasoning chat response, which vLLM returns beside the answer as `reasoning_content`.
-pub fn full_body(
-    meta: ResponseMeta<'_>,
-    text: String,
-    thinking: Option<String>,
-    finished: &Finished,
-) -> serde_json::Value {
+/// One choice of a non-streaming response.
+#[derive(Debug, Clone)]
+pub struct ChoiceText {
+    /// The answer.
+    pub text: String,
+    /// The reasoning text of a reasoning chat response, which vLLM returns beside the answer
+    /// as `reasoning_content`.
+    pub thinking: Option<String>,
+    /// How it ended; its `completion_tokens` count toward usage.
+    pub finished: Finished,
+}
+
+/// The one-shot JSON body of a non-streaming request: one choice per element of `choices`,
+/// indexed in order, with the usage of all of them (the prompt counted once, as vLLM does).
+pub fn full_body(meta: ResponseMeta<'_>, choices: Vec<ChoiceText>) -> serde_json::Value {
     let ResponseMeta {
         endpoint,
         id,
@@ -347,36 +523,39 @@ pub fn full_body(
         details,
         reasoning,
     } = meta;
+    let completion: u32 = choices.iter().map(|c| c.finished.completion_tokens).sum();
+    let cached = choices.first().map_or(0, |c| c.finished.cached_tokens);
     let mut usage = Usage::new(
         u64::from(prompt_tokens),
-        u64::from(finished.completion_tokens),
-        details.then_some(u64::from(finished.cached_tokens)),
+        u64::from(completion),
+        details.then_some(u64::from(cached)),
     );
     if let Some(r) = reasoning {
-        usage = usage.with_reasoning_tokens(u64::from(r.min(finished.completion_tokens)));
+        let thinking: u32 = choices
+            .iter()
+            .map(|c| r.min(c.finished.completion_tokens))
+            .sum();
+        usage = usage.with_reasoning_tokens(u64::from(thinking));
     }
     let usage = Some(usage);
-    // A reasoning response that never reached its answer has no content, as in vLLM.
-    let content = if thinking.is_some() && text.is_empty() {
-        None
-    } else {
-        Some(text)
-    };
-    let reason = Some(finished.reason.as_str().to_owned());
     let body = match endpoint {
         Endpoint::Completions => serde_json::to_value(CompletionResponse {
             id: response_id(endpoint, id),
             object: TEXT_COMPLETION_OBJECT.to_owned(),
             created,
             model: model.to_owned(),
-            choices: vec![CompletionChoice {
-                index: 0,
-                text: content.unwrap_or_default(),
-                logprobs: None,
-                finish_reason: reason,
-                stop_reason: None,
-                prompt_logprobs: None,
-            }],
+            choices: choices
+                .into_iter()
+                .zip(0u32..)
+                .map(|(c, index)| CompletionChoice {
+                    index,
+                    text: c.text,
+                    logprobs: None,
+                    finish_reason: Some(c.finished.reason.as_str().to_owned()),
+                    stop_reason: None,
+                    prompt_logprobs: None,
+                })
+                .collect(),
             usage,
         }),
         Endpoint::Chat => serde_json::to_value(ChatCompletionResponse {
@@ -384,18 +563,31 @@ pub fn full_body(
             object: CHAT_COMPLETION_OBJECT.to_owned(),
             created,
             model: model.to_owned(),
-            choices: vec![ChatChoice {
-                index: 0,
-                message: ResponseMessage {
-                    role: "assistant".to_owned(),
-                    content,
-                    reasoning_content: thinking,
-                    tool_calls: Some(Vec::new()),
-                },
-                logprobs: None,
-                finish_reason: reason,
-                stop_reason: None,
-            }],
+            choices: choices
+                .into_iter()
+                .zip(0u32..)
+                .map(|(c, index)| {
+                    // A reasoning response that never reached its answer has no content, as
+                    // in vLLM.
+                    let content = if c.thinking.is_some() && c.text.is_empty() {
+                        None
+                    } else {
+                        Some(c.text)
+                    };
+                    ChatChoice {
+                        index,
+                        message: ResponseMessage {
+                            role: "assistant".to_owned(),
+                            content,
+                            reasoning_content: c.thinking,
+                            tool_calls: Some(Vec::new()),
+                        },
+                        logprobs: None,
+                        finish_reason: Some(c.finished.reason.as_str().to_owned()),
+                        stop_reason: None,
+                    }
+                })
+                .collect(),
             usage,
         }),
     };
@@ -439,7 +631,7 @@ mod tests {
             cached_tokens: 8,
             preemptions: 0,
         };
-        t.usage_chunk(&mut out, &fin);
+        t.usage_chunk(&mut out, fin.completion_tokens, fin.cached_tokens);
         let ev = parse_events(&out);
         assert_eq!(ev[0]["id"], "cmpl-0000000000000007");
         assert_eq!(ev[0]["model"], "m\"x");
@@ -450,6 +642,73 @@ mod tests {
         assert_eq!(ev[2]["choices"], serde_json::json!([]));
         assert_eq!(ev[2]["usage"]["total_tokens"], 15);
         assert_eq!(ev[2]["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+    }
+
+    #[test]
+    fn choice_indices_are_rewritten_only_in_choice_objects() {
+        // A model name that tries to look like the pattern stays untouched: it is escaped.
+        let t = ChunkTemplate::new(
+            Endpoint::Chat,
+            1,
+            0,
+            r#""choices":[{"index":0,"#,
+            5,
+            true,
+            true,
+        );
+        let mut out = Vec::new();
+        t.role_chunk(&mut out);
+        t.content_chunk(&mut out, b" hi", Some(FinishReason::Stop), 1);
+        let ev = parse_events(&with_choice_index(&out, 3));
+        assert_eq!(ev.len(), 2);
+        for e in &ev {
+            assert_eq!(e["choices"][0]["index"], 3, "{e}");
+            assert_eq!(e["model"], r#""choices":[{"index":0,"#);
+        }
+        assert_eq!(ev[1]["choices"][0]["delta"]["content"], " hi");
+        assert_eq!(with_choice_index(&out, 0), out);
+    }
+
+    #[test]
+    fn a_non_streaming_body_has_one_choice_per_completion_and_sums_usage() {
+        let meta = ResponseMeta {
+            endpoint: Endpoint::Completions,
+            id: 9,
+            created: 0,
+            model: "m",
+            prompt_tokens: 10,
+            details: true,
+            reasoning: None,
+        };
+        let fin = |completion_tokens, reason| Finished {
+            id: 9,
+            reason,
+            prompt_tokens: 10,
+            completion_tokens,
+            cached_tokens: 4,
+            preemptions: 0,
+        };
+        let body = full_body(
+            meta,
+            vec![
+                ChoiceText {
+                    text: " a b".into(),
+                    thinking: None,
+                    finished: fin(2, FinishReason::Length),
+                },
+                ChoiceText {
+                    text: " c".into(),
+                    thinking: None,
+                    finished: fin(3, FinishReason::Stop),
+                },
+            ],
+        );
+        assert_eq!(body["choices"][1]["index"], 1);
+        assert_eq!(body["choices"][1]["text"], " c");
+        assert_eq!(body["choices"][1]["finish_reason"], "stop");
+        assert_eq!(body["usage"]["prompt_tokens"], 10);
+        assert_eq!(body["usage"]["completion_tokens"], 5);
+        assert_eq!(body["usage"]["total_tokens"], 15);
     }
 
     #[test]
