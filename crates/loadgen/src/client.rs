@@ -265,7 +265,8 @@ impl BackendClient {
         let mut attempt = 0;
         let result = loop {
             attempt += 1;
-            state = StreamState::new(self.target.api);
+            state = StreamState::new(self.target.api)
+                .with_limit(crate::stream::StreamLimit::for_max_tokens(p.max_tokens));
             outcome = Exchange::default();
             let req = match self.build_request(p.id, p.body.clone()) {
                 Ok(req) => req,
@@ -403,6 +404,12 @@ impl BackendClient {
                         state.feed(t, data);
                         if state.acc.saw_done {
                             outcome.done = Some(t);
+                        }
+                        // A server that never stops would grow this request without end:
+                        // dropping the body closes the connection.
+                        if let Some(f) = state.over_limit() {
+                            outcome.done = Some(t);
+                            return Err(f);
                         }
                     }
                 }

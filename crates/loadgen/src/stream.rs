@@ -37,6 +37,46 @@ pub struct StreamAccumulator {
     pub tool_calls: bool,
 }
 
+/// Events a response may carry per token it was allowed: a server streams one event per token
+/// (a few more with a role chunk, usage and `[DONE]`), so twice as many is already a fault.
+const EVENTS_PER_TOKEN: u64 = 2;
+/// Events and tokens' worth of bytes allowed beyond `max_tokens` (role, usage, finish chunks).
+const EVENT_MARGIN: u64 = 64;
+/// Bytes a response may carry per allowed token: vLLM's chunks are ~250 bytes, and several
+/// KiB with top-k logprobs; 16 KiB leaves room for any of them.
+const BYTES_PER_TOKEN: u64 = 16 * 1024;
+/// Without `max_tokens` (the server decides the length): at most a million events or
+/// 256 MiB, far past any context window.
+const UNBOUNDED_EVENTS: u64 = 1_000_000;
+const UNBOUNDED_BYTES: u64 = 256 * 1024 * 1024;
+
+/// How much one response may carry before it counts as a server that never stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimit {
+    pub events: u64,
+    pub bytes: u64,
+}
+
+impl StreamLimit {
+    /// The limit of a request that asked for at most `max_tokens`.
+    pub fn for_max_tokens(max_tokens: Option<u64>) -> Self {
+        match max_tokens {
+            Some(m) => StreamLimit {
+                events: m
+                    .saturating_mul(EVENTS_PER_TOKEN)
+                    .saturating_add(EVENT_MARGIN),
+                bytes: m
+                    .saturating_add(EVENT_MARGIN)
+                    .saturating_mul(BYTES_PER_TOKEN),
+            },
+            None => StreamLimit {
+                events: UNBOUNDED_EVENTS,
+                bytes: UNBOUNDED_BYTES,
+            },
+        }
+    }
+}
+
 /// Incremental state of one streamed response.
 #[derive(Debug)]
 pub struct StreamState {
@@ -45,6 +85,8 @@ pub struct StreamState {
     /// The shape of the latest token event, so the next ones need no JSON parse.
     shape: EventShape,
     pub acc: StreamAccumulator,
+    limit: Option<StreamLimit>,
+    bytes: u64,
 }
 
 impl StreamState {
@@ -60,13 +102,40 @@ impl StreamState {
             },
             shape: EventShape::default(),
             acc: StreamAccumulator::default(),
+            limit: None,
+            bytes: 0,
         }
+    }
+
+    /// Bounds what this response may carry ([`StreamState::over_limit`]).
+    pub fn with_limit(mut self, limit: StreamLimit) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The failure of a response that went past its limit, once it has: the caller stops
+    /// reading and records it.
+    pub fn over_limit(&self) -> Option<Failure> {
+        let limit = self.limit?;
+        let events = (self.acc.events.len() + self.acc.bare_events.len()) as u64;
+        if events <= limit.events && self.bytes <= limit.bytes {
+            return None;
+        }
+        Some(Failure {
+            kind: FailureKind::Overlong,
+            status: None,
+            message: format!(
+                "the server kept streaming past the request's limit ({events} events, {} bytes; at most {} events and {} bytes for its max_tokens): reading stopped",
+                self.bytes, limit.events, limit.bytes
+            ),
+        })
     }
 
     /// Feed bytes received at `t` (ns from run start). Every event completed by these bytes
     /// gets the same receipt time: they arrived together.
     #[inline]
     pub fn feed(&mut self, t: u64, bytes: &[u8]) {
+        self.bytes = self.bytes.saturating_add(bytes.len() as u64);
         let kind = self.kind;
         let acc = &mut self.acc;
         let shape = &mut self.shape;
@@ -190,6 +259,33 @@ impl StreamAccumulator {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// A stream that ignores `max_tokens` is cut once it carries twice as many events (plus a
+    /// margin), or its bytes run past the per-token allowance; a stream within them is not.
+    #[test]
+    fn a_stream_far_past_max_tokens_is_over_its_limit() {
+        let limit = StreamLimit::for_max_tokens(Some(16));
+        assert_eq!(limit.events, 16 * 2 + 64);
+        let chunk =
+            "data: {\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n";
+        let mut s = StreamState::new(ApiKind::Completions).with_limit(limit);
+        for i in 0..limit.events {
+            s.feed(i, chunk.as_bytes());
+            assert!(s.over_limit().is_none(), "event {i}");
+        }
+        s.feed(limit.events, chunk.as_bytes());
+        let f = s.over_limit().expect("over the limit");
+        assert_eq!(f.kind, FailureKind::Overlong);
+        assert!(f.message.contains("97 events"), "{}", f.message);
+        // One event too large for the allowance: the bytes rule.
+        let mut big = StreamState::new(ApiKind::Completions).with_limit(limit);
+        big.feed(0, &vec![b'x'; (limit.bytes + 1) as usize]);
+        assert!(big.over_limit().is_some());
+        // Without a limit nothing is cut.
+        let mut free = StreamState::new(ApiKind::Completions);
+        free.feed(0, &vec![b'x'; (limit.bytes + 1) as usize]);
+        assert!(free.over_limit().is_none());
+    }
 
     fn feed_all(api: ApiKind, events: &[(u64, &str)]) -> StreamAccumulator {
         let mut s = StreamState::new(api);

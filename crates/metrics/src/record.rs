@@ -54,6 +54,9 @@ pub enum FailureKind {
     /// The response completed, but its text failed an answer check (`--expect-regex`,
     /// `--expect-json-schema`, or the dataset's per-request `expected`).
     InvalidOutput,
+    /// The stream went on far past the request's `max_tokens` (events or bytes): a server
+    /// fault. Reading stopped there, so client memory stays bounded.
+    Overlong,
 }
 
 impl FailureKind {
@@ -69,6 +72,7 @@ impl FailureKind {
             FailureKind::Cancelled => "cancelled",
             FailureKind::Transport => "transport",
             FailureKind::InvalidOutput => "invalid_output",
+            FailureKind::Overlong => "overlong",
         }
     }
 }

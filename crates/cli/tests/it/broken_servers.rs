@@ -77,6 +77,105 @@ fn hostile_server() -> String {
     format!("http://{addr}")
 }
 
+/// Streams completion chunks to every POST and never stops (it ignores `max_tokens`);
+/// answers `/v1/models` with one model.
+fn endless_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut sock) = conn else { return };
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 8192];
+                let head = loop {
+                    let n = sock.read(&mut buf).unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let t = String::from_utf8_lossy(&got).into_owned();
+                    if let Some(h) = t.find("\r\n\r\n") {
+                        break t[..h].to_owned();
+                    }
+                };
+                if !head.starts_with("POST") {
+                    let _ = write!(
+                        sock,
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    );
+                    return;
+                }
+                if write!(
+                    sock,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+                )
+                .is_err()
+                {
+                    return;
+                }
+                let chunk = "data: {\"id\":\"c\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" a\",\"finish_reason\":null}]}\n\n";
+                let batch = chunk.repeat(64);
+                // Until the client hangs up.
+                while sock.write_all(batch.as_bytes()).is_ok() {}
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A server that streams without end past `max_tokens`: each request is cut once it
+/// carries twice its tokens' worth of events, recorded as an `overlong` failure with a small
+/// record, and the run ends well within `--request-timeout` (before, the client grew to 1 GB
+/// and wrote a 305 MB record line).
+#[test]
+fn a_stream_that_never_ends_is_cut_and_recorded_as_a_server_fault() {
+    let url = endless_server();
+    let dir = tempdir("broken", "endless");
+    let started = Instant::now();
+    let o = bin()
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "--num-prompts",
+            "4",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            "16",
+            "--request-timeout",
+            "20",
+            "--output-dir",
+            dir.to_str().expect("utf-8"),
+        ])
+        .output()
+        .expect("spawn servebench");
+    let took = started.elapsed();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    let records = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with(".requests.jsonl"))
+        .expect("records file");
+    let body = std::fs::read_to_string(&records).expect("records");
+    assert_eq!(body.lines().count(), 4, "every request recorded once");
+    for line in body.lines() {
+        let r: serde_json::Value = serde_json::from_str(line).expect("json");
+        assert_eq!(r["failure"]["kind"], "overlong", "{line:.300}");
+        // 16 tokens allowed: at most 2 × 16 + 64 events, and a record to match.
+        assert!(line.len() < 64 * 1024, "record of {} bytes", line.len());
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("kept streaming past the request's limit"),
+        "{err}"
+    );
+}
+
 /// A server that never answers: the run ends within `--request-timeout` + 5 s (the probes
 /// around the run share one wait, bounded by the timeout), plus a documented allowance of
 /// 3 s for a debug build's start-up on a loaded 2-core machine. Before, model discovery
