@@ -244,6 +244,7 @@ impl BatchTarget {
                     scrape_every: None,
                     start_at: None,
                 };
+                crate::run::measuring_begins();
                 let outcome =
                     run_load(Arc::clone(client), prepared, spec, None, stop.clone()).await?;
                 if outcome.not_dispatched > 0 || stop.dispatch_stopped() {

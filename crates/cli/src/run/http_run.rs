@@ -170,6 +170,7 @@ impl Executor for HttpTarget {
                 stop,
             )
         });
+        super::measuring_begins();
         let mut outcome = match &watching {
             None => {
                 drive(

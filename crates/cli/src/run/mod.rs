@@ -177,6 +177,16 @@ async fn repeat(
     Ok(exit)
 }
 
+/// Set once the first measured request may go out: before that an interrupt has nothing to
+/// keep. A process-wide flag because the signal task and the phases before the load (building
+/// the workload, model discovery, warm-up) share nothing else.
+static MEASURING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Measured requests go out from now on: an interrupt stops dispatch and keeps what they give.
+pub fn measuring_begins() {
+    MEASURING.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// Ctrl-C or SIGTERM (or a records file that cannot be written) stops dispatching; a second
 /// signal or the grace period cancels what is in flight. The cause is kept for the outputs
 /// and the exit code.
@@ -196,6 +206,15 @@ pub fn interrupt_on_ctrl_c() -> StopSignal {
             _ = STOP_NOW.notified() => None,
         };
         match cause {
+            // Building the workload, discovery, warm-up: CPU-bound or network work that
+            // checks no stop signal, and nothing measured to keep, so the process ends now
+            // (an interrupt must never wait for a 10^9-prompt dataset to be built).
+            Some(signal) if !MEASURING.load(std::sync::atomic::Ordering::SeqCst) => {
+                eprintln!(
+                    "\nInterrupted by {signal} before any request was measured: nothing to keep"
+                );
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
             Some(signal) => {
                 set_interruption(format!("interrupted by {signal}"), EXIT_INTERRUPTED);
                 eprintln!(

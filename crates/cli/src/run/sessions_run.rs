@@ -168,6 +168,7 @@ async fn measure(
         keep_text: plan.report.save_detailed,
     };
     let gpu = super::gpu_telemetry::GpuWatch::start(plan.gpu_metrics_url.as_deref())?;
+    super::measuring_begins();
     let mut outcome = run_sessions(
         Arc::clone(&client),
         sessions,

@@ -248,3 +248,76 @@ fn escape_sequences_from_a_server_are_printed_escaped() {
         "no faked line: {err}"
     );
 }
+
+/// Sends SIGINT to `child` once `after` has passed, then waits at most `bound` for it to
+/// exit (killing it past that); returns its exit code and how long it took after the signal.
+fn interrupt_after(
+    mut child: std::process::Child,
+    after: Duration,
+    bound: Duration,
+) -> (Option<i32>, Duration) {
+    std::thread::sleep(after);
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let signalled = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            return (s.code(), signalled.elapsed());
+        }
+        if signalled.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            return (None, signalled.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Ctrl-C works before the first request: while model discovery waits on a server that
+/// never answers (before: ignored, then exit 2 when discovery timed out), and while a huge
+/// workload is being built (before: ignored even twice; only SIGKILL stopped it). Both end
+/// at once with exit 130. Bounds are generous for a loaded 2-core machine.
+#[test]
+fn ctrl_c_before_the_first_request_ends_the_run_with_130() {
+    let url = silent_server();
+    let dir = tempdir("broken", "early-ctrl-c");
+    let child = bin()
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--request-timeout",
+            "60",
+            "--num-prompts",
+            "2",
+            "--output-dir",
+            dir.to_str().expect("utf-8"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn servebench");
+    let (code, took) = interrupt_after(child, Duration::from_millis(1500), Duration::from_secs(10));
+    assert_eq!(code, Some(130), "discovery: exit after {took:?}");
+
+    let child = bin()
+        .args([
+            "run",
+            "--virtual-time",
+            "--num-prompts",
+            "20000000",
+            "--random-input-len",
+            "2000",
+            "--output-dir",
+            dir.to_str().expect("utf-8"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn servebench");
+    let (code, took) = interrupt_after(child, Duration::from_millis(2500), Duration::from_secs(10));
+    assert_eq!(code, Some(130), "workload build: exit after {took:?}");
+}
