@@ -221,7 +221,7 @@ pub fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             eprintln!("error: {}", error_text(&e));
-            ExitCode::from(2)
+            ExitCode::from(run::error_exit(&e))
         }
     }
 }

@@ -240,19 +240,47 @@ pub fn rebuild_from_records(records_path: &Path, dir: Option<&Path>) -> Result<R
 
 /// `servebench report`.
 pub fn report(mut args: ReportArgs) -> Result<ExitCode> {
+    // `--no-write` rebuilds a records file's results in a scratch directory, removed once read:
+    // nothing is left where the user did not ask for files.
+    let mut scratch = None;
     if args.path.is_file() && args.path.to_string_lossy().ends_with(RECORDS_SUFFIX) {
-        let rebuilt = rebuild_from_records(&args.path, args.output_dir.as_deref())?;
-        eprintln!("servebench result (rebuilt): {}", rebuilt.native.display());
-        eprintln!(
-            "vLLM-compatible result (rebuilt): {}",
-            rebuilt.vllm.display()
-        );
+        let into = if args.no_write {
+            let dir = std::env::temp_dir().join(format!(
+                "servebench-report-{}-{}",
+                std::process::id(),
+                chrono::Local::now().format("%Y%m%d%H%M%S%f")
+            ));
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            // The rebuilt result names its records file beside it; a link keeps it readable.
+            if let (Some(name), Ok(original)) =
+                (args.path.file_name(), std::fs::canonicalize(&args.path))
+            {
+                let _ = std::os::unix::fs::symlink(original, dir.join(name));
+            }
+            scratch = Some(dir.clone());
+            Some(dir)
+        } else {
+            args.output_dir.clone()
+        };
+        let rebuilt = rebuild_from_records(&args.path, into.as_deref())?;
+        if !args.no_write {
+            eprintln!("servebench result (rebuilt): {}", rebuilt.native.display());
+            eprintln!(
+                "vLLM-compatible result (rebuilt): {}",
+                rebuilt.vllm.display()
+            );
+        }
         args.path = rebuilt.native;
     }
-    let mut report =
-        load_experiment(&args.path).with_context(|| format!("loading {}", args.path.display()))?;
+    let loaded =
+        load_experiment(&args.path).with_context(|| format!("loading {}", args.path.display()));
+    let interrupted = interrupted_reason(&args.path);
+    if let Some(dir) = &scratch {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    let mut report = loaded?;
     // Every rendering (terminal, Markdown, HTML) lists the notes first.
-    if let Some(reason) = interrupted_reason(&args.path) {
+    if let Some(reason) = interrupted {
         report.notes.insert(0, format!("INTERRUPTED: {reason}"));
     }
     let text = match args.print {

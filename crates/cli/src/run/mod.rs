@@ -86,6 +86,27 @@ pub fn stop_for_output_failure(reason: String) {
 }
 
 /// The exit code of a finished run: an interruption overrides the run's own code.
+/// The context of an error writing a run's results after it was measured (a full disk):
+/// such a run exits [`EXIT_OUTPUT_FAILED`], as one whose records could not be written.
+#[derive(Debug, Clone, Copy)]
+pub struct OutputFailed;
+
+impl std::fmt::Display for OutputFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("writing the results failed")
+    }
+}
+
+/// The exit code of an error that ended a command: [`EXIT_OUTPUT_FAILED`] for results that
+/// could not be written, 2 for anything else.
+pub fn error_exit(e: &anyhow::Error) -> u8 {
+    if e.downcast_ref::<OutputFailed>().is_some() {
+        EXIT_OUTPUT_FAILED
+    } else {
+        2
+    }
+}
+
 pub fn final_exit(exit: ExitCode) -> ExitCode {
     match interruption() {
         Some(i) => ExitCode::from(i.exit),

@@ -95,6 +95,20 @@ pub fn goodput(items: &[String]) -> Result<Vec<Slo>> {
 
 /// The body fields every request carries: sampling flags, then `--extra-body` (which wins).
 pub fn extra_body(args: &RunArgs) -> Result<Map<String, Value>> {
+    // JSON has no NaN or infinity: such a value would be dropped from every request without
+    // a word (serde_json writes it as null), so it is refused here instead.
+    for (flag, v) in [
+        ("--top-p", args.top_p),
+        ("--min-p", args.min_p),
+        ("--temperature", args.temperature),
+        ("--frequency-penalty", args.frequency_penalty),
+        ("--presence-penalty", args.presence_penalty),
+        ("--repetition-penalty", args.repetition_penalty),
+    ] {
+        if let Some(v) = v.filter(|v| !v.is_finite()) {
+            bail!("{flag} {v} is not a finite number (allowed: any finite number; the server checks its own range)");
+        }
+    }
     let mut m = Map::new();
     let mut put = |k: &str, v: Option<Value>| {
         if let Some(v) = v {

@@ -504,7 +504,8 @@ pub fn write_results(
             &f.names.vllm_path,
             &to_python_json(&vllm),
             args.append_result,
-        )?;
+        )
+        .context(super::OutputFailed)?;
         if f.print {
             eprintln!("vLLM-compatible result: {}", written.display());
         }
@@ -552,16 +553,21 @@ pub fn write_results(
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     // The stem was claimed with the records file, so a file here is another run's: kept.
-    let mut file = create_new(&native_path).with_context(|| {
-        format!(
-            "creating {} (an existing result is never overwritten)",
-            native_path.display()
-        )
-    })?;
+    let mut file = create_new(&native_path)
+        .with_context(|| {
+            format!(
+                "creating {} (an existing result is never overwritten)",
+                native_path.display()
+            )
+        })
+        .context(super::OutputFailed)?;
     if let Err(e) = file.write_all(&text) {
+        // A half-written result is worse than none: nothing is left behind.
         drop(file);
         let _ = std::fs::remove_file(&native_path);
-        return Err(e).with_context(|| format!("writing {}", native_path.display()));
+        return Err(e)
+            .with_context(|| format!("writing {}", native_path.display()))
+            .context(super::OutputFailed);
     }
     if f.print {
         eprintln!("servebench result: {}", native_path.display());

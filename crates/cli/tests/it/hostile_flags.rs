@@ -95,3 +95,25 @@ fn absurd_sizes_are_refused_before_anything_is_allocated() {
         "--duration",
     );
 }
+
+/// JSON has no NaN: a sampling flag that is not finite was silently dropped from every
+/// request; now it is refused, naming the flag.
+#[test]
+fn sampling_flags_that_are_not_finite_are_refused() {
+    for (flag, v) in [
+        ("--temperature", "nan"),
+        ("--temperature", "inf"),
+        ("--top-p", "nan"),
+    ] {
+        refused(
+            &[
+                "run",
+                "--virtual-time",
+                "--num-prompts",
+                "2",
+                &format!("{flag}={v}"),
+            ],
+            flag,
+        );
+    }
+}

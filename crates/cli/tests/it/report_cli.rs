@@ -186,3 +186,36 @@ fn report_errors_exit_2_with_a_clear_message() {
         "{err}"
     );
 }
+
+/// The files of a directory, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `report RECORDS.jsonl --no-write` prints the rebuilt report and writes nothing, anywhere
+/// near the records (before, it wrote the rebuilt results beside them).
+#[test]
+fn report_of_records_with_no_write_writes_nothing() {
+    let dir = tempdir("no-write");
+    let name = virtual_run(&dir, "3", "64", "8");
+    std::fs::remove_file(dir.join(&name)).expect("remove the result");
+    let records = dir.join(name.replace(".servebench.json", ".requests.jsonl"));
+    let before = listing(&dir);
+    let out = bin()
+        .arg("report")
+        .arg(&records)
+        .arg("--no-write")
+        .output()
+        .expect("spawn servebench");
+    let table = ok(&out);
+    assert!(table.contains("rebuilt"), "{table}");
+    assert_eq!(listing(&dir), before, "nothing written beside the records");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("not found"), "{err}");
+}

@@ -484,3 +484,47 @@ fn two_runs_started_together_in_one_directory_keep_both_results() {
         assert_eq!(r["summary"]["completed"], 20, "{}", n.display());
     }
 }
+
+/// Results that cannot be written once the run is measured (here a file-size limit stands in
+/// for a full disk: the 14 KB result is refused, the small records file is not) end the run
+/// with exit 3, as a records file that cannot be written does, and leave no empty or partial
+/// result behind; the records already written stay.
+#[test]
+fn results_that_cannot_be_written_exit_3_and_leave_no_partial_file() {
+    let dir = tempdir("results-full");
+    let o = std::process::Command::new("bash")
+        .current_dir(&dir)
+        .env_remove("OPENAI_API_KEY")
+        .args([
+            "-c",
+            "trap '' XFSZ; ulimit -f 8; exec \"$0\" \"$@\"",
+            env!("CARGO_BIN_EXE_servebench"),
+            "run",
+            "--virtual-time",
+            "--num-prompts",
+            "4",
+            "--random-input-len",
+            "16",
+            "--random-output-len",
+            "4",
+            "--output-dir",
+            "out",
+        ])
+        .output()
+        .expect("spawn bash");
+    assert_eq!(o.status.code(), Some(3), "{}", common::text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("writing the results failed"), "{err}");
+    let out = dir.join("out");
+    assert!(
+        files_with_suffix(&out, ".servebench.json").is_empty(),
+        "no partial result"
+    );
+    let records = files_with_suffix(&out, ".requests.jsonl");
+    assert_eq!(records.len(), 1);
+    let n = std::fs::read_to_string(&records[0])
+        .expect("records")
+        .lines()
+        .count();
+    assert_eq!(n, 4, "the measured records stay");
+}

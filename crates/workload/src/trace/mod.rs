@@ -367,6 +367,33 @@ fn parse_mooncake(
                 format!("timestamp must be non-negative, got {}", m.timestamp),
             ));
         }
+        let seconds = m.timestamp * ns_per_unit as f64 / 1e9;
+        if seconds > timed::MAX_TRACE_SECONDS {
+            return Err(WorkloadError::malformed(
+                path,
+                i + 1,
+                format!(
+                    "timestamp {} is {seconds:e} s (allowed: up to {:e} s)",
+                    m.timestamp,
+                    timed::MAX_TRACE_SECONDS
+                ),
+            ));
+        }
+        for (name, n) in [
+            ("input_length", m.input_length),
+            ("output_length", m.output_length),
+        ] {
+            if n > timed::MAX_ROW_TOKENS {
+                return Err(WorkloadError::malformed(
+                    path,
+                    i + 1,
+                    format!(
+                        "{name} {n} is out of range (allowed: 0 to {} tokens)",
+                        timed::MAX_ROW_TOKENS
+                    ),
+                ));
+            }
+        }
         out.push(RawEntry {
             at_ns: (m.timestamp * ns_per_unit as f64).round() as i128,
             input_tokens: m.input_length,

@@ -155,7 +155,7 @@ pub fn load_timed_trace(cfg: &TimedTraceConfig) -> Result<TimedTrace, WorkloadEr
     }
     let (start_ns, end_ns) = window_ns(&cfg.window)?;
 
-    let rows = read_rows(path, format, &cfg.labels)?;
+    let rows = read_rows(path, format, &cfg.labels, sec_multiplier)?;
     let total = rows.len();
     if total == 0 {
         return Err(WorkloadError::Empty {
@@ -347,10 +347,20 @@ struct RawRow {
     block_hashes: Vec<u64>,
 }
 
+/// The longest prompt or answer a trace row may ask for: 10 million tokens, past every
+/// model's context window. A row beyond it is a corrupt file, and building its prompt would
+/// take the machine's memory.
+pub const MAX_ROW_TOKENS: u64 = 10_000_000;
+
+/// The latest arrival a trace may hold, in seconds on the replay clock (about 31.7 years):
+/// past it the nanosecond clock would saturate and the row vanish from every window.
+pub const MAX_TRACE_SECONDS: f64 = 1e9;
+
 fn read_rows(
     path: &Path,
     format: TraceFormat,
     labels: &TraceLabels,
+    multiplier: f64,
 ) -> Result<Vec<RawRow>, WorkloadError> {
     let file = std::fs::File::open(path).map_err(|e| WorkloadError::io(path, e))?;
     let reader = BufReader::new(file);
@@ -359,6 +369,29 @@ fn read_rows(
         TraceFormat::Vllm | TraceFormat::Mooncake => {
             for_each_line(reader, path, |line_no, line| {
                 let r = json_row(line, path, line_no, labels)?;
+                for (label, n) in [
+                    (&labels.input_length, r.input_tokens),
+                    (&labels.output_length, r.output_tokens),
+                ] {
+                    if n > MAX_ROW_TOKENS {
+                        return Err(WorkloadError::malformed(
+                            path,
+                            line_no,
+                            format!("{label} {n} is out of range (allowed: 0 to {MAX_ROW_TOKENS} tokens)"),
+                        ));
+                    }
+                }
+                let seconds = r.timestamp * multiplier;
+                if !seconds.is_finite() || seconds > MAX_TRACE_SECONDS {
+                    return Err(WorkloadError::malformed(
+                        path,
+                        line_no,
+                        format!(
+                            "{} {} is {seconds:e} s on the replay clock (allowed: up to {MAX_TRACE_SECONDS:e} s, timestamps × {multiplier})",
+                            labels.timestamp, r.timestamp
+                        ),
+                    ));
+                }
                 out.push(RawRow {
                     stamp: Stamp::Units(r.timestamp),
                     input_tokens: r.input_tokens,
@@ -495,6 +528,41 @@ mod tests {
         let err = load_timed_trace(&cfg).unwrap_err().to_string();
         assert!(
             err.contains("l.jsonl:1:") && err.contains("`timestamp`"),
+            "{err}"
+        );
+    }
+
+    /// A row asking for a trillion tokens, or arriving in 10^15 s, is refused naming its file
+    /// and line (before: the first reserved terabytes, the second vanished without a note).
+    #[test]
+    fn absurd_rows_are_refused_with_file_and_line() {
+        let p = write(
+            "huge.jsonl",
+            "{\"timestamp\": 0.5, \"input_length\": 10, \"output_length\": 2}\n\
+             {\"timestamp\": 1.5, \"input_length\": 1000000000000, \"output_length\": 2}\n",
+        );
+        let err = load_timed_trace(&TimedTraceConfig::new(&p))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("huge.jsonl:2:"), "{err}");
+        assert!(err.contains("allowed: 0 to 10000000 tokens"), "{err}");
+        let p = write(
+            "late.jsonl",
+            "{\"timestamp\": 0.5, \"input_length\": 10, \"output_length\": 2}\n\
+             {\"timestamp\": 1e15, \"input_length\": 10, \"output_length\": 2}\n",
+        );
+        let err = load_timed_trace(&TimedTraceConfig::new(&p))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("late.jsonl:2:"), "{err}");
+        assert!(err.contains("allowed: up to"), "{err}");
+        // The same rows through the trace reader of `trace inspect` and `matrix --trace`.
+        let text = "{\"timestamp\": 0, \"input_length\": 1000000000000, \"output_length\": 2}\n";
+        let err = super::super::parse_trace(text, None, Path::new("m.jsonl"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("m.jsonl:1:") && err.contains("input_length"),
             "{err}"
         );
     }
