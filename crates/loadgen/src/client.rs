@@ -389,7 +389,14 @@ impl BackendClient {
         }
         let status = resp.status();
         outcome.served_by = crate::served_by::from_headers(resp.headers());
+        let content_type = resp
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let mut body = resp.into_body();
+        // The first bytes of the body, kept only until an event parses: a server that did not
+        // stream at all is then named as such, with what it sent.
+        let mut head: Vec<u8> = Vec::new();
         if !status.is_success() {
             let excerpt = read_excerpt(&mut body).await;
             outcome.done = Some(clock.now_ns());
@@ -401,6 +408,10 @@ impl BackendClient {
                 Some(Ok(frame)) => {
                     if let Some(data) = frame.data_ref() {
                         let t = outcome.arrival(clock, conn.as_ref(), data);
+                        if head.len() < NON_SSE_EXCERPT {
+                            let take = data.len().min(NON_SSE_EXCERPT - head.len());
+                            head.extend_from_slice(&data[..take]);
+                        }
                         state.feed(t, data);
                         if state.acc.saw_done {
                             outcome.done = Some(t);
@@ -425,6 +436,27 @@ impl BackendClient {
         }
         outcome.done.get_or_insert_with(|| clock.now_ns());
         let leftover = state.finish();
+        let no_event = !state.acc.saw_done
+            && state.acc.events.is_empty()
+            && state.acc.bare_events.is_empty()
+            && state.acc.failure.is_none();
+        let event_stream = content_type
+            .as_deref()
+            .is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream"));
+        if no_event && !event_stream {
+            let shown =
+                servebench_wire::printable::printable(&String::from_utf8_lossy(&head)).into_owned();
+            return Err(Failure {
+                kind: FailureKind::Malformed,
+                status: None,
+                message: format!(
+                    "the server answered {status} with {}, not an event stream: it did not stream (is \"stream\": true ignored at this endpoint?); body starts: {shown}",
+                    content_type
+                        .as_deref()
+                        .map_or_else(|| "no Content-Type".to_owned(), |c| format!("Content-Type {c}"))
+                ),
+            });
+        }
         if !state.acc.saw_done && state.acc.finish_reason.is_none() {
             let detail = if leftover {
                 " (an event was cut off)"
@@ -631,6 +663,9 @@ fn build_client(connector: TransportConnector, http2_only: bool) -> HttpClient {
         .http2_only(http2_only)
         .build(connector)
 }
+
+/// How much of a body that is not an event stream its failure message quotes.
+const NON_SSE_EXCERPT: usize = 200;
 
 pub(crate) fn http_failure(status: StatusCode, body: &str) -> Failure {
     // Prefer the server's own error message when the body is an OpenAI-style error object.

@@ -173,11 +173,15 @@ impl StreamAccumulator {
         let info = match shape.classify(data, kind) {
             Ok(info) => info,
             Err(e) => {
-                let excerpt: String = data.chars().take(120).collect();
-                self.fail(
-                    FailureKind::Malformed,
-                    format!("malformed chunk ({e}): {excerpt}"),
-                );
+                // The wire error already names the chunk and quotes its start.
+                let message = match e {
+                    servebench_wire::WireError::MalformedChunk { .. } => e.to_string(),
+                    other => {
+                        let excerpt: String = data.chars().take(120).collect();
+                        format!("malformed chunk ({other}): {excerpt}")
+                    }
+                };
+                self.fail(FailureKind::Malformed, message);
                 return;
             }
         };
@@ -285,6 +289,23 @@ mod tests {
         let mut free = StreamState::new(ApiKind::Completions);
         free.feed(0, &vec![b'x'; (limit.bytes + 1) as usize]);
         assert!(free.over_limit().is_none());
+    }
+
+    /// A chunk that is not JSON is named once, with its start quoted once (it was wrapped
+    /// twice: "malformed chunk (malformed chunk (…").
+    #[test]
+    fn a_malformed_chunk_is_named_once() {
+        let mut s = StreamState::new(ApiKind::Completions);
+        s.feed(1, b"data: {\"choices\": [oops\n\n");
+        let f = s.acc.failure.expect("failed");
+        assert_eq!(f.kind, FailureKind::Malformed);
+        assert_eq!(
+            f.message.matches("malformed chunk").count(),
+            1,
+            "{}",
+            f.message
+        );
+        assert_eq!(f.message.matches("oops").count(), 1, "{}", f.message);
     }
 
     fn feed_all(api: ApiKind, events: &[(u64, &str)]) -> StreamAccumulator {

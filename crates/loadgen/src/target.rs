@@ -295,12 +295,26 @@ pub fn parse_uri(s: &str) -> Result<Uri, LoadgenError> {
     let uri: Uri = s
         .parse()
         .map_err(|e| LoadgenError::Config(format!("invalid URL {shown:?}: {e}")))?;
-    match uri.scheme_str() {
-        Some("http" | "https") => Ok(uri),
-        _ => Err(LoadgenError::Config(format!(
+    if !matches!(uri.scheme_str(), Some("http" | "https")) {
+        return Err(LoadgenError::Config(format!(
             "{shown}: the URL must start with http:// or https://"
-        ))),
+        )));
     }
+    // The URL parser takes any digits as a port; one past 65535 (or 0) could only fail to
+    // connect later, as a misleading "Connection refused".
+    // `Uri::port` is `None` for a port that does not fit a u16, so the authority's own text
+    // is read: the part after the last `:` that follows any IPv6 `]`.
+    let authority = uri.authority().map_or("", |a| a.as_str());
+    let host_end = authority.rfind(']').unwrap_or(0);
+    if let Some(colon) = authority[host_end..].rfind(':') {
+        let port = &authority[host_end + colon + 1..];
+        if !port.is_empty() && !port.parse::<u16>().is_ok_and(|p| p > 0) {
+            return Err(LoadgenError::Config(format!(
+                "{shown}: port {port} is out of range (allowed: 1 to 65535)"
+            )));
+        }
+    }
+    Ok(uri)
 }
 
 /// Normalise a base URL: strip a trailing `/` and a trailing `/v1` is kept as given.
@@ -395,6 +409,13 @@ mod tests {
             parse_uri("https://example.com/v1").unwrap().scheme_str(),
             Some("https")
         );
+        let err = parse_uri("http://127.0.0.1:99999").unwrap_err().to_string();
+        assert!(
+            err.contains("port 99999 is out of range (allowed: 1 to 65535)"),
+            "{err}"
+        );
+        assert!(parse_uri("http://127.0.0.1:0/v1").is_err());
+        assert!(parse_uri("http://127.0.0.1:65535/v1").is_ok());
         let err = parse_uri("ws://example.com/v1").unwrap_err().to_string();
         assert!(err.contains("http:// or https://"), "{err}");
     }

@@ -321,3 +321,65 @@ fn ctrl_c_before_the_first_request_ends_the_run_with_130() {
     let (code, took) = interrupt_after(child, Duration::from_millis(2500), Duration::from_secs(10));
     assert_eq!(code, Some(130), "workload build: exit after {took:?}");
 }
+
+/// Answers every POST with `200` and a complete JSON completion (no stream).
+fn non_streaming_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut sock) = conn else { return };
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 8192];
+                loop {
+                    let n = sock.read(&mut buf).unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    if String::from_utf8_lossy(&got).contains("\r\n\r\n") {
+                        break;
+                    }
+                }
+                let body = r#"{"id":"c","object":"text_completion","choices":[{"index":0,"text":" hi","finish_reason":"length"}],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5}}"#;
+                let _ = write!(
+                    sock,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A server that answers a streamed request with one JSON body is named as not streaming,
+/// with its content type and what it sent (before: "an event was cut off").
+#[test]
+fn a_server_that_does_not_stream_is_named_as_such() {
+    let url = non_streaming_server();
+    let dir = tempdir("broken", "non-sse");
+    let o = bin()
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "--num-prompts",
+            "2",
+            "--output-dir",
+            dir.to_str().expect("utf-8"),
+        ])
+        .output()
+        .expect("spawn servebench");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not an event stream") && err.contains("Content-Type application/json"),
+        "{err}"
+    );
+    assert!(err.contains("text_completion"), "quotes the body: {err}");
+    assert!(!err.contains("cut off"), "{err}");
+}
