@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
+use clap::{Arg, Args};
 use servebench_analysis::decision::{slo_percentile_ms, RequestFilter, SloCheck};
 use servebench_metrics::summary::MetricSummary;
 use servebench_metrics::RunSummary;
@@ -16,88 +16,97 @@ use servebench_sim::SimArgs;
 use crate::run::args::RunArgs;
 use crate::run::plan::RunPlan;
 
-#[derive(Debug, Parser)]
-#[command(name = "servebench plan --fleet", no_binary_name = true)]
-struct Workload {
+/// Flags of `servebench plan --fleet`: the layouts, the contract they are judged against, and
+/// the workload, described with `servebench run`'s flags.
+#[derive(Debug, Clone, Args)]
+pub struct FleetArgs {
+    /// Compare simulated fleet layouts on one workload instead of sizing from a rate: SPEC is
+    /// the arguments of `servebench sim` as one string, e.g. "llama-3.1-8b --gpu h100
+    /// --replicas 4"; give two or more.
+    ///
+    /// The workload is given with `servebench run`'s flags (dataset, rate, count; listed
+    /// below) and runs in virtual time once per layout, results in --output-dir/layout-K. The
+    /// table shows p99 TTFT, p99 TPOT and throughput per layout and per pool.
+    #[arg(long, value_name = "SPEC", help_heading = "Fleet comparison")]
+    pub fleet: Vec<String>,
+    /// With --fleet: the contract every layout is judged against, e.g. ttft:p99:500
+    /// tpot:p95:40.
+    #[arg(
+        long,
+        value_name = "OBJECTIVE",
+        num_args = 1..,
+        help_heading = "Fleet comparison"
+    )]
+    pub slo: Vec<String>,
+    /// With --slo: the requests the contract is judged on, e.g. 'prompt_tokens<4096'.
+    #[arg(long, value_name = "FILTER", help_heading = "Fleet comparison")]
+    pub slo_requests: Option<String>,
     #[command(flatten)]
-    run: RunArgs,
+    pub workload: RunArgs,
 }
 
-/// Whether a `plan` command line asks for a fleet comparison.
-pub fn wants(args: &[String]) -> bool {
-    args.iter()
-        .any(|a| a == "--fleet" || a.starts_with("--fleet="))
-}
-
-/// Splits `--fleet SPEC` pairs from the workload's run flags.
-fn split(args: &[String]) -> Result<(Vec<String>, Vec<String>)> {
-    let mut fleets = Vec::new();
-    let mut rest = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        if a == "--fleet" {
-            let spec = it.next().context("--fleet needs a simulator spec")?;
-            fleets.push(spec.clone());
-        } else if let Some(spec) = a.strip_prefix("--fleet=") {
-            fleets.push(spec.to_owned());
-        } else {
-            rest.push(a.clone());
-        }
+/// For `plan`'s arguments: the fleet form's flags (these and the workload's, `run`'s) conflict
+/// with the flags `other` (the capacity flags), and need --fleet, so that no flag of one form
+/// is silently ignored by the other. (A derived group cannot say it: clap leaves the group of
+/// a struct with a flattened member empty.)
+pub fn apart_from(other: &'static [&'static str]) -> impl FnMut(Arg) -> Arg {
+    let cmd = <FleetArgs as Args>::augment_args(clap::Command::new("fleet"));
+    let ours: Vec<clap::Id> = cmd.get_arguments().map(|a| a.get_id().clone()).collect();
+    move |a| match a.get_id().as_str() {
+        "fleet" => a.conflicts_with_all(other),
+        _ if ours.contains(a.get_id()) => a.requires("fleet").conflicts_with_all(other),
+        _ => a,
     }
-    if fleets.len() < 2 {
+}
+
+/// Refuses what clap cannot say in the user's terms: fewer than two layouts, a target of the
+/// workload's own (each layout is its own simulator), a filter without a contract.
+fn check(args: &FleetArgs) -> Result<()> {
+    if args.fleet.len() < 2 {
         bail!("give at least two --fleet layouts to compare");
     }
-    for flag in ["--sim", "--base-url", "--host", "--virtual-time"] {
-        if rest
-            .iter()
-            .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
-        {
+    let w = &args.workload;
+    for (flag, given) in [
+        ("--sim", w.sim.is_some()),
+        ("--base-url", w.base_url.is_some()),
+        ("--host", w.host.is_some()),
+        ("--virtual-time", w.virtual_time),
+    ] {
+        if given {
             bail!("{flag} cannot be combined with --fleet: each layout runs in virtual time on its own simulator");
         }
     }
-    Ok((fleets, rest))
+    if args.slo_requests.is_some() && args.slo.is_empty() {
+        bail!("--slo-requests needs --slo: it says which requests the contract is judged on");
+    }
+    Ok(())
 }
 
-/// The contract to judge layouts against, taken out of the run flags: `--slo A B ...` (values
-/// up to the next flag) and `--slo-requests FILTER`.
+/// The workload's flags as the user wrote them (`words`: after `plan`), without the fleet's
+/// own flags: each layout's result records them as a `servebench run` command line.
+fn workload_words(words: &[String]) -> Vec<String> {
+    let mut rest = Vec::new();
+    let mut it = words.iter().peekable();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--fleet" | "--slo-requests" => {
+                it.next();
+            }
+            // clap reads --slo's objectives up to the next flag.
+            "--slo" => while it.next_if(|v| !v.starts_with('-')).is_some() {},
+            _ if ["--fleet=", "--slo=", "--slo-requests="]
+                .iter()
+                .any(|p| a.starts_with(p)) => {}
+            _ => rest.push(a.clone()),
+        }
+    }
+    rest
+}
+
+/// The contract to judge layouts against.
 struct Contract {
     slo: Vec<String>,
     requests: Option<String>,
-}
-
-fn take_contract(words: Vec<String>) -> Result<(Contract, Vec<String>)> {
-    let mut contract = Contract {
-        slo: Vec::new(),
-        requests: None,
-    };
-    let mut rest = Vec::new();
-    let mut it = words.into_iter().peekable();
-    while let Some(a) = it.next() {
-        if a == "--slo" {
-            let before = contract.slo.len();
-            while let Some(v) = it.next_if(|v| !v.starts_with("--")) {
-                contract.slo.push(v);
-            }
-            if contract.slo.len() == before {
-                bail!("--slo needs objectives, e.g. --slo ttft:p99:500 tpot:p95:40");
-            }
-        } else if let Some(v) = a.strip_prefix("--slo=") {
-            contract.slo.push(v.to_owned());
-        } else if a == "--slo-requests" {
-            let v = it
-                .next()
-                .context("--slo-requests needs a filter, e.g. 'prompt_tokens<4096'")?;
-            contract.requests = Some(v);
-        } else if let Some(v) = a.strip_prefix("--slo-requests=") {
-            contract.requests = Some(v.to_owned());
-        } else {
-            rest.push(a);
-        }
-    }
-    if contract.requests.is_some() && contract.slo.is_empty() {
-        bail!("--slo-requests needs --slo: it says which requests the contract is judged on");
-    }
-    Ok((contract, rest))
 }
 
 /// One line per layout: whether it meets the contract, with the figures.
@@ -160,17 +169,21 @@ fn p99(m: &MetricSummary) -> String {
         .map_or_else(|| "-".to_owned(), |s| format!("{:.1}", s.value))
 }
 
-/// Runs the comparison; `args` are the words after `plan`.
-pub async fn compare(args: &[String]) -> Result<ExitCode> {
-    let (fleets, rest) = split(args)?;
-    let (contract, rest) = take_contract(rest)?;
+/// Runs the comparison. `words`: the command line after `plan` (secrets masked), recorded
+/// in each layout's result as the workload's `servebench run` flags.
+pub async fn compare(args: FleetArgs, words: &[String]) -> Result<ExitCode> {
+    check(&args)?;
+    let contract = Contract {
+        slo: args.slo.clone(),
+        requests: args.slo_requests.clone(),
+    };
     if !contract.slo.is_empty() {
         // A bad contract is refused before any layout runs.
         judge(&contract, &[])?;
     }
-    crate::run::args::check_unsupported(&rest).map_err(anyhow::Error::msg)?;
+    let fleets = &args.fleet;
     let mut gpus = Vec::new();
-    for spec in &fleets {
+    for spec in fleets {
         let sim = SimArgs::parse_spec(spec)
             .and_then(|a| a.resolve())
             .with_context(|| format!("--fleet {spec:?}"))?;
@@ -185,24 +198,24 @@ pub async fn compare(args: &[String]) -> Result<ExitCode> {
             gpus.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
         );
     }
+    let rest = workload_words(words);
     let stop = crate::run::interrupt_on_ctrl_c();
     let mut rows: Vec<(usize, RunSummary)> = Vec::new();
     let mut records = Vec::new();
     for (k, spec) in fleets.iter().enumerate() {
-        let mut words = rest.clone();
-        words.extend([
-            "--virtual-time".to_owned(),
-            "--sim".to_owned(),
-            spec.clone(),
-        ]);
-        let mut run = Workload::try_parse_from(&words)
-            .map_err(|e| anyhow::anyhow!("{}", e.render().to_string().trim_end()))?
-            .run;
+        let mut run = args.workload.clone();
+        run.virtual_time = true;
+        run.sim = Some(spec.clone());
         run.output_dir = run.output_dir.join(format!("layout-{}", k + 1));
         let plan = RunPlan::from_args(&run)?;
         let (target, _guard) = crate::run::target::resolve_target(&plan.target).await?;
         let mut command_line = vec!["servebench".to_owned(), "run".to_owned()];
-        command_line.extend(words);
+        command_line.extend(rest.iter().cloned());
+        command_line.extend([
+            "--virtual-time".to_owned(),
+            "--sim".to_owned(),
+            spec.clone(),
+        ]);
         let out = crate::run::execute(&plan, &target, command_line, &stop, false).await?;
         eprintln!("layout {}: results in {}", k + 1, out.native_path.display());
         if !contract.slo.is_empty() {
@@ -213,7 +226,7 @@ pub async fn compare(args: &[String]) -> Result<ExitCode> {
         }
         rows.push((k, out.summary));
     }
-    print!("{}", render(&fleets, &gpus, &rows));
+    print!("{}", render(fleets, &gpus, &rows));
     if !contract.slo.is_empty() {
         print!("{}", judge(&contract, &records)?);
     }
@@ -264,27 +277,6 @@ fn render(fleets: &[String], gpus: &[u32], rows: &[(usize, RunSummary)]) -> Stri
     out
 }
 
-/// Entry point from `main`: its own runtime, errors printed as every command prints them.
-pub fn main(args: &[String]) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match runtime.block_on(compare(args)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {}", crate::error_text(&e));
-            ExitCode::from(2)
-        }
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -294,41 +286,101 @@ mod tests {
         s.iter().map(|w| (*w).to_owned()).collect()
     }
 
+    fn parse(line: &[&str]) -> Result<crate::Cli, clap::Error> {
+        use clap::Parser;
+        crate::Cli::try_parse_from(["servebench", "plan"].iter().chain(line))
+    }
+
+    fn fleet(line: &[&str]) -> FleetArgs {
+        match parse(line).unwrap().command {
+            crate::Command::Plan(p) => p.compare,
+            c => panic!("{c:?}"),
+        }
+    }
+
     #[test]
-    fn fleets_are_split_from_the_workload() {
-        let (f, rest) = split(&words(&[
+    fn fleets_are_read_beside_the_workload() {
+        let f = fleet(&[
             "--fleet",
             "a --replicas 2",
             "--num-prompts",
             "5",
             "--fleet=b",
+            "--slo",
+            "ttft:p99:100",
+            "tpot:p95:40",
+            "--slo-requests=prompt_tokens<4096",
+        ]);
+        assert_eq!(f.fleet, ["a --replicas 2", "b"]);
+        assert_eq!(f.workload.num_prompts, 5);
+        assert_eq!(f.slo, ["ttft:p99:100", "tpot:p95:40"]);
+        assert_eq!(f.slo_requests.as_deref(), Some("prompt_tokens<4096"));
+        assert!(check(&f).is_ok());
+        assert!(check(&fleet(&["--fleet", "a"])).is_err());
+        assert!(check(&fleet(&["--fleet", "a", "--fleet", "b", "--sim", "c"])).is_err());
+        assert!(check(&fleet(&[
+            "--fleet",
+            "a",
+            "--fleet",
+            "b",
+            "--slo-requests",
+            "x"
         ]))
-        .unwrap();
-        assert_eq!(f, ["a --replicas 2", "b"]);
-        assert_eq!(rest, ["--num-prompts", "5"]);
-        assert!(split(&words(&["--fleet", "a"])).is_err());
-        assert!(split(&words(&["--fleet", "a", "--fleet", "b", "--sim", "c"])).is_err());
-        assert!(wants(&words(&["--fleet", "a"])));
+        .is_err());
     }
 
     #[test]
-    fn the_contract_is_taken_out_of_the_run_flags() {
-        let (c, rest) = take_contract(words(&[
+    fn clap_refuses_what_does_not_belong_together() {
+        // Workload flags without layouts, capacity flags with them, a contract without values.
+        assert!(parse(&[
+            "--daily-requests",
+            "5",
+            "--per-gpu-rps",
+            "1",
+            "--num-prompts",
+            "5"
+        ])
+        .is_err());
+        assert!(parse(&["--fleet", "a", "--fleet", "b", "--daily-requests", "5"]).is_err());
+        assert!(parse(&["--fleet", "a", "--fleet", "b", "--per-gpu-rps", "1"]).is_err());
+        assert!(parse(&["--fleet", "a", "--slo", "--num-prompts", "5"]).is_err());
+        assert!(parse(&[
+            "--slo",
+            "ttft:p99:1",
+            "--daily-requests",
+            "5",
+            "--per-gpu-rps",
+            "1"
+        ])
+        .is_err());
+        assert!(parse(&["--daily-requests", "5"]).is_err());
+        assert!(parse(&["--daily-requests", "5", "--from", "x.json"]).is_ok());
+    }
+
+    #[test]
+    fn the_recorded_workload_leaves_out_the_fleet_flags() {
+        let w = workload_words(&words(&[
+            "--fleet",
+            "a",
             "--slo",
             "ttft:p99:100",
             "tpot:p95:40",
             "--num-prompts",
             "5",
-            "--slo-requests=prompt_tokens<4096",
-        ]))
-        .unwrap();
-        assert_eq!(c.slo, ["ttft:p99:100", "tpot:p95:40"]);
-        assert_eq!(c.requests.as_deref(), Some("prompt_tokens<4096"));
-        assert_eq!(rest, ["--num-prompts", "5"]);
-        assert!(take_contract(words(&["--slo", "--num-prompts", "5"])).is_err());
-        assert!(take_contract(words(&["--slo-requests", "prompt_tokens<5"])).is_err());
-        let (c, _) = take_contract(words(&["--slo", "ttft:p99:nope"])).unwrap();
+            "--fleet=b",
+            "--slo-requests",
+            "prompt_tokens<5",
+            "--seed=3",
+        ]));
+        assert_eq!(w, ["--num-prompts", "5", "--seed=3"]);
+    }
+
+    #[test]
+    fn a_bad_contract_is_refused() {
+        let c = Contract {
+            slo: vec!["ttft:p99:nope".to_owned()],
+            requests: None,
+        };
         assert!(judge(&c, &[]).is_err());
-        assert!(!wants(&words(&["--daily-requests", "5"])));
     }
 }

@@ -17,6 +17,7 @@ mod predict_cmd;
 mod report_cmd;
 mod run;
 mod server_proc;
+mod short_help;
 mod significance;
 mod sim_cmd;
 mod sim_fidelity_cmd;
@@ -46,7 +47,7 @@ pub enum Command {
     // flag given twice keeps its last value, as argparse does.
     /// Benchmark one workload against a server (flags of `vllm bench serve`). Without
     /// --base-url/--host it starts the simulator in-process.
-    #[command(args_override_self = true)]
+    #[command(args_override_self = true, mut_args = short_help::only(short_help::RUN))]
     Run {
         #[command(flatten)]
         args: Box<run::args::RunArgs>,
@@ -72,12 +73,15 @@ pub enum Command {
         #[command(flatten)]
         engine_only: vllm_argv::EngineOnlyFlags,
     },
-    /// Serve the simulated inference engine (an OpenAI-compatible server). `servebench sim
-    /// calibrate RESULT...` fits its cost model to measured runs instead.
-    Sim(Box<servebench_sim::args::SimArgs>),
+    /// Serve the simulated inference engine (an OpenAI-compatible server); `sim fidelity`
+    /// checks it against published GPU figures, `sim calibrate` fits it to measured runs.
+    #[command(mut_args = short_help::only(short_help::SIM))]
+    Sim(Box<sim_cmd::SimCmd>),
     /// Bandwidth math for a GPU and model: weights, TPOT floor, prefill, KV capacity.
     Predict(Box<predict_cmd::PredictArgs>),
-    /// GPUs needed for a daily volume, from a measured or given per-GPU throughput.
+    /// GPUs needed for a daily volume, from a measured or given per-GPU throughput; with
+    /// --fleet, simulated fleet layouts compared on one workload.
+    #[command(mut_args = short_help::only(short_help::PLAN))]
     Plan(Box<plan_cmd::PlanArgs>),
     /// Run a workload matrix (a TOML file, or the default rows A–E) into one experiment
     /// directory with a report. Without --base-url it runs against the simulator in-process.
@@ -130,40 +134,13 @@ pub fn main() -> ExitCode {
         Some("run") => run::args::check_unsupported(&words[2..]),
         Some("latency") => latency_cmd::check_unsupported(&words[2..]),
         Some("throughput") => throughput_cmd::check_unsupported(&words[2..]),
+        // `plan --fleet` describes its workload with `run`'s flags.
+        Some("plan") => run::args::check_unsupported(&words[2..]),
         _ => Ok(()),
     };
     if let Err(msg) = refused {
         eprintln!("error: {msg}");
         return ExitCode::from(2);
-    }
-    // `sim fidelity` is a report, not a server: it has its own flags (the `sim` ones start a
-    // server whose positional MODEL would swallow the word).
-    if argv.get(1).map(String::as_str) == Some("sim")
-        && argv.get(2).map(String::as_str) == Some("fidelity")
-    {
-        return match sim_fidelity_cmd::main(&argv[3..]) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("error: {}", error_text(&e));
-                ExitCode::from(2)
-            }
-        };
-    }
-    // `sim calibrate` is a command of its own under `sim`, whose other words are a model and
-    // engine flags: it is recognised before clap sees `sim`.
-    if argv.get(1).map(String::as_str) == Some("sim")
-        && argv.get(2).map(String::as_str) == Some("calibrate")
-    {
-        return match calibrate_cmd::main(&argv[3..]) {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("error: {}", error_text(&e));
-                ExitCode::from(2)
-            }
-        };
-    }
-    if argv.get(1).map(String::as_str) == Some("plan") && fleet_compare::wants(&argv[2..]) {
-        return fleet_compare::main(&argv[2..]);
     }
     let cli = Cli::parse_from(&words);
     if let Command::Run { engine_only, .. }
@@ -200,8 +177,11 @@ pub fn main() -> ExitCode {
             Command::Run { args, .. } => run::run(*args, redact_argv(&argv)).await,
             Command::Latency { args, .. } => latency_cmd::latency(*args).await,
             Command::Throughput { args, .. } => throughput_cmd::throughput(*args).await,
-            Command::Sim(args) => sim_cmd::serve(*args).await,
+            Command::Sim(args) => sim_cmd::sim(*args).await,
             Command::Predict(args) => predict_cmd::predict(*args),
+            Command::Plan(args) if !args.compare.fleet.is_empty() => {
+                fleet_compare::compare(args.compare, &redact_argv(&argv)[2..]).await
+            }
             Command::Plan(args) => plan_cmd::plan(*args),
             Command::Matrix(args) => matrix::matrix(*args, redact_argv(&argv)).await,
             Command::Sweep(args) => sweep_cmd::sweep(*args, redact_argv(&argv)).await,

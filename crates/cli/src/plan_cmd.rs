@@ -15,13 +15,35 @@ use servebench_analysis::capacity::{
 use servebench_analysis::format_quantity;
 use servebench_metrics::result::RunResult;
 
-/// Arguments of `servebench plan`.
+/// The flags of a capacity plan (ids), which `--fleet` and the workload flags exclude.
+const CAPACITY: &[&str] = &[
+    "daily_requests",
+    "peak_to_average",
+    "headroom",
+    "per_gpu_rps",
+    "from",
+    "gpus_per_replica",
+    "gpu_hourly_cost",
+    "output_tokens_per_request",
+    "json",
+];
+
+/// Arguments of `servebench plan`: a capacity plan from a rate, or (`--fleet`) a comparison of
+/// simulated fleet layouts on one workload.
 #[derive(Debug, Clone, Args)]
-#[command(group(ArgGroup::new("rate").required(true).args(["per_gpu_rps", "from"])))]
+// The two forms exclude each other: one source of the per-GPU rate, or --fleet instead; every
+// flag of the fleet form conflicts with the capacity flags (and clap waives --daily-requests
+// where it conflicts with a flag given).
+#[command(group(ArgGroup::new("rate").required(true).args(["per_gpu_rps", "from", "fleet"])))]
+#[command(mut_args = crate::fleet_compare::apart_from(CAPACITY))]
+#[command(
+    override_usage = "servebench plan --daily-requests <N> <--per-gpu-rps <RPS>|--from <RESULT.json>> [OPTIONS]\n       \
+     servebench plan --fleet <SPEC> --fleet <SPEC>... [--slo <OBJECTIVE>...] [RUN FLAGS]"
+)]
 pub struct PlanArgs {
     /// Requests per day to serve (e.g. 5000000 or 5e6).
-    #[arg(long)]
-    pub daily_requests: f64,
+    #[arg(long, required = true)]
+    pub daily_requests: Option<f64>,
     /// Peak request rate over the daily average.
     #[arg(long, default_value_t = 3.0)]
     pub peak_to_average: f64,
@@ -47,6 +69,8 @@ pub struct PlanArgs {
     /// Print JSON instead of the arithmetic.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub compare: crate::fleet_compare::FleetArgs,
 }
 
 /// Runs `servebench plan`.
@@ -101,8 +125,11 @@ pub fn plan_input(args: &PlanArgs) -> Result<(PlanInput, Option<MeasuredThroughp
             .as_ref()
             .map(MeasuredThroughput::output_tokens_per_request)
     });
+    let Some(daily_requests) = args.daily_requests else {
+        bail!("--daily-requests is required for a capacity plan");
+    };
     let input = PlanInput {
-        daily_requests: args.daily_requests,
+        daily_requests,
         peak_to_average: args.peak_to_average,
         headroom: args.headroom,
         per_gpu_rps,

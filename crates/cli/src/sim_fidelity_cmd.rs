@@ -6,16 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::Parser;
+use clap::Args;
 use servebench_sim::fidelity::{markdown_table, replace_table, run_all, Fixture};
 
 /// Flags of `servebench sim fidelity`.
-#[derive(Debug, Parser)]
-#[command(
-    name = "servebench sim fidelity",
-    about = "Compare the simulator with published real-GPU figures",
-    disable_version_flag = true
-)]
+#[derive(Debug, Args)]
 pub struct FidelityArgs {
     /// A fixture of published points (default: the built-in one).
     #[arg(long, value_name = "FILE")]
@@ -30,16 +25,8 @@ pub struct FidelityArgs {
     pub check: bool,
 }
 
-/// Runs `servebench sim fidelity ARGS` (ARGS after the word `fidelity`).
-pub fn main(argv: &[String]) -> Result<ExitCode> {
-    let args = FidelityArgs::try_parse_from(
-        std::iter::once("servebench sim fidelity".to_string()).chain(argv.iter().cloned()),
-    )
-    .unwrap_or_else(|e| e.exit());
-    fidelity(args)
-}
-
-fn fidelity(args: FidelityArgs) -> Result<ExitCode> {
+/// Runs `servebench sim fidelity`.
+pub fn fidelity(args: &FidelityArgs) -> Result<ExitCode> {
     let fixture = match &args.points {
         Some(path) => {
             let text = std::fs::read_to_string(path)

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use clap::Parser;
+use clap::Args;
 use servebench_roofline::{
     CalibrationFactors, CalibrationProfile, CalibrationTarget, Dtype, FitNotes, KvDtype,
     CALIBRATION_SCHEMA,
@@ -20,12 +20,8 @@ use servebench_roofline::{
 use fit::{Dataset, Factor, Factors, Fit, FitError, Metric};
 use target::RunTarget;
 
-/// `servebench sim calibrate`.
-#[derive(Debug, Clone, Parser)]
-#[command(
-    name = "servebench sim calibrate",
-    about = "Fit the simulator's efficiencies and overheads to measured runs and write a calibration profile"
-)]
+/// Flags of `servebench sim calibrate`.
+#[derive(Debug, Clone, Args)]
 pub struct CalibrateArgs {
     /// Result files (*.servebench.json with their *.requests.jsonl), or directories holding
     /// them (a matrix's experiment directory).
@@ -89,23 +85,9 @@ impl From<FixedFactor> for Factor {
     }
 }
 
-/// Entry point from `servebench sim calibrate ARGS…` (`argv` without the two subcommand words).
-pub fn main(argv: &[String]) -> Result<ExitCode> {
-    let args = CalibrateArgs::try_parse_from(
-        std::iter::once("servebench sim calibrate".to_string()).chain(argv.iter().cloned()),
-    );
-    let args = match args {
-        Ok(a) => a,
-        Err(e) => {
-            let _ = e.print();
-            return Ok(if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            });
-        }
-    };
-    let text = calibrate(&args)?;
+/// Runs `servebench sim calibrate`: fits, writes the profile, prints the report.
+pub fn run(args: &CalibrateArgs) -> Result<ExitCode> {
+    let text = calibrate(args)?;
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
