@@ -160,7 +160,8 @@ pub fn calibrate(args: &CalibrateArgs) -> Result<String> {
     let fit_data = data.subset(is_fit_run);
     let start = start_factors(&deployment);
     let fixed: Vec<Factor> = args.fixed.iter().map(|&f| f.into()).collect();
-    let fitted = fit::fit_holding(&fit_data, &start, &fixed).map_err(|e| refusal(e, &fit_paths))?;
+    let fitted = fit::fit_holding(&fit_data, &start, &fixed)
+        .map_err(|e| refusal(e, &fit_paths, &fit_data))?;
 
     for f in &fitted.at_bound {
         notes.push(format!(
@@ -310,7 +311,16 @@ fn show(f: Factor, v: f64) -> String {
     }
 }
 
-fn refusal(e: FitError, paths: &[PathBuf]) -> anyhow::Error {
+/// Why the fit was refused, in terms the user can act on: each factor the runs could not
+/// identify, with the run that would identify it — or, when the runs already hold such a run
+/// (steps of many requests for the request overhead), that the factor could not be separated
+/// from the others, and `--fixed` to hold it.
+fn refusal(e: FitError, paths: &[PathBuf], data: &fit::Dataset) -> anyhow::Error {
+    let largest_batch = data
+        .steps
+        .iter()
+        .map(|s| s.requests)
+        .fold(0.0_f64, f64::max);
     match e {
         FitError::NoObservations => anyhow::anyhow!(
             "the results hold no usable observation (no successful streamed request)"
@@ -331,10 +341,35 @@ fn refusal(e: FitError, paths: &[PathBuf]) -> anyhow::Error {
                 } else {
                     "not determined at all".to_string()
                 };
-                let _ = write!(msg, "\n  - {} ({se}): {}", f.name(), f.hint());
+                let fixed = fixed_flag(f);
+                let advice = match f {
+                    // The run the hint asks for is already here: more of the same would not
+                    // help; the factor moves together with the others in these runs.
+                    Factor::ReqOverhead if largest_batch >= SATURATION_BATCH => format!(
+                        "the runs already hold steps of up to {largest_batch:.0} requests, yet the per-request time could not be told apart from the per-step time and the bandwidth (in these runs they grow together); hold it at the catalog's value with `--fixed {fixed}`, or add a run at a clearly different concurrency"
+                    ),
+                    _ => format!(
+                        "{}; or hold it at the catalog's value with `--fixed {fixed}`",
+                        f.hint()
+                    ),
+                };
+                let _ = write!(msg, "\n  - {} ({se}): {advice}", f.name());
             }
             anyhow::anyhow!(msg)
         }
+    }
+}
+
+/// Requests per step from which a run is a saturation run, as [`Factor::hint`] asks for.
+const SATURATION_BATCH: f64 = 32.0;
+
+/// The `--fixed` value that holds `f`.
+fn fixed_flag(f: Factor) -> &'static str {
+    match f {
+        Factor::Mfu => "mfu",
+        Factor::Mbu => "mbu",
+        Factor::StepOverhead => "step-overhead",
+        Factor::ReqOverhead => "req-overhead",
     }
 }
 
