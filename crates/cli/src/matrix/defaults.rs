@@ -1,5 +1,5 @@
-//! The default workload matrix (README.md, rows A–F): the rows a first look at a server
-//! needs, each with the question it answers.
+//! The default workload matrix (rows A–F: README.md's quickstart, docs/matrix.md): the rows
+//! a first look at a server needs, each with the question it answers.
 
 use std::path::Path;
 

@@ -246,7 +246,7 @@ impl Drop for ServerProcess {
     }
 }
 
-/// `argv` with a leading `servebench` (as the README writes server commands) run as this very
+/// `argv` with a leading `servebench` (as the guide writes server commands) run as this very
 /// binary, so the server is the same version as the client whether or not one is on PATH.
 pub fn resolve_self(mut argv: Vec<String>) -> Vec<String> {
     if argv.first().is_some_and(|a| a == "servebench") {

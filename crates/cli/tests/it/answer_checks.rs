@@ -532,14 +532,14 @@ fn workspace_root() -> &'static Path {
 
 #[test]
 fn the_readme_virtual_time_regex_example_runs_as_written_and_every_answer_passes() {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README");
-    let line = readme
-        .lines()
+    let lines = crate::common::documented_lines();
+    let line = lines
+        .iter()
         .find(|l| {
             l.starts_with("servebench run --virtual-time --num-prompts 50")
                 && l.contains("--expect-regex")
         })
-        .expect("the README's --expect-regex example");
+        .expect("the guide's --expect-regex example");
     let words = servebench_sim::args::split_shell_words(line).expect("shell words");
     let dir = tempdir("readme");
     let out = bin()

@@ -60,3 +60,55 @@ pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// The workspace root: the documented commands run from here as written.
+pub fn workspace_root() -> PathBuf {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).to_path_buf()
+}
+
+/// README.md and every page of the guide (`docs/**/*.md`, without the book mdBook builds into
+/// `docs/book/`), README first, then the pages by path.
+pub fn documentation_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, skip: &Path, out: &mut Vec<PathBuf>) {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                if path != skip {
+                    walk(&path, skip, out);
+                }
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let root = workspace_root();
+    let docs = root.join("docs");
+    let mut pages = Vec::new();
+    walk(&docs, &docs.join("book"), &mut pages);
+    pages.sort();
+    let mut files = vec![root.join("README.md")];
+    files.extend(pages);
+    files
+}
+
+/// The text of README.md and of every guide page, one after the other: what the tests of the
+/// documented examples read, so an example keeps being run wherever in the docs it moves.
+pub fn documented_text() -> String {
+    documentation_files()
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The distinct lines of [`documented_text`], in order of first appearance: a command the
+/// README shows as an example and the guide shows again is one command, run once.
+pub fn documented_lines() -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    documented_text()
+        .lines()
+        .filter(|l| seen.insert(l.to_string()))
+        .map(str::to_string)
+        .collect()
+}

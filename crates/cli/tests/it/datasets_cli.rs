@@ -369,9 +369,9 @@ fn hf_refusals_say_what_to_do() {
 #[test]
 fn readme_dataset_examples_run_as_written() {
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let commands: Vec<&str> = readme
-        .lines()
+    let lines = common::documented_lines();
+    let commands: Vec<&String> = lines
+        .iter()
         .filter(|l| l.starts_with("servebench run --virtual-time --dataset-name "))
         .collect();
     assert_eq!(

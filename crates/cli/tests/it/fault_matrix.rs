@@ -3,7 +3,7 @@
 //! with SIGKILL mid-run and a server that closes its listening socket. Every row checks that
 //! each request is accounted for (completed + failed = sent, in the records file and in the
 //! result), that each failure has its kind and a message, that the run ends within the
-//! request timeout + 5 s, and the exit code README documents (2 when every request failed).
+//! request timeout + 5 s, and the exit code docs/failures.md documents (2 when every request failed).
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;

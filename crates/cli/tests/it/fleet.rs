@@ -250,14 +250,14 @@ fn plan_compares_fleet_layouts_on_one_workload() {
     );
 }
 
-/// The README's and the example's fleet commands run as written (from the repository root,
-/// results in a scratch directory).
+/// The fleet commands of the README, the guide and the example run as written (from the
+/// repository root, results in a scratch directory).
 #[test]
 fn the_documented_fleet_commands_run_as_written() {
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
     let mut commands = Vec::new();
-    for doc in ["README.md", "examples/load-shaping/README.md"] {
-        let body = std::fs::read_to_string(root.join(doc)).unwrap();
+    let example = std::fs::read_to_string(root.join("examples/load-shaping/README.md")).unwrap();
+    for body in [crate::common::documented_text(), example] {
         for l in body.lines() {
             let fleet_run = l.starts_with("servebench run --sim ") && l.contains("load-shaping");
             if fleet_run || l.starts_with("servebench plan --fleet") {

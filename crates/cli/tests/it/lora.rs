@@ -185,18 +185,17 @@ fn an_adapter_the_simulator_does_not_serve_is_refused() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// The README's virtual-time LoRA example runs as written (fewer prompts) and reports by
+/// The guide's virtual-time LoRA example runs as written (fewer prompts) and reports by
 /// adapter.
 #[test]
 fn readme_lora_example_runs_as_written() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let line = readme
-        .lines()
+    let lines = crate::common::documented_lines();
+    let line = lines
+        .iter()
         .find(|l| {
             l.starts_with("servebench run --virtual-time --sim \"llama-3.1-8b --lora-modules")
         })
-        .expect("the README's LoRA example");
+        .expect("the guide's LoRA example");
     // The one quoted argument is the --sim spec.
     let (head, rest) = line.split_once('"').expect("a quoted --sim");
     let (sim, tail) = rest.split_once('"').expect("a closed quote");

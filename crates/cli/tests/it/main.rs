@@ -14,6 +14,7 @@ mod decide_fleet;
 mod decide_record;
 mod decision_run_flags;
 mod diagnose_rules;
+mod docs_links;
 mod fault_matrix;
 mod fleet;
 mod fleet_pooling;

@@ -377,18 +377,18 @@ fn multi_turn_refusals_say_what_to_do() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// The README's local multi-turn examples (the example session file, against the simulator
+/// The guide's local multi-turn examples (the example session file, against the simulator
 /// servebench starts, in real and in virtual time) run as written.
 #[test]
 fn readme_multi_turn_examples_run_as_written() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
-    let lines: Vec<&str> = readme
-        .lines()
+    let documented = crate::common::documented_lines();
+    let lines: Vec<&String> = documented
+        .iter()
         .filter(|l| l.starts_with("servebench run --backend openai-chat --multi-turn"))
         .filter(|l| l.contains("examples/multi-turn-sessions.jsonl"))
         .collect();
-    assert_eq!(lines.len(), 2, "the README's local multi-turn examples");
+    assert_eq!(lines.len(), 2, "the guide's local multi-turn examples");
     for (i, line) in lines.iter().enumerate() {
         let dir = tempdir(&format!("readme-{i}"));
         let out = bin()

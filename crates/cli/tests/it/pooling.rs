@@ -338,20 +338,19 @@ fn embeddings_against_llama_server_write_vllms_pooling_keys() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// The README's virtual-time embeddings and rerank examples run as written (fewer prompts).
+/// The guide's virtual-time embeddings and rerank examples run as written (fewer prompts).
 #[test]
 fn readme_pooling_examples_run_as_written() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let commands: Vec<Vec<&str>> = readme
-        .lines()
+    let lines = crate::common::documented_lines();
+    let commands: Vec<Vec<&str>> = lines
+        .iter()
         .filter(|l| {
             l.starts_with("servebench run --virtual-time --backend openai-embeddings")
                 || l.starts_with("servebench run --virtual-time --backend vllm-rerank")
         })
         .map(|l| l.split_whitespace().collect())
         .collect();
-    assert_eq!(commands.len(), 2, "the README's pooling examples");
+    assert_eq!(commands.len(), 2, "the guide's pooling examples");
     for (k, c) in commands.iter().enumerate() {
         let dir = tempdir(&format!("readme-{k}"));
         let mut args: Vec<&str> = c[1..].to_vec();

@@ -247,12 +247,12 @@ fn misuse_is_refused_with_the_flag_named() {
 #[test]
 fn readme_examples_run_as_written() {
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let commands: Vec<&str> = readme
-        .lines()
+    let lines = crate::common::documented_lines();
+    let commands: Vec<&String> = lines
+        .iter()
         .filter(|l| l.starts_with("servebench run --virtual-time --prefix-hit-rate "))
         .collect();
-    assert_eq!(commands.len(), 2, "the README's prefix reuse examples");
+    assert_eq!(commands.len(), 2, "the guide's prefix reuse examples");
     let dir = tempdir("readme");
     for line in commands {
         let words: Vec<&str> = line.split_whitespace().collect();

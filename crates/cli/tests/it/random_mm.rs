@@ -362,14 +362,14 @@ fn a_server_that_refuses_images_leaves_recorded_errors() {
     std::fs::remove_dir_all(dir).ok();
 }
 
-/// The README's virtual-time example runs as written (fewer prompts) and each record holds its
+/// The guide's virtual-time example runs as written (fewer prompts) and each record holds its
 /// two images' 162 tokens.
 #[test]
 fn readme_example_runs_as_written() {
     let commands = crate::readme_examples::readme_commands(
         "servebench run --virtual-time --sim \"Qwen/Qwen2.5-VL-7B-Instruct",
     );
-    assert_eq!(commands.len(), 1, "the README's random-mm example");
+    assert_eq!(commands.len(), 1, "the guide's random-mm example");
     let dir = tempdir("readme");
     let mut args = commands[0][1..].to_vec();
     let i = args.iter().position(|w| w == "--num-prompts").unwrap();

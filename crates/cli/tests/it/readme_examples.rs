@@ -1,23 +1,17 @@
-//! Commands the README shows run as written (at quick scale and in virtual time, so they are
-//! fast), read from README.md itself so the test follows the text.
+//! Commands the README and the guide show run as written (at quick scale and in virtual time, so
+//! they are fast), read from README.md and docs/**/*.md themselves so the test follows the text.
 
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
-
 use servebench_sim::args::split_shell_words;
 
-use crate::common::{bin, tempdir, text};
+use crate::common::{bin, documented_lines, tempdir, text, workspace_root};
 
-fn workspace_root() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
-
-/// The README's command lines that start with `prefix`, without their trailing `# comment`.
+/// The documented command lines (README.md and the guide, each distinct line once) that start
+/// with `prefix`, without their trailing `# comment`.
 pub(crate) fn readme_commands(prefix: &str) -> Vec<Vec<String>> {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
-    readme
-        .lines()
+    documented_lines()
+        .iter()
         .filter(|l| l.starts_with(prefix))
         .map(|l| {
             let mut words = split_shell_words(l).unwrap();
@@ -33,7 +27,7 @@ pub(crate) fn readme_commands(prefix: &str) -> Vec<Vec<String>> {
 fn readme_matrix_example_with_a_70b_sim_on_two_h100s_runs_as_written() {
     let commands =
         readme_commands("servebench matrix --matrix examples/matrix.toml --sim \"llama-3.1-70b");
-    assert_eq!(commands.len(), 1, "the README's 70B matrix example");
+    assert_eq!(commands.len(), 1, "the guide's 70B matrix example");
     let dir = tempdir("readme", "matrix-70b");
     let out = bin()
         .current_dir(workspace_root())
@@ -46,7 +40,7 @@ fn readme_matrix_example_with_a_70b_sim_on_two_h100s_runs_as_written() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The README's `latency` and `throughput` examples that need no server (the simulator in
+/// The guide's `latency` and `throughput` examples that need no server (the simulator in
 /// virtual time), run as written in a scratch directory.
 #[test]
 fn readme_latency_and_throughput_examples_run_as_written() {
@@ -56,7 +50,7 @@ fn readme_latency_and_throughput_examples_run_as_written() {
         .into_iter()
         .filter(|c| !c.iter().any(|w| w == "--base-url"))
         .collect();
-    assert!(local.len() >= 3, "the README's local examples: {local:?}");
+    assert!(local.len() >= 3, "the guide's local examples: {local:?}");
     let dir = tempdir("readme", "latency-throughput");
     for c in &local {
         let out = bin().current_dir(&dir).args(&c[1..]).output().unwrap();
@@ -67,13 +61,13 @@ fn readme_latency_and_throughput_examples_run_as_written() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The README's reasoning-model example runs as written (virtual time, fewer prompts) and its
+/// The guide's reasoning-model example runs as written (virtual time, fewer prompts) and its
 /// summary shows time to first answer token.
 #[test]
 fn readme_reasoning_example_runs_as_written() {
     let commands =
         readme_commands("servebench run --virtual-time --sim \"llama-3.1-8b --reasoning-tokens");
-    assert_eq!(commands.len(), 1, "the README's reasoning example");
+    assert_eq!(commands.len(), 1, "the guide's reasoning example");
     let dir = tempdir("readme", "reasoning");
     let mut args = commands[0][1..].to_vec();
     if let Some(i) = args.iter().position(|w| w == "--num-prompts") {

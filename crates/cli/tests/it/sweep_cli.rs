@@ -315,7 +315,7 @@ fn p99_of(dir: &Path, exp: &Value, metric: &str) -> Vec<f64> {
         .collect()
 }
 
-/// The README's concurrency sweep: a closed loop's users send when an answer arrives, so the
+/// The guide's concurrency sweep (docs/sweep.md): a closed loop's users send when an answer arrives, so the
 /// wait for a free slot is no latency. At concurrency 1 a request takes about 0.9 s end to
 /// end; latency rises with concurrency and the sweep names a knee. (Before, every request
 /// was intended at time zero and p99 E2EL at concurrency 1 was about 180 s.)

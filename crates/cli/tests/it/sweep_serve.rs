@@ -565,15 +565,14 @@ fn the_decision_judges_a_knob_against_the_baseline_noise_floor() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The README's `sweep serve` commands, as written: the example against the simulator runs
+/// The documented `sweep serve` commands (README and guide), as written: the example against the simulator runs
 /// for real (its parameter files are the ones in examples/sweep-serve/), the others dry.
 #[test]
 fn the_readme_sweep_serve_examples_run_as_written() {
     let _x = exclusive();
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let commands: Vec<Vec<String>> = readme
-        .lines()
+    let commands: Vec<Vec<String>> = crate::common::documented_lines()
+        .iter()
         .filter(|l| l.starts_with("servebench sweep serve "))
         .map(|l| servebench_sim::args::split_shell_words(l).unwrap())
         .collect();

@@ -430,13 +430,13 @@ fn burstgpt_dataset_keeps_gpt4_rows_with_answers_at_the_request_rate() {
     }
 }
 
-/// The README's trace-replay commands run as written from the workspace root.
+/// The documented trace-replay commands (README and guide) run as written from the workspace root.
 #[test]
 fn readme_trace_replay_examples_run_as_written() {
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let commands: Vec<Vec<&str>> = readme
-        .lines()
+    let lines = crate::common::documented_lines();
+    let commands: Vec<Vec<&str>> = lines
+        .iter()
         .filter(|l| {
             l.starts_with("servebench run --dataset-name timed_trace --virtual-time")
                 || l.starts_with("servebench run --dataset-name burstgpt --virtual-time")

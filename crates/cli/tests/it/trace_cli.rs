@@ -1,7 +1,7 @@
 //! `servebench trace inspect` on small cuts of the public traces: text, `--json`, `--html`,
 //! and exit 2 with file and line on bad input. Expected figures were computed
 //! independently from the fixture files (Python's statistics module and the ideal-reuse
-//! definition in README.md).
+//! definition in docs/traces.md).
 
 #![allow(clippy::unwrap_used)]
 
@@ -183,14 +183,14 @@ fn bad_files_exit_2_naming_file_line_and_field() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The README's `trace inspect` examples, run as written from the repository root (the
+/// The documented `trace inspect` examples, run as written from the repository root (the
 /// `--html` page goes to a scratch directory instead of the root).
 #[test]
 fn readme_trace_inspect_examples_run_as_written() {
     let root = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let commands: Vec<Vec<String>> = readme
-        .lines()
+    let docs = crate::common::documented_text();
+    let commands: Vec<Vec<String>> = crate::common::documented_lines()
+        .iter()
         .filter(|l| l.starts_with("servebench trace inspect "))
         .map(|l| servebench_sim::args::split_shell_words(l).unwrap())
         .collect();
@@ -214,9 +214,9 @@ fn readme_trace_inspect_examples_run_as_written() {
             .unwrap();
         assert!(out.status.success(), "{c:?}\n{}", text(&out));
         if c == &commands[0] {
-            // The README shows this command's output: it must be what the command prints.
+            // The guide shows this command's output: it must be what the command prints.
             for line in String::from_utf8_lossy(&out.stdout).lines() {
-                assert!(readme.contains(line), "README lacks {line:?}");
+                assert!(docs.contains(line), "the docs lack {line:?}");
             }
         }
     }
