@@ -552,6 +552,13 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
         let text = serde_json::to_string_pretty(&c).context("serializing the comparison")?;
         writeln!(std::io::stdout().lock(), "{text}")?;
     } else {
+        // The text starts with the warnings; when it goes to a file or a pipe they go to
+        // stderr as well, so a person at the terminal still sees them (once).
+        if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+            for w in &c.warnings {
+                eprintln!("WARNING: {w}");
+            }
+        }
         // A closed pipe (`| head`) surfaces as an I/O error, which main treats as success.
         std::io::stdout()
             .lock()

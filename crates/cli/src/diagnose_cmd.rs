@@ -176,6 +176,8 @@ pub struct LoadedExperiment {
 impl LoadedExperiment {
     /// Loads an experiment directory or a single result file.
     pub fn load(path: &Path) -> Result<LoadedExperiment> {
+        let resolved = crate::experiment::resolve_experiment_dir(path)?;
+        let path = resolved.as_path();
         let report = load_experiment(path)?;
         let dir = if path.is_file() {
             path.parent().unwrap_or(Path::new(".")).to_path_buf()

@@ -80,6 +80,52 @@ pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
     })
 }
 
+/// The experiment directory `path` names: itself when it holds `experiment.json` (or is a
+/// file); else, for a results root such as `sweep --results-dir results/seqs-8` makes
+/// (`<root>/<model>/<hardware>/<timestamp>/`), the experiment below it — the newest (time
+/// stamps sort by name) when several are, with a note naming it.
+pub fn resolve_experiment_dir(path: &Path) -> Result<PathBuf> {
+    if !path.is_dir() || path.join("experiment.json").exists() {
+        return Ok(path.to_path_buf());
+    }
+    let mut found = Vec::new();
+    let mut level = vec![path.to_path_buf()];
+    // model / hardware / timestamp: three levels below a results root.
+    for _ in 0..3 {
+        let mut next = Vec::new();
+        for dir in &level {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    if p.join("experiment.json").exists() {
+                        found.push(p);
+                    } else {
+                        next.push(p);
+                    }
+                }
+            }
+        }
+        level = next;
+    }
+    found.sort();
+    match found.as_slice() {
+        [] => Ok(path.to_path_buf()),
+        [one] => Ok(one.clone()),
+        [.., newest] => {
+            eprintln!(
+                "note: {} holds {} experiments; using the newest, {}",
+                path.display(),
+                found.len(),
+                newest.display()
+            );
+            Ok(newest.clone())
+        }
+    }
+}
+
 /// Loads an experiment directory, or a single `*.servebench.json` as a one-row report.
 /// A directory without `experiment.json` that holds exactly one result file is read as that
 /// result.

@@ -51,6 +51,13 @@ fn compare_of_a_real_time_and_a_virtual_time_run_warns_about_the_clocks() {
         "{}",
         text(&out)
     );
+    // Piped (as here), the warning reaches stderr too, as the guide says.
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("WARNING: A ran in virtual time and B in real time"),
+        "{}",
+        text(&out)
+    );
 
     let out = compare(&real, &virt, true);
     let doc: Value = serde_json::from_str(&ok(&out)).unwrap();

@@ -242,3 +242,41 @@ fn a_directory_without_a_contract_needs_slo() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("every row meets the contract"));
 }
+
+/// The guide's example names the `--results-dir` roots (`decide results/seqs-8/
+/// results/seqs-256/`), not the experiment directories nested `<model>/<hardware>/<time>`
+/// below them: each root resolves to its experiment and the record is the same.
+#[test]
+fn results_roots_resolve_to_their_experiments() {
+    let (small, large) = sweeps();
+    // <root>/<model>/<hardware>/<timestamp>: three levels up is the root.
+    let root = |p: &Path| {
+        p.ancestors()
+            .nth(3)
+            .expect("a results root")
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (s, l) = (root(small), root(large));
+    let o = servebench(&[
+        "decide",
+        &s,
+        &l,
+        "--slo",
+        "ttft:p99:1000",
+        "tpot:p95:40",
+        "--no-write",
+    ]);
+    assert!(
+        o.status.success() || o.status.code() == Some(1),
+        "{}",
+        text(&o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("seqs8") && out.contains("seqs256"), "{out}");
+    assert!(
+        out.contains(&small.to_string_lossy().into_owned())
+            || out.contains(small.file_name().unwrap().to_str().unwrap()),
+        "names the experiment: {out}"
+    );
+}

@@ -408,3 +408,74 @@ fn a_cut_or_interrupted_shard_is_never_merged_silently() {
     );
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// The guide's shard-and-merge snippet (docs/scale-out.md, its first code block) runs as a
+/// shell script, with `servebench` on PATH and a free port for 8000: it ends (before, its
+/// `wait` also waited for the backgrounded simulator, forever) and merges the two shards of
+/// 200 requests.
+#[test]
+fn the_guides_shard_and_merge_snippet_ends_and_merges() {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/scale-out.md"),
+    )
+    .unwrap();
+    let block = doc
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    // The Kubernetes manifest line needs no server; everything before it is the local loop.
+    let script: String = block
+        .lines()
+        .take_while(|l| !l.starts_with("servebench k8s job"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        script.contains("wait $SHARDS") && script.contains("kill $SIM"),
+        "{script}"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = script.replace("8000", &port.to_string());
+    let dir = common::tempdir("merge", "snippet");
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_servebench"))
+        .parent()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut child = std::process::Command::new("bash")
+        .args(["-e", "-c", &script])
+        .current_dir(&dir)
+        .env("PATH", path)
+        .env_remove("OPENAI_API_KEY")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // 10 s to the agreed start, 5 s of arrivals, the merge: 90 s is generous on 2 cores.
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            panic!("the snippet did not end within 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut err = String::new();
+    use std::io::Read;
+    let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+    assert!(status.success(), "{err}");
+    let merged = files_with(&dir.join("results/merged"), ".servebench.json");
+    assert_eq!(merged.len(), 1, "{err}");
+    assert_eq!(read_json(&merged[0])["summary"]["completed"], 200);
+    let _ = std::fs::remove_dir_all(&dir);
+}
