@@ -474,6 +474,7 @@ async fn run_sweep(
     let mut entries: Vec<PointEntry> = Vec::new();
     let mut summaries = Vec::new();
     let mut verdicts: Vec<String> = Vec::new();
+    let mut causes: Vec<Option<OverloadCause>> = Vec::new();
     let mut stop_reason = String::new();
     let mut exit = ExitCode::SUCCESS;
     for (i, &value) in values.iter().enumerate() {
@@ -511,6 +512,7 @@ async fn run_sweep(
         }
         let validity: Vec<Option<RunValidity>> =
             rep.runs.iter().map(|r| run_validity(&dir, r)).collect();
+        causes.push(overload_cause(&validity, row.max_concurrency));
         verdicts.push(point_verdict(&validity));
         points.push(sweep_point(
             value,
@@ -578,29 +580,66 @@ async fn run_sweep(
                 points[k.index].latency(sweep.stat).unwrap_or(f64::NAN)
             ),
             None if points.iter().all(|p| p.overloaded) => {
-                println!("\nKnee: none (every point was overloaded: sweep lighter loads)")
+                // A cap that bound every point sets the ceiling itself: name it.
+                let capped = causes.iter().flatten().find_map(|c| match c {
+                    OverloadCause::Cap(n) => Some(*n),
+                    _ => None,
+                });
+                let ceiling = points
+                    .iter()
+                    .filter_map(|p| p.achieved_rate)
+                    .reduce(f64::max);
+                match (capped, ceiling) {
+                    (Some(n), Some(r)) => println!(
+                        "\nKnee: none (every point was overloaded: the concurrency cap of {n} carries about {r:.2} req/s at most; sweep rates below it, or raise the cap)"
+                    ),
+                    _ => println!("\nKnee: none (every point was overloaded: sweep lighter loads)"),
+                }
             }
             None => {
                 println!("\nKnee: none found (the curve has not bent yet: sweep heavier loads)")
             }
         }
     }
-    let overloaded: Vec<String> = points
-        .iter()
-        .filter(|p| p.overloaded)
-        .map(|p| {
-            let achieved = p
-                .achieved_rate
-                .map_or_else(String::new, |a| format!(" (achieved {a:.2} req/s)"));
-            format!("{}{achieved}", kind.describe(p.offered_load))
-        })
-        .collect();
-    if !overloaded.is_empty() {
+    for cause in [
+        OverloadCause::Cap(0),
+        OverloadCause::Server,
+        OverloadCause::Client,
+    ] {
+        let mut cap = 0;
+        let named: Vec<String> = points
+            .iter()
+            .zip(&causes)
+            .filter(|(p, c)| {
+                p.overloaded
+                    && c.is_some_and(|c| {
+                        std::mem::discriminant(&c) == std::mem::discriminant(&cause)
+                    })
+            })
+            .map(|(p, c)| {
+                if let Some(OverloadCause::Cap(n)) = c {
+                    cap = *n;
+                }
+                let achieved = p
+                    .achieved_rate
+                    .map_or_else(String::new, |a| format!(" (achieved {a:.2} req/s)"));
+                format!("{}{achieved}", kind.describe(p.offered_load))
+            })
+            .collect();
+        if named.is_empty() {
+            continue;
+        }
+        let why = match cause {
+            OverloadCause::Cap(_) => format!(
+                "The concurrency cap of {cap} (--max-concurrency, or the row's own) lets only the achieved rate through at these latencies, so requests waited for a free slot: the cap, not the server or the client, stopped these rates; raise it to offer them"
+            ),
+            OverloadCause::Server => "The server fell behind the arrivals (TTFT grew through each run): these rates are past its capacity".to_owned(),
+            OverloadCause::Client => "The client could not send at these rates and requests waited in its queue".to_owned(),
+        };
         println!(
-            "\nOverloaded: {}. The client could not send at these rates and requests waited in \
-             its queue; latencies above count from the intended send time, and no overloaded \
-             point is an operating point, the knee or a capacity figure.",
-            overloaded.join(", ")
+            "\nOverloaded: {}. {why}; latencies above count from the intended send time, and no \
+             overloaded point is an operating point, the knee or a capacity figure.",
+            named.join(", ")
         );
     }
     if stopped_early {
@@ -627,6 +666,38 @@ async fn run_sweep(
     }
     render::render_or_warn(&dir);
     Ok((dir, exit))
+}
+
+/// What made a point overloaded, so the message names what to change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OverloadCause {
+    /// The point's concurrency cap bound: requests waited for a free slot.
+    Cap(usize),
+    /// The client kept its schedule but the server fell behind the arrivals.
+    Server,
+    /// The client itself fell behind (late dispatch, no CPU).
+    Client,
+}
+
+/// Why a point's runs were overloaded (`None` when none was): the server's backlog when a
+/// run shows one, else the concurrency cap when the point had one, else the client.
+fn overload_cause(validity: &[Option<RunValidity>], cap: Option<usize>) -> Option<OverloadCause> {
+    let loads: Vec<_> = validity
+        .iter()
+        .flatten()
+        .filter_map(|v| v.load)
+        .filter(|l| l.overloaded)
+        .collect();
+    if loads.is_empty() {
+        return None;
+    }
+    if loads.iter().any(|l| l.server.is_some_and(|b| b.behind)) {
+        return Some(OverloadCause::Server);
+    }
+    Some(match cap {
+        Some(n) => OverloadCause::Cap(n),
+        None => OverloadCause::Client,
+    })
 }
 
 /// The validity stored in a point's result file (`rel` to the experiment directory); `None`

@@ -126,6 +126,22 @@ fn row_d_sweep_never_names_an_overloaded_point() {
         .find(|l| l.starts_with("Overloaded: "))
         .unwrap_or_else(|| panic!("{out}"));
     assert!(overloaded.contains("rate 2 req/s"), "{overloaded}");
+    // Row D caps concurrency at 8: the message names the cap as the cause, not the client,
+    // and the knee line says how far the cap carries.
+    assert!(
+        overloaded.contains("The concurrency cap of 8"),
+        "{overloaded}"
+    );
+    assert!(
+        !overloaded.contains("The client could not send"),
+        "{overloaded}"
+    );
+    assert!(
+        out.contains(
+            "Knee: none (every point was overloaded: the concurrency cap of 8 carries about"
+        ),
+        "{out}"
+    );
     // The headline, when it names a point, names one that kept up.
     let headline = out
         .lines()
@@ -313,5 +329,32 @@ fn a_what_if_the_server_cannot_keep_up_with_is_overloaded_with_its_backlog() {
         "1000000",
     ]);
     assert!(!p.status.success(), "{}", text(&p));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The guide's row-D sweep (docs/sweep.md, its first command) shows what the guide says it
+/// shows: a frontier with a knee and a point meeting the SLOs, every rate below what the
+/// concurrency cap of 8 carries except the last, which is named as stopped by the cap.
+#[test]
+fn the_guides_row_d_sweep_shows_a_frontier_and_its_knee() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/sweep.md"))
+            .unwrap();
+    let line = doc
+        .lines()
+        .find(|l| l.starts_with("servebench sweep --row D"))
+        .expect("the row-D example");
+    let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+    let dir = tempdir("row-d-guide");
+    let o = bin()
+        .args(&words)
+        .args(["--virtual-time", "--results-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    assert!(out.contains("Knee: rate"), "{out}");
+    assert!(out.contains("output tok/s at p99 TTFT < 500 ms"), "{out}");
+    assert!(!out.contains("no load meets"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
