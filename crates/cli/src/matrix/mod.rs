@@ -418,6 +418,21 @@ pub async fn run_matrix(
         table::render(&["row", "prompt → output", "conc", "rate"], &lines)
     );
     println!();
+    // Each row's verdict with its reasons: which rows to act on, and why the others fall short.
+    for (i, rep) in &results {
+        let row = &plan.rows[*i];
+        for (k, run) in rep.runs.iter().enumerate() {
+            if let Some(v) = crate::sweep_cmd::run_validity(&dir, run) {
+                let which = if rep.runs.len() > 1 {
+                    format!("{} (run {})", row.id, k + 1)
+                } else {
+                    row.id.clone()
+                };
+                println!("{which} verdict: {}", v.verdict);
+            }
+        }
+    }
+    println!();
     for (i, _) in &results {
         let row = &plan.rows[*i];
         println!("{} {}: {}", row.id, row.name, row.hypothesis);

@@ -454,3 +454,62 @@ fn a_trace_adds_row_f_replayed_on_the_traces_own_clock() {
     assert!(plan.contains("mooncake.jsonl"), "{plan}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Every default row is a sound measurement by servebench's own rules, at quick and at full
+/// scale: none overloaded or unsteady (before, rows A, B, C and E queued behind their own
+/// concurrency cap). What the rows still lack (p99 samples, at quick scale the 60 s) is said
+/// per row: on the terminal, in report.md's verdicts and in summary.csv.
+#[test]
+fn default_rows_are_sound_measurements_and_the_report_gives_their_verdicts() {
+    let root = tempdir("verdicts");
+    for scale in ["quick", "full"] {
+        let results = root.join(scale);
+        let o = matrix(&[
+            "--virtual-time",
+            "--scale",
+            scale,
+            "--results-dir",
+            results.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        for id in ["A", "B", "C", "D", "E"] {
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(&format!("{id} verdict: ")))
+                .unwrap_or_else(|| panic!("no verdict for row {id}: {out}"));
+            assert!(
+                line.contains("VALID") || line.contains("NOT ENOUGH DATA"),
+                "{scale}: {line}"
+            );
+            assert!(!line.contains("overloaded"), "{scale}: {line}");
+            assert!(!line.contains("NOT STEADY"), "{scale}: {line}");
+        }
+        let dir = experiment_dir(&o);
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(md.contains("### Verdicts"), "{md}");
+        assert!(
+            md.contains("- **A**: NOT ENOUGH DATA: p99 TTFT rests on"),
+            "{md}"
+        );
+        let csv = std::fs::read_to_string(dir.join("summary.csv")).unwrap();
+        let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+        let col = header
+            .iter()
+            .position(|c| *c == "verdict")
+            .expect("verdict column");
+        let over = header
+            .iter()
+            .position(|c| *c == "overloaded")
+            .expect("overloaded column");
+        for l in csv.lines().skip(1) {
+            let cells: Vec<&str> = l.split(',').collect();
+            assert!(
+                cells[col] == "valid" || cells[col] == "not_enough_data",
+                "{l}"
+            );
+            assert_eq!(cells[over], "false", "{l}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

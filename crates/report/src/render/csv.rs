@@ -6,7 +6,7 @@ use servebench_metrics::RunSummary;
 use crate::model::{ExperimentReport, RunData};
 
 /// Columns before the latency statistics.
-const RUN_COLUMNS: [&str; 27] = [
+const RUN_COLUMNS: [&str; 30] = [
     "experiment",
     "kind",
     "quick",
@@ -34,6 +34,9 @@ const RUN_COLUMNS: [&str; 27] = [
     "goodput_output_throughput",
     "slo_attainment_pct",
     "longest_stall_ms",
+    "verdict",
+    "overloaded",
+    "verdict_reasons",
 ];
 
 /// Latency metrics with a column group each.
@@ -133,6 +136,23 @@ fn cell(name: &str, ctx: &Context<'_>, run: &RunData) -> String {
         "goodput_output_throughput" => opt(s.goodput.as_ref().map(|g| g.output_tokens_per_s)),
         "slo_attainment_pct" => opt(s.goodput.as_ref().and_then(|g| g.attainment_pct)),
         "longest_stall_ms" => opt(s.longest_stall_ms),
+        // Empty for results written before verdicts existed.
+        "verdict" => run
+            .validity
+            .as_ref()
+            .map_or_else(String::new, |v| v.verdict.status.as_str().to_owned()),
+        "overloaded" => run
+            .validity
+            .as_ref()
+            .map_or_else(String::new, |v| v.overloaded().to_string()),
+        "verdict_reasons" => run.validity.as_ref().map_or_else(String::new, |v| {
+            v.verdict
+                .reasons
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        }),
         other => {
             let Some(body) = other.strip_suffix("_ms") else {
                 return String::new();

@@ -33,6 +33,30 @@ pub fn render_markdown(report: &ExperimentReport) -> String {
         out.push_str(
             "\nLatencies in ms; with repeated runs each figure is the mean ± std across runs.\n\n",
         );
+        // Each verdict with every rule it broke: the table says which rows to trust, this
+        // says why the others fall short and what they need.
+        let verdicts: Vec<String> = report
+            .rows
+            .iter()
+            .flat_map(|r| {
+                r.runs.iter().enumerate().filter_map(move |(i, run)| {
+                    let v = run.validity.as_ref()?;
+                    let which = if r.runs.len() > 1 {
+                        format!("{} (run {})", r.id, i + 1)
+                    } else {
+                        r.id.clone()
+                    };
+                    Some(format!("- **{which}**: {}", v.verdict))
+                })
+            })
+            .collect();
+        if !verdicts.is_empty() {
+            out.push_str("### Verdicts\n\n");
+            for v in &verdicts {
+                let _ = writeln!(out, "{v}");
+            }
+            out.push('\n');
+        }
     }
     if let Some(sweep) = &report.sweep {
         let _ = writeln!(out, "## Sweep: {} over row {}\n", sweep.variable, sweep.row);

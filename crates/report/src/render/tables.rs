@@ -153,6 +153,14 @@ pub fn rows_table(report: &ExperimentReport, questions: bool) -> Table {
         ("ITL p99 ms", true),
         ("failed", true),
     ]);
+    // Results written before verdicts existed have none: no empty column for them.
+    let judged = report
+        .rows
+        .iter()
+        .any(|r| r.runs.iter().any(|x| x.validity.is_some()));
+    if judged {
+        cols.push(("verdict", false));
+    }
     let mut t = Table::new(&cols);
     for row in report.rows.iter().filter(|r| !r.runs.is_empty()) {
         let f = GroupFigures::of(&row.runs);
@@ -165,9 +173,41 @@ pub fn rows_table(report: &ExperimentReport, questions: bool) -> Table {
         cells.push(figure(f.output_throughput, rate));
         cells.extend(latency_cells(&f));
         cells.push(failures_cell(&f));
+        if judged {
+            cells.push(row_verdict(row));
+        }
         t.rows.push(cells);
     }
     t
+}
+
+/// A row's verdict: its runs' worst status (NOT STEADY over NOT ENOUGH DATA over VALID),
+/// marked overloaded when any run was.
+fn row_verdict(row: &crate::model::RowReport) -> String {
+    use servebench_metrics::validity::VerdictStatus;
+    let rank = |s: VerdictStatus| match s {
+        VerdictStatus::Valid => 0,
+        VerdictStatus::NotEnoughData => 1,
+        VerdictStatus::NotSteady => 2,
+    };
+    row.runs
+        .iter()
+        .filter_map(|r| r.validity.as_ref())
+        .max_by_key(|v| rank(v.verdict.status))
+        .map_or_else(
+            || "-".to_owned(),
+            |worst| {
+                let mut cell = worst.verdict.status.label().to_owned();
+                if row
+                    .runs
+                    .iter()
+                    .any(|r| r.validity.as_ref().is_some_and(|v| v.overloaded()))
+                {
+                    cell.push_str(" (overloaded)");
+                }
+                cell
+            },
+        )
 }
 
 /// One line per sweep point: the load, throughputs, the frontier percentiles, p50/p99 TTFT
