@@ -43,7 +43,9 @@ pub use record::{
 };
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use stats::PercentileStat;
-pub use steady_state::{mser5, steady_state, SteadyState, SteadyStateMode, Truncation};
+pub use steady_state::{
+    mser5, steady_state, SteadyState, SteadyStateMode, Truncation, MSER_TRUSTED_LEN,
+};
 pub use summary::{
     summarize, AnswerCheckSummary, GoodputSummary, MetricSummary, RunSummary, Slo, SloMetric,
     SummaryOptions, TimeSeries,

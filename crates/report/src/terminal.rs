@@ -303,13 +303,15 @@ pub fn servebench_block(
             .percentile(99.0)
             .map(|x| {
                 let lo = opt(x.ci_low);
-                let hi = opt(x.ci_high);
-                let flag = if x.unstable {
-                    " (unstable: too few samples)"
-                } else {
-                    ""
-                };
-                format!("[{lo}, {hi}]{flag}")
+                // Too few samples above the p99 to bound it from above: an open interval,
+                // named as such (a bare "-" read as a missing figure).
+                match x.ci_high {
+                    None => format!("[{lo}, ∞) (no upper bound: too few samples)"),
+                    Some(hi) if x.unstable => {
+                        format!("[{lo}, {}] (unstable: too few samples)", opt(Some(hi)))
+                    }
+                    Some(hi) => format!("[{lo}, {}]", opt(Some(hi))),
+                }
             })
             .unwrap_or_default();
         rows.push([

@@ -68,6 +68,19 @@ pub fn verdict_block(v: &RunValidity) -> String {
                     s.excluded_s
                 )
             }
+            // A short series reaches the half-way boundary by chance (40 % of 20-sample
+            // series): saying "no steady state" there would be false more often than not.
+            servebench_metrics::SteadyStateMode::Auto
+                if !s.steady
+                    && s.in_flight.len.min(s.output_throughput.len)
+                        < servebench_metrics::MSER_TRUSTED_LEN =>
+            {
+                format!(
+                    "too short to tell a warm-up from noise ({:.0} s; MSER-5 needs about {:.0} s); nothing excluded",
+                    s.in_flight.len.min(s.output_throughput.len) as f64 * s.bucket_s,
+                    servebench_metrics::MSER_TRUSTED_LEN as f64 * s.bucket_s
+                )
+            }
             servebench_metrics::SteadyStateMode::Auto if !s.steady => {
                 "no steady state reached in the first half; nothing excluded".to_owned()
             }
@@ -114,6 +127,52 @@ mod tests {
             load: Some(load),
             steady_state: None,
         }
+    }
+
+    /// A steady-state block for a series of `len` one-second samples that MSER could not
+    /// call steady.
+    fn unsteady(len: usize) -> RunValidity {
+        let t = servebench_metrics::Truncation {
+            len,
+            index: len / 2,
+            steady_mean: Some(1.0),
+            steady: false,
+        };
+        RunValidity {
+            verdict: Verdict {
+                status: VerdictStatus::Valid,
+                reasons: Vec::new(),
+                needed: None,
+            },
+            load: None,
+            steady_state: Some(servebench_metrics::SteadyState {
+                mode: servebench_metrics::SteadyStateMode::Auto,
+                bucket_s: 1.0,
+                in_flight: t,
+                output_throughput: t,
+                warmup_s: len as f64 / 2.0,
+                excluded_s: 0.0,
+                steady: false,
+            }),
+        }
+    }
+
+    /// A 21 s run is too short for MSER to tell a warm-up from noise: it says so instead of
+    /// claiming the run never reached a steady state (which chance makes false in 40 % of
+    /// 20-sample series); a long series still gets the claim.
+    #[test]
+    fn a_short_series_is_not_called_unsteady() {
+        let short = verdict_block(&unsteady(21));
+        assert!(
+            short.contains("too short to tell a warm-up from noise (21 s"),
+            "{short}"
+        );
+        assert!(!short.contains("no steady state reached"), "{short}");
+        let long = verdict_block(&unsteady(300));
+        assert!(
+            long.contains("no steady state reached in the first half"),
+            "{long}"
+        );
     }
 
     #[test]

@@ -528,3 +528,39 @@ fn results_that_cannot_be_written_exit_3_and_leave_no_partial_file() {
         .count();
     assert_eq!(n, 4, "the measured records stay");
 }
+
+/// The README's one-workload example, in virtual time: warnings that fire are true. The p99
+/// confidence interval that more samples would close is shown open with its reason (it was
+/// `[x, -]`), a 20 s run is called too short for MSER rather than "no steady state", and a
+/// finite rate shows its achieved rate.
+#[test]
+fn the_one_workload_example_prints_only_true_warnings() {
+    let dir = tempdir("true-warnings");
+    let o = run_in(
+        &dir,
+        &[
+            "--virtual-time",
+            "--num-prompts",
+            "200",
+            "--request-rate",
+            "10",
+            "--random-input-len",
+            "1024",
+            "--random-output-len",
+            "128",
+        ],
+    );
+    let out = common::ok(&o);
+    assert!(!out.contains(", -]"), "{out}");
+    assert!(
+        out.contains("∞) (no upper bound: too few samples)"),
+        "{out}"
+    );
+    assert!(!out.contains("no steady state reached"), "{out}");
+    assert!(
+        out.contains("too short to tell a warm-up from noise"),
+        "{out}"
+    );
+    assert!(!out.contains("CLIENT limited"), "{out}");
+    assert!(out.contains("Load: offered 10.00 req/s, achieved"), "{out}");
+}

@@ -327,7 +327,13 @@ pub fn run_metrics_table(run: &RunData) -> Table {
             })
         };
         let ci = m.percentile(99.0).map_or("–".to_owned(), |s| {
-            format!("[{}, {}]", opt(s.ci_low, ms), opt(s.ci_high, ms))
+            // Too few samples above the p99 to bound it: the interval is open above, and
+            // says so rather than showing a bare dash.
+            let hi = s.ci_high.map_or_else(
+                || "∞) too few samples".to_owned(),
+                |h| format!("{}]", ms(h)),
+            );
+            format!("[{}, {hi}", opt(s.ci_low, ms))
         });
         t.rows.push(vec![
             format!("{label} (ms)"),
