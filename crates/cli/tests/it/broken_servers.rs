@@ -2,11 +2,11 @@
 //! after `--request-timeout`, and one whose error bodies and model ids hold terminal escape
 //! sequences must not reach the user's terminal raw.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::common::{bin, tempdir, text};
+use crate::common::{bin, read_request_head, tempdir, text};
 
 /// Accepts connections and reads them, never writing a byte; connections stay open.
 fn silent_server() -> String {
@@ -35,18 +35,8 @@ fn hostile_server() -> String {
         for conn in listener.incoming() {
             let Ok(mut sock) = conn else { return };
             std::thread::spawn(move || {
-                let mut got = Vec::new();
-                let mut buf = [0u8; 8192];
-                let head = loop {
-                    let n = sock.read(&mut buf).unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    got.extend_from_slice(&buf[..n]);
-                    let t = String::from_utf8_lossy(&got).into_owned();
-                    if let Some(h) = t.find("\r\n\r\n") {
-                        break t[..h].to_owned();
-                    }
+                let Some(head) = read_request_head(&mut sock) else {
+                    return;
                 };
                 let hostile = serde_json::to_string(HOSTILE).expect("json");
                 let (status, body) = if head.starts_with("GET /v1/models") {
@@ -86,18 +76,8 @@ fn endless_server() -> String {
         for conn in listener.incoming() {
             let Ok(mut sock) = conn else { return };
             std::thread::spawn(move || {
-                let mut got = Vec::new();
-                let mut buf = [0u8; 8192];
-                let head = loop {
-                    let n = sock.read(&mut buf).unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    got.extend_from_slice(&buf[..n]);
-                    let t = String::from_utf8_lossy(&got).into_owned();
-                    if let Some(h) = t.find("\r\n\r\n") {
-                        break t[..h].to_owned();
-                    }
+                let Some(head) = read_request_head(&mut sock) else {
+                    return;
                 };
                 if !head.starts_with("POST") {
                     let _ = write!(
@@ -330,17 +310,8 @@ fn non_streaming_server() -> String {
         for conn in listener.incoming() {
             let Ok(mut sock) = conn else { return };
             std::thread::spawn(move || {
-                let mut got = Vec::new();
-                let mut buf = [0u8; 8192];
-                loop {
-                    let n = sock.read(&mut buf).unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    got.extend_from_slice(&buf[..n]);
-                    if String::from_utf8_lossy(&got).contains("\r\n\r\n") {
-                        break;
-                    }
+                if read_request_head(&mut sock).is_none() {
+                    return;
                 }
                 let body = r#"{"id":"c","object":"text_completion","choices":[{"index":0,"text":" hi","finish_reason":"length"}],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5}}"#;
                 let _ = write!(

@@ -112,3 +112,21 @@ pub fn documented_lines() -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// Reads an HTTP request's head (up to its blank line) from a test server's socket; `None`
+/// when the peer closes first. The body, if any, is left unread.
+pub fn read_request_head(sock: &mut impl std::io::Read) -> Option<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = sock.read(&mut buf).unwrap_or(0);
+        if n == 0 {
+            return None;
+        }
+        got.extend_from_slice(&buf[..n]);
+        let t = String::from_utf8_lossy(&got);
+        if let Some(h) = t.find("\r\n\r\n") {
+            return Some(t[..h].to_owned());
+        }
+    }
+}

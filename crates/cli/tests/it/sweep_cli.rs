@@ -39,21 +39,7 @@ fn experiment(o: &Output) -> (PathBuf, Value) {
 
 /// p99 TTFT (ms) of each point's first run, from its result file.
 fn p99_ttft(dir: &Path, exp: &Value) -> Vec<f64> {
-    exp["sweep"]["points"]
-        .as_array()
-        .expect("points")
-        .iter()
-        .map(|p| {
-            let r = read_json(&dir.join(p["runs"][0].as_str().expect("run")));
-            let pcts = r["summary"]["ttft"]["percentiles"]
-                .as_array()
-                .expect("percentiles");
-            pcts.iter()
-                .find(|q| q["p"] == 99.0)
-                .and_then(|q| q["value"].as_f64())
-                .expect("p99")
-        })
-        .collect()
+    p99_of(dir, exp, "ttft")
 }
 
 const ROW: [&str; 6] = [
