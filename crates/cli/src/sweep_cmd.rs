@@ -18,7 +18,7 @@ use crate::matrix::bench::{Bench, TargetArgs};
 use crate::matrix::frontier::{extra_percentiles, past_saturation, render_table, sweep_point};
 use crate::matrix::layout::{self, ExperimentFile, PointEntry, ProbeEntry, RowEntry, SweepEntry};
 use crate::matrix::plan::{run_seed, MatrixPlan, PrefixReuse, Rate, RowSpec, Scale};
-use crate::matrix::repeat::run_repeated;
+use crate::matrix::repeat::{completion_line, run_repeated};
 use crate::matrix::{defaults, merge_target, render, target_args};
 use crate::run::overrides::{Override, RunBase};
 use crate::run::plan::RunPlan;
@@ -493,6 +493,7 @@ async fn run_sweep(
             args.scale.prompts(row.num_prompts, row.max_concurrency)
         );
         let base = dir.join("points").join(i.to_string());
+        let began = std::time::Instant::now();
         let rep = run_repeated(
             bench,
             &dir,
@@ -513,7 +514,17 @@ async fn run_sweep(
         let validity: Vec<Option<RunValidity>> =
             rep.runs.iter().map(|r| run_validity(&dir, r)).collect();
         causes.push(overload_cause(&validity, row.max_concurrency));
-        verdicts.push(point_verdict(&validity));
+        let verdict = point_verdict(&validity);
+        eprintln!(
+            "{}",
+            completion_line(
+                &format!("Point {i}: {}", kind.describe(value)),
+                &rep.summaries,
+                &verdict,
+                began.elapsed()
+            )
+        );
+        verdicts.push(verdict);
         points.push(sweep_point(
             value,
             &rep.summaries,
@@ -709,7 +720,7 @@ pub(crate) fn run_validity(dir: &Path, rel: &str) -> Option<RunValidity> {
 }
 
 /// A point's verdict cell: its run's status, or the worst across repeats.
-fn point_verdict(validity: &[Option<RunValidity>]) -> String {
+pub(crate) fn point_verdict(validity: &[Option<RunValidity>]) -> String {
     use servebench_metrics::VerdictStatus;
     let rank = |s: VerdictStatus| match s {
         VerdictStatus::Valid => 0,
@@ -763,9 +774,10 @@ async fn run_probe(
     // Enough requests that the cap stays full for most of the probe.
     row.num_prompts = row.num_prompts.max(4 * cap);
     eprintln!("Probe: unlimited rate at concurrency {cap} to find the saturation rate");
-    let (plan, command_line) = sweep
+    let (mut plan, command_line) = sweep
         .plan(ctx, &row, PROBE_SEED_INDEX, 0, &dir.join("probe"))
         .context("the saturation probe")?;
+    plan.report.progress_label = Some("probe".into());
     let outcome = ctx
         .bench
         .measure(&plan, command_line, stop)

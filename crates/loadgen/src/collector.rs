@@ -2,14 +2,14 @@
 //! (an interrupted run keeps everything it measured) and reports live progress.
 
 use std::fs::File;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use servebench_metrics::RequestRecord;
 use tokio::sync::mpsc;
 
+use crate::progress::{Drawer, Live};
 use crate::LoadgenError;
 
 /// Appends one JSON line per record. Each record is serialized to a whole line in memory and
@@ -85,13 +85,6 @@ impl JsonlSink {
     }
 }
 
-/// Live progress on stderr.
-#[derive(Debug, Clone)]
-pub struct Progress {
-    pub total: Option<usize>,
-    pub label: String,
-}
-
 /// What the collector gathered. Records that reached the JSONL file are not also held in
 /// memory, so a long run's memory stays flat: the caller reads them back from the file once
 /// the run is over ([`crate::LoadOutcome::take_records`]).
@@ -115,25 +108,18 @@ pub(crate) struct Collected {
 }
 
 /// Drain the channel until every sender is gone (writing stops at the first error, measuring
-/// goes on).
+/// goes on). Each record only bumps `live`'s counters; `drawer` (if any) draws them on its own
+/// timer and prints its last line once the channel is drained.
 pub(crate) async fn collect(
     mut rx: mpsc::UnboundedReceiver<RequestRecord>,
     mut sink: Option<JsonlSink>,
-    progress: Option<Progress>,
+    live: Arc<Live>,
+    drawer: Option<Drawer>,
 ) -> Collected {
     let mut out = Collected {
         path: sink.as_ref().map(|s| s.path().to_owned()),
         ..Collected::default()
     };
-    let mut failed = 0usize;
-    let started = std::time::Instant::now();
-    let tty = std::io::stderr().is_terminal();
-    let every = if tty {
-        Duration::from_millis(200)
-    } else {
-        Duration::from_secs(10)
-    };
-    let mut last_print = started;
     while let Some(mut record) = rx.recv().await {
         // Failure messages quote the server (error bodies, broken chunks): kept printable, as
         // everything that shows them prints them raw.
@@ -148,9 +134,7 @@ pub(crate) async fn collect(
             .last_end_ns
             .max(record.end.max(record.done).unwrap_or(record.sent));
         out.resent += u64::from(record.resent);
-        if record.failure.is_some() {
-            failed += 1;
-        }
+        live.finished(record.failure.is_some(), record.output_tokens);
         let mut on_disk = false;
         if let Some(s) = sink.as_mut() {
             match s.append(&record) {
@@ -169,47 +153,11 @@ pub(crate) async fn collect(
         } else {
             out.kept.push(record);
         }
-        if let Some(p) = &progress {
-            if last_print.elapsed() >= every {
-                last_print = std::time::Instant::now();
-                print_progress(p, out.finished, failed, started.elapsed(), tty, false);
-            }
-        }
     }
-    if let Some(p) = &progress {
-        print_progress(p, out.finished, failed, started.elapsed(), tty, true);
+    if let Some(d) = drawer {
+        d.finish();
     }
     out
-}
-
-fn print_progress(
-    p: &Progress,
-    done: usize,
-    failed: usize,
-    elapsed: Duration,
-    tty: bool,
-    last: bool,
-) {
-    let total = p.total.map(|t| format!("/{t}")).unwrap_or_default();
-    let pct = p
-        .total
-        .filter(|t| *t > 0)
-        .map(|t| format!(" {:3.0}%", 100.0 * done as f64 / t as f64))
-        .unwrap_or_default();
-    let line = format!(
-        "{}{pct} {done}{total} requests, {failed} failed, {:.1} s",
-        p.label,
-        elapsed.as_secs_f64()
-    );
-    let mut err = std::io::stderr().lock();
-    if tty {
-        let _ = write!(err, "\r\x1b[2K{line}");
-        if last {
-            let _ = writeln!(err);
-        }
-    } else {
-        let _ = writeln!(err, "{line}");
-    }
 }
 
 #[cfg(test)]
@@ -270,7 +218,7 @@ mod tests {
             tx.send(record(id)).unwrap();
         }
         drop(tx);
-        let got = collect(rx, Some(sink), None).await;
+        let got = collect(rx, Some(sink), Arc::default(), None).await;
         // Nothing reached the file, so every record stays in memory.
         assert_eq!(got.kept.len(), 3);
         assert_eq!((got.written, got.finished), (0, 3));
@@ -319,7 +267,7 @@ mod tests {
             tx.send(r).unwrap();
         }
         drop(tx);
-        let got = collect(rx, Some(sink), None).await;
+        let got = collect(rx, Some(sink), Arc::default(), None).await;
         assert!(got.kept.is_empty());
         assert_eq!((got.written, got.finished, got.resent), (4, 4, 4));
         assert_eq!(got.last_end_ns, 13);

@@ -12,9 +12,10 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::backend::Backend;
 use crate::clock::RunClock;
-use crate::collector::{collect, Collected, JsonlSink, Progress};
+use crate::collector::{collect, Collected, JsonlSink};
 use crate::health::{process_cpu_times, CpuTimes};
 use crate::precise_wait::PreciseWait;
+use crate::progress::{Drawer, Live, Progress};
 use crate::stop::StopSignal;
 use crate::telemetry::{Scraper, ServerTelemetry};
 use crate::LoadgenError;
@@ -134,7 +135,12 @@ async fn drive<B: Backend>(
     stop: StopSignal,
 ) -> Result<LoadOutcome, LoadgenError> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let collector = tokio::spawn(collect(rx, sink, spec.progress.clone()));
+    let live = Arc::new(Live::default());
+    let drawer = spec.progress.clone().map(|p| {
+        let last = spec.schedule.last().copied().filter(|&t| t > 0);
+        Drawer::start(p, Arc::clone(&live), last.map(Duration::from_nanos))
+    });
+    let collector = tokio::spawn(collect(rx, sink, Arc::clone(&live), drawer));
     let semaphore = spec
         .max_concurrency
         .map(|n| Arc::new(Semaphore::new(n.max(1))));
@@ -153,6 +159,7 @@ async fn drive<B: Backend>(
             (at, RunClock::starting_at(start))
         }
     };
+    live.begin();
     let cpu_before = process_cpu_times();
     let total = spec.schedule.len();
     let scraper = spec.scrape_every.and_then(|every| {
@@ -165,11 +172,12 @@ async fn drive<B: Backend>(
     let queued = Arc::new(AtomicUsize::new(0));
     let (queue_tx, mut queue_rx) = mpsc::unbounded_channel::<(B::Request, u64)>();
     let releaser = semaphore.clone().map(|sem| {
-        let (client, tx, stop, queued) = (
+        let (client, tx, stop, queued, live) = (
             Arc::clone(&client),
             tx.clone(),
             stop.clone(),
             Arc::clone(&queued),
+            Arc::clone(&live),
         );
         tokio::spawn(async move {
             while let Some((prepared, intended)) = queue_rx.recv().await {
@@ -187,6 +195,7 @@ async fn drive<B: Backend>(
                     &client,
                     &tx,
                     &stop,
+                    &live,
                     clock,
                     prepared,
                     intended,
@@ -236,6 +245,7 @@ async fn drive<B: Backend>(
                 &client,
                 &tx,
                 &stop,
+                &live,
                 clock,
                 prepared,
                 Some(intended),
@@ -391,6 +401,7 @@ fn spawn_request<B: Backend>(
     client: &Arc<B>,
     tx: &mpsc::UnboundedSender<RequestRecord>,
     stop: &StopSignal,
+    live: &Live,
     clock: RunClock,
     prepared: B::Request,
     intended: Option<u64>,
@@ -399,6 +410,7 @@ fn spawn_request<B: Backend>(
 ) {
     let (client, tx, stop) = (Arc::clone(client), tx.clone(), stop.clone());
     let released = clock.now_ns();
+    live.released();
     let intended = intended.unwrap_or(released);
     tokio::spawn(async move {
         let record = client

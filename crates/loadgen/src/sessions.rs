@@ -14,9 +14,10 @@ use tokio::sync::{mpsc, Semaphore};
 use crate::backend::Backend;
 use crate::client::{BackendClient, Prepared};
 use crate::clock::RunClock;
-use crate::collector::{collect, JsonlSink, Progress};
+use crate::collector::{collect, JsonlSink};
 use crate::dispatcher::LoadOutcome;
 use crate::health::process_cpu_times;
+use crate::progress::{Drawer, Live, Progress};
 use crate::stop::StopSignal;
 use crate::telemetry::Scraper;
 use crate::LoadgenError;
@@ -120,13 +121,20 @@ pub async fn run_sessions<B: ConversationBackend>(
         )));
     }
     let (tx, rx) = mpsc::unbounded_channel();
-    let collector = tokio::spawn(collect(rx, sink, spec.progress.clone()));
+    let live = Arc::new(Live::default());
+    // A session's later turns come after its arrival, so the last arrival is only a floor.
+    let drawer = spec.progress.clone().map(|p| {
+        let last = spec.arrivals.last().copied().filter(|&t| t > 0);
+        Drawer::start(p, Arc::clone(&live), last.map(Duration::from_nanos))
+    });
+    let collector = tokio::spawn(collect(rx, sink, Arc::clone(&live), drawer));
     let semaphore = spec
         .max_concurrency
         .map(|n| Arc::new(Semaphore::new(n.max(1))));
     let cpu_before = process_cpu_times();
     let started_at = SystemTime::now();
     let clock = RunClock::start_now();
+    live.begin();
     let scraper = spec.scrape_every.and_then(|every| {
         client
             .telemetry_target()
@@ -174,6 +182,7 @@ pub async fn run_sessions<B: ConversationBackend>(
             next_id: Arc::clone(&next_id),
             unsent: Arc::clone(&unsent),
             keep_text: spec.keep_text,
+            live: Arc::clone(&live),
         };
         running.spawn(async move {
             ctx.converse(session, arrival, waited).await;
@@ -201,6 +210,7 @@ struct Turns<B> {
     next_id: Arc<AtomicU64>,
     unsent: Arc<AtomicUsize>,
     keep_text: bool,
+    live: Arc<Live>,
 }
 
 impl<B: ConversationBackend> Turns<B> {
@@ -236,6 +246,7 @@ impl<B: ConversationBackend> Turns<B> {
                 .client
                 .prepare_turn(id, &history, history_tokens, turn.max_tokens);
             let released = self.clock.now_ns();
+            self.live.released();
             let mut record = self
                 .client
                 .execute(

@@ -208,7 +208,8 @@ impl Bench {
         run: &[Override],
         output_dir: &Path,
     ) -> Result<(RunPlan, Vec<String>)> {
-        let (plan, flags) = base.plan(workload, run, output_dir, self.api_key.as_deref())?;
+        let (mut plan, flags) = base.plan(workload, run, output_dir, self.api_key.as_deref())?;
+        plan.report.progress = base.shows_progress();
         let mut command_line = vec!["servebench".to_owned(), "run".to_owned()];
         command_line.extend(crate::redact_argv(&flags));
         Ok((plan, command_line))

@@ -354,6 +354,7 @@ pub async fn run_matrix(
             let (workload, run) = row_overrides(plan, row, i, k, trace.as_ref());
             bench.plan(&bases[i], &workload, &run, run_dir)
         };
+        let began = std::time::Instant::now();
         let rep = run_repeated(
             bench,
             &dir,
@@ -367,6 +368,22 @@ pub async fn run_matrix(
         .with_context(|| format!("row {}", row.id))?;
         if rep.all_failed_run {
             exit = ExitCode::from(2);
+        }
+        if !rep.summaries.is_empty() {
+            let validity: Vec<_> = rep
+                .runs
+                .iter()
+                .map(|r| crate::sweep_cmd::run_validity(&dir, r))
+                .collect();
+            eprintln!(
+                "{}",
+                repeat::completion_line(
+                    &format!("Row {} ({})", row.id, row.name),
+                    &rep.summaries,
+                    &crate::sweep_cmd::point_verdict(&validity),
+                    began.elapsed()
+                )
+            );
         }
         rows_out.push(RowEntry {
             id: row.id.clone(),

@@ -61,7 +61,12 @@ pub async fn run_repeated(
         if repeat > 1 {
             eprintln!("  {label}: run {}/{repeat}", k + 1);
         }
-        let (plan, command_line) = plan_for(k, &dir)?;
+        let (mut plan, command_line) = plan_for(k, &dir)?;
+        plan.report.progress_label = Some(if repeat > 1 {
+            format!("{label} run {}/{repeat}", k + 1)
+        } else {
+            label.to_owned()
+        });
         let outcome = bench.measure(&plan, command_line, stop).await?;
         if outcome.exit != ExitCode::SUCCESS {
             out.all_failed_run = true;
@@ -88,4 +93,89 @@ pub async fn run_repeated(
         out.repeat_summary = Some(relative(experiment_dir, &path));
     }
     Ok(out)
+}
+
+/// The headline figures of a finished row or point, for the line that announces it: output
+/// throughput and p99 E2EL (the median when p99 was not asked for), means over the repeats,
+/// then failures if any. `no requests completed` when nothing completed.
+pub fn headline(summaries: &[RunSummary]) -> String {
+    let n = summaries.len().max(1) as f64;
+    let completed: u64 = summaries.iter().map(|s| s.completed).sum();
+    let failed: u64 = summaries.iter().map(|s| s.failed).sum();
+    let mut out = if completed == 0 {
+        "no requests completed".to_owned()
+    } else {
+        let tok_s = summaries.iter().map(|s| s.output_throughput).sum::<f64>() / n;
+        let p99: Option<Vec<f64>> = summaries
+            .iter()
+            .map(|s| s.e2el.percentile(99.0).map(|p| p.value))
+            .collect();
+        let median: Option<Vec<f64>> = summaries.iter().map(|s| s.e2el.median).collect();
+        let latency = match (p99, median) {
+            (Some(v), _) => format!(", p99 E2EL {:.1} ms", v.iter().sum::<f64>() / n),
+            (None, Some(v)) => format!(", median E2EL {:.1} ms", v.iter().sum::<f64>() / n),
+            _ => String::new(),
+        };
+        format!("{tok_s:.0} output tok/s{latency}")
+    };
+    if failed > 0 {
+        out.push_str(&format!(", {failed} failed"));
+    }
+    out
+}
+
+/// The line printed when a row or point finishes: `Point 2: concurrency 16 — 1429 output
+/// tok/s, p99 E2EL 1409.8 ms, NOT ENOUGH DATA (12.3 s)`. `verdict` is the validity verdict
+/// (`-` when unknown); the time is the wall time of its runs, warm-ups included.
+pub fn completion_line(
+    name: &str,
+    summaries: &[RunSummary],
+    verdict: &str,
+    took: std::time::Duration,
+) -> String {
+    format!(
+        "{name} — {}, {verdict} ({:.1} s)",
+        headline(summaries),
+        took.as_secs_f64()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use servebench_metrics::{summarize, MetricSummary, SummaryOptions};
+
+    fn empty() -> RunSummary {
+        summarize(&[], &SummaryOptions::default())
+    }
+
+    #[test]
+    fn a_completion_line_names_throughput_p99_failures_verdict_and_time() {
+        let mut s = RunSummary {
+            completed: 10,
+            failed: 2,
+            output_throughput: 1429.4,
+            e2el: MetricSummary::from_ms(vec![1000.0, 1409.8], &[99.0]),
+            ..empty()
+        };
+        s.e2el.percentiles[0].value = 1409.8;
+        let line = completion_line(
+            "Point 2: concurrency 16",
+            &[s],
+            "NOT ENOUGH DATA",
+            std::time::Duration::from_millis(12_340),
+        );
+        assert_eq!(
+            line,
+            "Point 2: concurrency 16 — 1429 output tok/s, p99 E2EL 1409.8 ms, 2 failed, NOT ENOUGH DATA (12.3 s)"
+        );
+        let none = RunSummary {
+            failed: 3,
+            ..empty()
+        };
+        assert_eq!(
+            completion_line("Row C", &[none], "-", std::time::Duration::from_secs(1)),
+            "Row C — no requests completed, 3 failed, - (1.0 s)"
+        );
+    }
 }

@@ -156,7 +156,11 @@ impl Executor for HttpTarget {
             start_at: plan.scale_out.start_at.as_ref().map(|s| s.at),
             progress: plan.report.progress.then(|| Progress {
                 total: Some(schedule.len()),
-                label: "run".into(),
+                label: plan
+                    .report
+                    .progress_label
+                    .clone()
+                    .unwrap_or_else(|| "run".into()),
             }),
             scrape_every: Some(Duration::from_secs(1)),
             schedule,

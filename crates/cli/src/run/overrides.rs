@@ -135,8 +135,9 @@ impl Override {
     }
 }
 
-/// Fields every built run sets itself (`--disable-tqdm --output-dir DIR`).
-const RUN_IDS: [&str; 2] = ["disable_tqdm", "output_dir"];
+/// Fields every built run sets itself (`--output-dir DIR`). Its `--disable-tqdm` is no clash:
+/// a user's own one says the same (and also turns off the progress the matrix or sweep shows).
+const RUN_IDS: [&str; 1] = ["output_dir"];
 
 /// The user's flags of a row or point (target and defaults, then the row's own), parsed once.
 #[derive(Debug, Clone)]
@@ -163,6 +164,13 @@ impl RunBase {
         })
     }
 
+    /// Whether the user wants live progress (no `--disable-tqdm` among their flags). A built
+    /// run's own recorded flags always turn it off, so re-running one alone stays quiet in a
+    /// script; the matrix or sweep shows progress around it instead.
+    pub fn shows_progress(&self) -> bool {
+        !self.args.disable_tqdm
+    }
+
     /// The plan of one run: the row's `workload`, then `run` (seed, warm-ups, label),
     /// progress off and files in `output_dir`. Returns the plan and its `servebench run`
     /// flags.
@@ -177,11 +185,10 @@ impl RunBase {
         flags.extend(workload.iter().flat_map(Override::flags));
         flags.extend(self.row_flags.iter().cloned());
         flags.extend(run.iter().flat_map(Override::flags));
-        flags.extend([
-            "--disable-tqdm".to_owned(),
-            "--output-dir".to_owned(),
-            output_dir.display().to_string(),
-        ]);
+        if !self.given.contains("disable_tqdm") {
+            flags.push("--disable-tqdm".to_owned());
+        }
+        flags.extend(["--output-dir".to_owned(), output_dir.display().to_string()]);
         let set = workload.iter().chain(run).flat_map(Override::ids);
         let mut clash: Vec<String> = set
             .chain(RUN_IDS.iter())
@@ -259,6 +266,20 @@ mod tests {
         assert!(!plan.report.progress);
         let inf = Override::RequestRate(f64::INFINITY).flags();
         assert_eq!(inf, s(&["--request-rate", "inf"]));
+    }
+
+    /// `--disable-tqdm` among the user's flags of a matrix or sweep turns its progress off;
+    /// the built run's flags keep it once (clap refuses a repeated switch).
+    #[test]
+    fn the_users_disable_tqdm_is_no_clash_and_turns_progress_off() {
+        let loud = RunBase::parse(&s(&["--virtual-time"]), &[]).unwrap();
+        assert!(loud.shows_progress());
+        let quiet = RunBase::parse(&s(&["--virtual-time", "--disable-tqdm"]), &[]).unwrap();
+        assert!(!quiet.shows_progress());
+        let (plan, flags) = quiet.plan(&[], &[], Path::new("o"), None).unwrap();
+        assert!(!plan.report.progress);
+        assert_eq!(flags.iter().filter(|f| *f == "--disable-tqdm").count(), 1);
+        RunArgs::from_flags(&flags).unwrap();
     }
 
     #[test]

@@ -223,6 +223,9 @@ pub struct ReportPlan {
     pub label: Option<String>,
     /// Live progress while the load runs.
     pub progress: bool,
+    /// What the progress line is called (`run` when `None`; a matrix row or sweep point names
+    /// itself). Not a flag: only the commands that build runs set it.
+    pub progress_label: Option<String>,
     pub output_dir: PathBuf,
     pub steady_state: args::SteadyStateArg,
 }
@@ -381,6 +384,7 @@ impl RunPlan {
                 result_filename: a.result_filename.clone(),
                 label: a.label.clone(),
                 progress: !a.disable_tqdm,
+                progress_label: None,
                 output_dir: a.output_dir.clone(),
                 steady_state: a.steady_state,
             },

@@ -162,7 +162,11 @@ async fn measure(
         max_concurrency: plan.traffic.max_concurrency,
         progress: plan.report.progress.then(|| Progress {
             total: Some(total_turns),
-            label: "turns".into(),
+            label: plan
+                .report
+                .progress_label
+                .as_ref()
+                .map_or_else(|| "turns".into(), |l| format!("{l} turns")),
         }),
         scrape_every: Some(Duration::from_secs(1)),
         keep_text: plan.report.save_detailed,

@@ -563,4 +563,47 @@ fn the_one_workload_example_prints_only_true_warnings() {
     );
     assert!(!out.contains("CLIENT limited"), "{out}");
     assert!(out.contains("Load: offered 10.00 req/s, achieved"), "{out}");
+
+/// Progress when stderr is not a terminal (CI, pipes): plain lines, the first after 2 s so a
+/// run of a few seconds shows one, each with requests in flight, throughput and an ETA; the
+/// last line gives the final count. `--disable-tqdm` turns all of it off.
+#[test]
+fn a_real_time_run_prints_plain_progress_lines_with_an_eta_when_stderr_is_not_a_terminal() {
+    let _exclusive = crate::common::exclusive();
+    let dir = tempdir("progress");
+    let args = [
+        "--request-rate",
+        "20",
+        "--num-prompts",
+        "60",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "16",
+    ];
+    let out = run_in(&dir, &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("run ")).collect();
+    let live = lines
+        .iter()
+        .find(|l| l.contains(", ETA "))
+        .unwrap_or_else(|| panic!("no progress line with an ETA: {err}"));
+    assert!(
+        live.contains("/60 requests, ") && live.contains(" in flight, ") && live.contains(" req/s"),
+        "{live}"
+    );
+    let last = lines.last().expect("a last progress line");
+    assert!(
+        last.starts_with("run 100% 60/60 requests, 0 failed, ") && !last.contains("ETA"),
+        "{last}"
+    );
+    // No terminal, so no bar: nothing redraws a line in place.
+    assert!(!err.contains('\r'), "{err}");
+
+    let quiet = run_in(&dir, &[&args[..], &["--disable-tqdm"]].concat());
+    let err = String::from_utf8_lossy(&quiet.stderr);
+    assert!(quiet.status.success(), "{err}");
+    assert!(!err.contains("/60 requests"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

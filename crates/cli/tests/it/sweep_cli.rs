@@ -368,3 +368,63 @@ fn a_concurrency_sweep_measures_latency_from_the_send_and_finds_a_knee() {
         .fold(0.0, f64::max);
     assert!(queue_max < 1.0, "client queue max {queue_max} ms");
 }
+
+/// Each point announces itself when it starts and, when it ends, prints one line on stderr
+/// with its headline figures (output tok/s and p99 E2EL, as in its result), its verdict and
+/// how long it took: a long sweep is never silent between points.
+#[test]
+fn each_point_prints_a_line_with_its_headline_and_verdict_when_it_completes() {
+    let root = tempdir("completion-lines");
+    let o = sweep(&[
+        "--input-len",
+        "256",
+        "--output-len",
+        "32",
+        "--num-prompts",
+        "40",
+        "--max-concurrency",
+        "1,8",
+        "--no-early-stop",
+        "--results-dir",
+        root.to_str().unwrap(),
+    ]);
+    let (dir, exp) = experiment(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let points = exp["sweep"]["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for (i, (p, c)) in points.iter().zip([1, 8]).enumerate() {
+        let r = read_json(&dir.join(p["runs"][0].as_str().unwrap()));
+        let tok_s = r["summary"]["output_throughput"].as_f64().unwrap();
+        let p99 = r["summary"]["e2el"]["percentiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["p"] == 99.0)
+            .and_then(|q| q["value"].as_f64())
+            .unwrap();
+        let status = r["validity"]["verdict"]["status"].as_str().unwrap();
+        let label = match status {
+            "valid" => "VALID",
+            "not_steady" => "NOT STEADY",
+            _ => "NOT ENOUGH DATA",
+        };
+        let head = format!(
+            "Point {i}: concurrency {c} — {tok_s:.0} output tok/s, p99 E2EL {p99:.1} ms, {label} ("
+        );
+        let done: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with(&format!("Point {i}: concurrency {c} — ")))
+            .collect();
+        assert_eq!(done.len(), 1, "one completion line per point: {err}");
+        assert!(
+            done[0].starts_with(&head) && done[0].ends_with(" s)"),
+            "{} vs {head}",
+            done[0]
+        );
+        assert!(
+            err.contains(&format!("Point {i}: concurrency {c} (40 requests)")),
+            "{err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
