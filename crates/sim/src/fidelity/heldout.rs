@@ -539,23 +539,23 @@ impl Loso {
             .iter()
             .zip(&self.held_out)
             .flat_map(|(i, h)| {
-                i.comparisons
-                    .iter()
-                    .zip(&h.comparisons)
-                    .map(move |(ci, ch)| {
-                        serde_json::json!({
-                            "point": i.id,
-                            "source": i.source,
-                            "engine": i.engine,
-                            "metric": ci.metric,
-                            "published": ci.published,
-                            "in_sample": ci.simulated,
-                            "in_sample_error": ci.error(),
-                            "held_out": ch.simulated,
-                            "held_out_error": ch.error(),
-                            "tolerance": ci.tolerance,
-                        })
+                i.comparisons.iter().map(move |ci| {
+                    // Matched by metric: a held-out run may lack a figure the in-sample one has
+                    // (null then), so the two lists need not line up.
+                    let ch = h.comparisons.iter().find(|c| c.metric == ci.metric);
+                    serde_json::json!({
+                        "point": i.id,
+                        "source": i.source,
+                        "engine": i.engine,
+                        "metric": ci.metric,
+                        "published": ci.published,
+                        "in_sample": ci.simulated,
+                        "in_sample_error": ci.error(),
+                        "held_out": ch.map(|c| c.simulated),
+                        "held_out_error": ch.map(|c| c.error()),
+                        "tolerance": ci.tolerance,
                     })
+                })
             })
             .collect();
         serde_json::json!({
