@@ -313,6 +313,11 @@ pub struct SimArgs {
     /// still win. A profile for another deployment is refused.
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
+    /// Replacements for the factors `--engine`'s profile carries that were fitted on published
+    /// figures. Not a flag: only the fidelity check's held-out runs set it, to predict a
+    /// source with the values it would have had without that source (docs/simulator.md §12.3).
+    #[arg(skip)]
+    pub profile_factors: crate::engine_profile::ProfileFactors,
 }
 
 /// `--max-model-len`: a length in tokens, or `auto` to fit the KV cache.

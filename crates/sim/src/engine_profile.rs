@@ -123,6 +123,28 @@ impl EngineProfile {
     }
 }
 
+/// Replacements for a profile's fitted kernel factors; `None` keeps the profile's value.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProfileFactors {
+    /// Replaces [`EngineProfile::fp8_mfu_scale`].
+    pub fp8_mfu_scale: Option<f64>,
+    /// Replaces [`EngineProfile::mbu_kv`]; `Some(None)` removes it (the GPU's own).
+    pub mbu_kv: Option<Option<f64>>,
+}
+
+impl EngineProfile {
+    /// The profile with `factors` in place of its own.
+    pub fn with_factors(mut self, factors: ProfileFactors) -> EngineProfile {
+        if let Some(scale) = factors.fp8_mfu_scale {
+            self.fp8_mfu_scale = scale;
+        }
+        if let Some(mbu_kv) = factors.mbu_kv {
+            self.mbu_kv = mbu_kv;
+        }
+        self
+    }
+}
+
 /// The profile a set of flags asks for, and how it merges with explicit flags. Without
 /// `--engine` every answer is what the flags alone give (vLLM V1, no graph padding), so
 /// existing configurations resolve exactly as before.
@@ -138,7 +160,9 @@ impl ProfileChoice {
     pub(crate) fn new(args: &SimArgs) -> ProfileChoice {
         ProfileChoice {
             // The graph list is re-derived from the resolved max_num_seqs later.
-            profile: args.engine.map(|kind| EngineProfile::of(kind, 1)),
+            profile: args
+                .engine
+                .map(|kind| EngineProfile::of(kind, 1).with_factors(args.profile_factors)),
         }
     }
 

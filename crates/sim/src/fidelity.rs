@@ -1,6 +1,9 @@
 //! Fidelity against published real-GPU figures (docs/simulator.md, "Fidelity against published
 //! figures"): the fixture of published points, each run in virtual time the way its source
-//! ran the real engine, and the table of published against simulated figures.
+//! ran the real engine, and the table of published against simulated figures. [`heldout`]
+//! predicts each source with the factors fitted on it reverted (leave one source out).
+
+pub mod heldout;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -8,6 +11,7 @@ use serde::Deserialize;
 use servebench_roofline::Catalog;
 
 use crate::engine::NewRequest;
+use crate::engine_profile::{EngineKind, ProfileFactors};
 use crate::virtual_time::{run_virtual, RequestTrace, VirtualArrival, VirtualWorkload};
 use crate::{SimArgs, SimError};
 
@@ -219,6 +223,7 @@ impl Comparison {
 #[derive(Debug, Clone)]
 pub struct PointOutcome {
     pub id: String,
+    pub source: String,
     pub engine: String,
     pub comparisons: Vec<Comparison>,
 }
@@ -249,8 +254,24 @@ pub fn fidelity_catalog() -> Result<Catalog, SimError> {
 /// exactly `output_tokens` as the sources' fixed-length benchmarks do, unless the point gives
 /// `output_mean_tokens`).
 pub fn run_point(point: &Point, catalog: &Catalog) -> Result<PointOutcome, SimError> {
+    run_point_with(point, catalog, &[])
+}
+
+/// [`run_point`] with `engine_factors` replacing the fitted factors of the named engines'
+/// profiles (the held-out runs of [`heldout`]).
+pub(crate) fn run_point_with(
+    point: &Point,
+    catalog: &Catalog,
+    engine_factors: &[(EngineKind, ProfileFactors)],
+) -> Result<PointOutcome, SimError> {
     let spec = format!("{} --jitter 0", point.sim);
     let mut args = SimArgs::parse_spec(&spec)?;
+    if let Some((_, factors)) = engine_factors
+        .iter()
+        .find(|(kind, _)| Some(*kind) == args.engine)
+    {
+        args.profile_factors = *factors;
+    }
     let natural_stops = point.output_mean_tokens.is_some();
     if let Some(mean) = point.output_mean_tokens {
         args.eos_len_median = median_for_capped_mean(mean, point.output_tokens, args.eos_len_sigma);
@@ -302,6 +323,7 @@ pub fn run_point(point: &Point, catalog: &Catalog) -> Result<PointOutcome, SimEr
         .collect();
     Ok(PointOutcome {
         id: point.id.clone(),
+        source: point.source.clone(),
         engine: point.engine.clone(),
         comparisons,
     })
@@ -464,19 +486,21 @@ fn number(v: f64) -> String {
 
 /// `doc` with the text between the table markers replaced by `table`.
 pub fn replace_table(doc: &str, table: &str) -> Result<String, SimError> {
-    let begin = doc
-        .find(TABLE_BEGIN)
-        .ok_or_else(|| SimError::Config(format!("the document has no '{TABLE_BEGIN}' marker")))?;
-    let after = begin + TABLE_BEGIN.len();
-    let end = doc[after..]
-        .find(TABLE_END)
-        .map(|i| after + i)
-        .ok_or_else(|| {
-            SimError::Config(format!(
-                "the document has no '{TABLE_END}' marker after the begin marker"
-            ))
-        })?;
-    Ok(format!("{}\n{}{}", &doc[..after], table, &doc[end..]))
+    replace_between(doc, table, TABLE_BEGIN, TABLE_END)
+}
+
+/// `doc` with the text between `begin` and `end` replaced by `text`.
+pub fn replace_between(doc: &str, text: &str, begin: &str, end: &str) -> Result<String, SimError> {
+    let start = doc
+        .find(begin)
+        .ok_or_else(|| SimError::Config(format!("the document has no '{begin}' marker")))?;
+    let after = start + begin.len();
+    let stop = doc[after..].find(end).map(|i| after + i).ok_or_else(|| {
+        SimError::Config(format!(
+            "the document has no '{end}' marker after the begin marker"
+        ))
+    })?;
+    Ok(format!("{}\n{}{}", &doc[..after], text, &doc[stop..]))
 }
 
 #[cfg(test)]
