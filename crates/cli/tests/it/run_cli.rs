@@ -563,6 +563,7 @@ fn the_one_workload_example_prints_only_true_warnings() {
     );
     assert!(!out.contains("CLIENT limited"), "{out}");
     assert!(out.contains("Load: offered 10.00 req/s, achieved"), "{out}");
+}
 
 /// Progress when stderr is not a terminal (CI, pipes): plain lines, the first after 2 s so a
 /// run of a few seconds shows one, each with requests in flight, throughput and an ETA; the
