@@ -58,8 +58,13 @@ pub struct BatchTargetArgs {
     )]
     pub api_key: Option<String>,
     /// Per-request timeout in seconds (whole request, send to end of stream).
-    #[arg(long, value_name = "SECS", help_heading = "Target")]
+    #[arg(long, value_name = "SECS", value_parser = servebench_metrics::units::positive_secs, help_heading = "Target")]
     pub request_timeout: Option<f64>,
+    /// Run the simulator's engine core in virtual time, as `run --virtual-time`: what these
+    /// commands do anyway without --base-url/--host/--port, accepted so that one command line
+    /// serves `run`, `latency` and `throughput` alike.
+    #[arg(long, help_heading = "Target")]
+    pub virtual_time: bool,
     /// The simulator to run in virtual time when no server is given: the arguments of
     /// `servebench sim` as one string, e.g. "llama-3.1-70b --gpu h100 --tensor-parallel-size 4".
     #[arg(long, value_name = "SPEC", help_heading = "Target")]
@@ -86,6 +91,9 @@ impl BatchTargetArgs {
         let external = self.base_url.is_some() || self.host.is_some() || self.port.is_some();
         if external && self.sim.is_some() {
             bail!("--sim runs the simulator in virtual time; it cannot be combined with --base-url/--host/--port");
+        }
+        if external && self.virtual_time {
+            bail!("--virtual-time runs the simulator's engine core without a server: drop --base-url/--host/--port");
         }
         a.backend = self.backend;
         a.base_url = self.base_url.clone();
@@ -432,6 +440,7 @@ mod tests {
             header: vec![],
             api_key: None,
             request_timeout: None,
+            virtual_time: false,
             sim: Some("llama-3.1-8b --gpu a100".into()),
             tokenizer: None,
             expect_regex: vec![],

@@ -37,8 +37,28 @@ pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
         schema: Option<String>,
         summary: Option<IgnoredAny>,
     }
-    let head: Head =
+    // Well-formed JSON of another shape is named as such, not as "not JSON".
+    let value: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))?;
+    if !value.is_object() {
+        bail!(
+            "{} holds JSON, but {} rather than a servebench result (an object with 'schema' and 'summary')",
+            path.display(),
+            match value {
+                serde_json::Value::Array(_) => "an array",
+                serde_json::Value::String(_) => "a string",
+                serde_json::Value::Number(_) => "a number",
+                serde_json::Value::Bool(_) => "a boolean",
+                _ => "null",
+            }
+        );
+    }
+    let head: Head = serde_json::from_value(value).with_context(|| {
+        format!(
+            "{} is JSON but not a servebench result (*.servebench.json)",
+            path.display()
+        )
+    })?;
     if let Some(schema) = head.schema.filter(|s| s != RESULT_SCHEMA) {
         bail!(
             "{} has schema '{schema}', expected '{RESULT_SCHEMA}'",

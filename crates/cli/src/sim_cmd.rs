@@ -50,21 +50,30 @@ async fn serve(args: SimArgs) -> Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {host}:{port}"))?;
     let addr = listener.local_addr().context("reading the bound address")?;
-    for line in resolved
+    let banner: Vec<String> = resolved
         .banner_lines()
         .into_iter()
         .chain(resolved.fleet_banner_lines())
-    {
-        eprintln!("{line}");
-    }
+        .collect();
     let scheme = if resolved.args.tls_cert.is_some() {
         "https"
     } else {
         "http"
     };
-    eprintln!("Serving on {scheme}://{addr} (Ctrl-C to stop)");
-    servebench_sim::server::serve(listener, resolved, servebench_sim::server::stop_requested())
-        .await?;
+    // Announced only once the server accepted its configuration (TLS files, limits): a
+    // "Serving on" line is never followed by a configuration error.
+    servebench_sim::server::serve_announced(
+        listener,
+        resolved,
+        servebench_sim::server::stop_requested(),
+        move || {
+            for line in &banner {
+                eprintln!("{line}");
+            }
+            eprintln!("Serving on {scheme}://{addr} (Ctrl-C to stop)");
+        },
+    )
+    .await?;
     eprintln!("Simulator stopped.");
     Ok(ExitCode::SUCCESS)
 }

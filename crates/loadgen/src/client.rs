@@ -373,10 +373,19 @@ impl BackendClient {
             } else {
                 FailureKind::Transport
             };
+            // `--http2 on` speaks HTTP/2 at once (prior knowledge); an HTTP/1 server answers
+            // its preface with an error page and closes, which hyper reports as a broken pipe
+            // or a reset: say what it means.
+            let mut message = error_chain(&e);
+            if self.target.transport.http2 == Http2Mode::On && !e.is_connect() {
+                message.push_str(
+                    " (with --http2 on the client speaks HTTP/2 without negotiating it: a server that speaks only HTTP/1.1 closes such a connection; use --http2 auto or off)",
+                );
+            }
             Failure {
                 kind,
                 status: None,
-                message: error_chain(&e),
+                message,
             }
         })?;
         let conn = resp.extensions().get::<WriteStamp>().cloned();

@@ -47,6 +47,10 @@ pub fn split_inputs(prompt: &str) -> Vec<&str> {
     prompt.split(INPUT_SEPARATOR).collect()
 }
 
+/// The most a pooling answer may carry: 256 MiB, ten times a batch of a thousand
+/// 4096-dimension embeddings written as JSON.
+pub const MAX_POOLING_BODY: usize = 256 * 1024 * 1024;
+
 /// The JSON body of one pooling request, as vLLM's client builds it: the inputs (or the query
 /// and documents), `truncate_prompt_tokens: -1` so a long input is truncated rather than
 /// refused; `--extra-body` is merged into embeddings requests (vLLM does not merge it into
@@ -241,14 +245,29 @@ async fn exchange(
         ex.done = Some(clock.now_ns());
         return Err(http_failure(status, &excerpt));
     }
-    let bytes = body.collect().await.map_err(|e| {
-        ex.done = Some(clock.now_ns());
-        Failure {
-            kind: FailureKind::Truncated,
-            status: None,
-            message: format!("the answer broke off: {}", error_chain(&e)),
-        }
-    })?;
+    // Embeddings of a large batch run to megabytes; past the limit an answer is a server that
+    // does not stop, recorded as one, and the client's memory stays bounded.
+    let bytes = http_body_util::Limited::new(body, MAX_POOLING_BODY)
+        .collect()
+        .await
+        .map_err(|e| {
+            ex.done = Some(clock.now_ns());
+            if e.is::<http_body_util::LengthLimitError>() {
+                Failure {
+                    kind: FailureKind::Overlong,
+                    status: None,
+                    message: format!(
+                        "the answer ran past {MAX_POOLING_BODY} bytes: reading stopped"
+                    ),
+                }
+            } else {
+                Failure {
+                    kind: FailureKind::Truncated,
+                    status: None,
+                    message: format!("the answer broke off: {e}"),
+                }
+            }
+        })?;
     ex.done = Some(clock.now_ns());
     let reply = read_reply(&bytes.to_bytes()).map_err(|m| Failure {
         kind: FailureKind::Malformed,

@@ -28,6 +28,9 @@ pub async fn get_json(
     })
 }
 
+/// The most a probe reads of an answer: 4 MiB, ten times a large `/metrics` page or model list.
+pub const MAX_PROBE_BODY: usize = 4 * 1024 * 1024;
+
 /// GET a path on the target's server; non-2xx is an error naming the status.
 pub async fn get_text(
     target: &Target,
@@ -45,11 +48,20 @@ pub async fn get_text(
             ))
         })?;
         let status = resp.status();
-        let bytes = resp
-            .into_body()
+        // A bounded read: a server that streams without end to a probe (or answers with
+        // gigabytes) is cut at the limit instead of filling the client's memory.
+        let limited = http_body_util::Limited::new(resp.into_body(), MAX_PROBE_BODY);
+        let bytes = limited
             .collect()
             .await
-            .map_err(|e| LoadgenError::Server(format!("{}{path}: {e}", target.display_url())))?
+            .map_err(|e| {
+                let why = if e.is::<http_body_util::LengthLimitError>() {
+                    format!("answered more than {MAX_PROBE_BODY} bytes")
+                } else {
+                    e.to_string()
+                };
+                LoadgenError::Server(format!("{}{path}: {why}", target.display_url()))
+            })?
             .to_bytes();
         let text = String::from_utf8_lossy(&bytes).into_owned();
         if !status.is_success() {

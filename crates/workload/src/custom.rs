@@ -94,7 +94,7 @@ pub fn sample_custom_checked(
     cfg: &CustomConfig,
     tok: &Tokenizer,
 ) -> Result<CustomRequests, WorkloadError> {
-    let text = std::fs::read_to_string(&cfg.path).map_err(|e| WorkloadError::io(&cfg.path, e))?;
+    let text = crate::text_file::read_text(&cfg.path)?;
     sample_custom_str_checked(&text, &cfg.path, cfg, tok)
 }
 

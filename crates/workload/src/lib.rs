@@ -30,6 +30,7 @@ pub mod sharegpt;
 pub mod sonnet;
 mod spec;
 mod synth;
+mod text_file;
 pub mod trace;
 
 pub use arrival::{ArrivalConfig, RampUp, RampUpStrategy};

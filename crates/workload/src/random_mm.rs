@@ -201,6 +201,13 @@ fn pick(buckets: &[MmBucket], u: f64) -> MmBucket {
     buckets[buckets.len() - 1]
 }
 
+/// The largest image side a bucket may ask for, in pixels: 8K UHD's long side. Vision
+/// encoders resize far below it; a random image of 8192 × 8192 is already 200 MB raw.
+pub const MAX_IMAGE_SIDE: u32 = 8192;
+
+/// The most frames a bucket may ask for (a video clip).
+pub const MAX_FRAMES: u32 = 1024;
+
 /// Parses `--random-mm-bucket-config`: vLLM's Python dict literal
 /// `{(256, 256, 1): 0.5, (720, 1280, 1): 0.5}` (keys may also be quoted, as JSON needs).
 pub fn parse_bucket_config(s: &str) -> Result<Vec<MmBucket>, String> {
@@ -244,10 +251,28 @@ pub fn parse_bucket_config(s: &str) -> Result<Vec<MmBucket>, String> {
         let probability = p_text
             .parse::<f64>()
             .map_err(|_| format!("{p_text:?} is not a probability"))?;
+        let (height, width, num_frames) = (int(h)?, int(w)?, int(f)?);
+        // Every image is built in memory before the run: one of 100000 × 100000 would need
+        // 30 GB before a single request went out.
+        if height > MAX_IMAGE_SIDE || width > MAX_IMAGE_SIDE {
+            return Err(format!(
+                "({height}, {width}, {num_frames}): an image side is out of range (allowed: 0 to {MAX_IMAGE_SIDE} pixels)"
+            ));
+        }
+        if num_frames > MAX_FRAMES {
+            return Err(format!(
+                "({height}, {width}, {num_frames}): num_frames is out of range (allowed: 0 to {MAX_FRAMES})"
+            ));
+        }
+        if !probability.is_finite() || probability < 0.0 {
+            return Err(format!(
+                "{p_text:?} is not a probability (allowed: a finite number from 0)"
+            ));
+        }
         out.push(MmBucket {
-            height: int(h)?,
-            width: int(w)?,
-            num_frames: int(f)?,
+            height,
+            width,
+            num_frames,
             probability,
         });
         rest = after[end..].trim_start_matches(',').trim();
@@ -322,6 +347,18 @@ mod tests {
         assert!(parse_bucket_config("[(1, 2, 1): 0.5]").is_err());
         assert!(parse_bucket_config("{(1, 2, 1): x}").is_err());
         assert!(parse_bucket_config("{}").is_err());
+    }
+
+    /// A bucket of 100000 × 100000 images would be built in memory before the run: refused,
+    /// with the allowed range, as are absurd frame counts and non-finite probabilities.
+    #[test]
+    fn absurd_buckets_are_refused_with_the_allowed_range() {
+        let e = parse_bucket_config("{(100000, 100000, 1): 1.0}").unwrap_err();
+        assert!(e.contains("allowed: 0 to 8192 pixels"), "{e}");
+        let e = parse_bucket_config("{(256, 256, 100000): 1.0}").unwrap_err();
+        assert!(e.contains("num_frames is out of range"), "{e}");
+        assert!(parse_bucket_config("{(256, 256, 1): NaN}").is_err());
+        assert!(parse_bucket_config("{(8192, 8192, 1): 1}").is_ok());
     }
 
     #[test]

@@ -103,7 +103,7 @@ pub fn sharegpt_sessions(
     pick: &SessionSelection,
     tok: &Tokenizer,
 ) -> Result<Vec<Session>, WorkloadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| WorkloadError::io(path, e))?;
+    let text = crate::text_file::read_text(path)?;
     let entries: Vec<ShareGptEntry> = serde_json::from_str(&text).map_err(|e| {
         WorkloadError::malformed(
             path,
@@ -184,7 +184,7 @@ pub fn custom_sessions(
     pick: &SessionSelection,
     tok: &Tokenizer,
 ) -> Result<Vec<Session>, WorkloadError> {
-    let text = std::fs::read_to_string(path).map_err(|e| WorkloadError::io(path, e))?;
+    let text = crate::text_file::read_text(path)?;
     let sessions = parse_custom_sessions(&text, path, default_output_len, tok)?;
     if sessions.is_empty() && pick.num_sessions > 0 {
         return Err(WorkloadError::Empty {

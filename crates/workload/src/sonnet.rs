@@ -69,7 +69,7 @@ pub fn sample_sonnet(
     cfg: &SonnetConfig,
     tok: &Tokenizer,
 ) -> Result<Vec<RequestSpec>, WorkloadError> {
-    let text = std::fs::read_to_string(&cfg.path).map_err(|e| WorkloadError::io(&cfg.path, e))?;
+    let text = crate::text_file::read_text(&cfg.path)?;
     sample_sonnet_str(&text, &cfg.path, cfg, tok)
 }
 

@@ -1411,3 +1411,77 @@ mod tests {
             .contains("do not specify --request-rate"));
     }
 }
+
+/// Every flag of `servebench run` that takes a value, given generated hostile numbers:
+/// validating the plan ends in a plan or a clear error, never a panic, and a plan that is
+/// accepted never asks for more requests than one run holds.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod hostile_numbers {
+    use super::*;
+    use clap::CommandFactory;
+    use proptest::prelude::*;
+
+    /// The long names of `run`'s flags that take a value.
+    fn valued_flags() -> Vec<String> {
+        <crate::Cli as CommandFactory>::command()
+            .find_subcommand("run")
+            .map(|run| {
+                run.get_arguments()
+                    .filter(|a| a.get_action().takes_values() && !a.is_positional())
+                    .filter_map(|a| a.get_long().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn hostile() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("nan".to_owned()),
+            Just("inf".to_owned()),
+            Just("-inf".to_owned()),
+            Just("0".to_owned()),
+            Just("-1".to_owned()),
+            Just("1e30".to_owned()),
+            Just("1e-300".to_owned()),
+            Just("18446744073709551616".to_owned()),
+            Just("1000000000000".to_owned()),
+            any::<f64>().prop_map(|v| v.to_string()),
+            any::<u64>().prop_map(|v| v.to_string()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_valued_flag_survives_hostile_numbers(
+            which in any::<prop::sample::Index>(),
+            value in hostile(),
+        ) {
+            let flags = valued_flags();
+            prop_assume!(!flags.is_empty());
+            let flag = format!("--{}={value}", flags[which.index(flags.len())]);
+            if let Ok(args) = RunArgs::from_flags(&[flag.as_str()]) {
+                if let Ok(plan) = RunPlan::from_args(&args) {
+                    prop_assert!(plan.num_prompts <= MAX_RUN_REQUESTS);
+                    prop_assert!(plan.traffic.duration_s.is_none_or(|d| d.is_finite() && d > 0.0));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_flags_are_found() {
+        let flags = valued_flags();
+        for f in [
+            "num-prompts",
+            "request-rate",
+            "request-timeout",
+            "duration",
+            "temperature",
+        ] {
+            assert!(flags.iter().any(|x| x == f), "{f} in {flags:?}");
+        }
+    }
+}

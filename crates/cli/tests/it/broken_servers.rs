@@ -354,3 +354,32 @@ fn a_server_that_does_not_stream_is_named_as_such() {
     assert!(err.contains("text_completion"), "quotes the body: {err}");
     assert!(!err.contains("cut off"), "{err}");
 }
+
+/// `--http2 on` against a server that speaks only HTTP/1.1: the failure says what happened
+/// (before: a bare "broken pipe").
+#[test]
+fn http2_on_against_an_http1_server_says_why_it_failed() {
+    let url = non_streaming_server();
+    let dir = tempdir("broken", "h2-on-h1");
+    let o = bin()
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "--http2",
+            "on",
+            "--num-prompts",
+            "1",
+            "--request-timeout",
+            "10",
+            "--output-dir",
+            dir.to_str().expect("utf-8"),
+        ])
+        .output()
+        .expect("spawn servebench");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("use --http2 auto or off"), "{err}");
+}

@@ -117,3 +117,64 @@ fn sampling_flags_that_are_not_finite_are_refused() {
         );
     }
 }
+
+/// `sim` announces "Serving on" only once its configuration is accepted: a TLS certificate
+/// that cannot be read is an error with no "Serving on" line before it.
+#[test]
+fn sim_says_serving_only_after_its_configuration_is_accepted() {
+    let o = crate::common::bin()
+        .args([
+            "sim",
+            "--port",
+            "0",
+            "--tls-cert",
+            "/nonexistent/cert.pem",
+            "--tls-key",
+            "/nonexistent/key.pem",
+        ])
+        .output()
+        .expect("spawn servebench");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("Serving on"), "{err}");
+    assert!(err.contains("cert.pem"), "{err}");
+}
+
+/// Files users hand to servebench: a dataset saved with a UTF-8 byte-order mark (Windows
+/// editors) is read as the same dataset (before: "expected value at line 1 column 1"), and a
+/// JSON file of another shape given to `report` is named as such, not as "not JSON".
+#[test]
+fn a_byte_order_mark_is_read_and_json_of_another_shape_is_named() {
+    let dir = crate::common::tempdir("hostile", "files");
+    let data = dir.join("bom.jsonl");
+    std::fs::write(
+        &data,
+        "\u{feff}{\"prompt\": \"Say hello.\", \"output_tokens\": 4}\n{\"prompt\": \"Say bye.\", \"output_tokens\": 4}\n",
+    )
+    .expect("write");
+    let o = crate::common::bin()
+        .current_dir(&dir)
+        .args([
+            "run",
+            "--virtual-time",
+            "--dataset-name",
+            "custom",
+            "--dataset-path",
+            data.to_str().expect("utf-8"),
+            "--num-prompts",
+            "2",
+        ])
+        .output()
+        .expect("spawn servebench");
+    assert!(o.status.success(), "{}", text(&o));
+    let shaped = dir.join("list.servebench.json");
+    std::fs::write(&shaped, "[1, 2, 3]").expect("write");
+    let o = crate::common::bin()
+        .args(["report", shaped.to_str().expect("utf-8"), "--no-write"])
+        .output()
+        .expect("spawn servebench");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("holds JSON, but an array"), "{err}");
+    assert!(!err.contains("is not JSON"), "{err}");
+}

@@ -240,3 +240,50 @@ fn answer_checks_fail_a_batch_whose_answers_miss() {
         text(&bad)
     );
 }
+
+/// `latency` and `throughput` take `--virtual-time` as `run` does (they run the simulator in
+/// virtual time anyway without a server), so one command line serves all three; with a
+/// server it is refused, as in `run`.
+#[test]
+fn latency_and_throughput_accept_virtual_time() {
+    let t = servebench(&[
+        "throughput",
+        "--virtual-time",
+        "--num-prompts",
+        "8",
+        "--input-len",
+        "32",
+        "--output-len",
+        "8",
+    ]);
+    assert!(ok(&t).contains("Throughput:"), "{}", text(&t));
+    let l = servebench(&[
+        "latency",
+        "--virtual-time",
+        "--input-len",
+        "32",
+        "--output-len",
+        "8",
+        "--batch-size",
+        "2",
+        "--num-iters",
+        "2",
+        "--num-iters-warmup",
+        "0",
+    ]);
+    assert!(ok(&l).contains("Avg latency"), "{}", text(&l));
+    let refused = servebench(&[
+        "throughput",
+        "--virtual-time",
+        "--base-url",
+        "http://127.0.0.1:9",
+        "--num-prompts",
+        "1",
+    ]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--virtual-time runs the simulator"),
+        "{}",
+        text(&refused)
+    );
+}

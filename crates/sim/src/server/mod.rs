@@ -636,9 +636,22 @@ pub async fn serve(
     sim: ResolvedSim,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), SimError> {
+    serve_announced(listener, sim, shutdown, || {}).await
+}
+
+/// [`serve`], calling `announce` once the configuration has been accepted (limits, TLS, the
+/// engines started) and just before connections are taken: a "Serving on …" line printed
+/// there is never followed by a configuration error.
+pub async fn serve_announced(
+    listener: TcpListener,
+    sim: ResolvedSim,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    announce: impl FnOnce(),
+) -> Result<(), SimError> {
     let limits = ConnectionLimits::from_args(&sim.args)?;
     let secure = secure::Secure::from_args(&sim.args, &limits)?;
     let (engine, fleet) = crate::fleet::realtime_fleet::spawn(&sim)?;
+    announce();
     let state = AppState::new(&sim, engine.clone()).with_fleet(fleet.clone());
     let stopper = (engine.clone(), fleet.clone());
     connections::serve_connections(

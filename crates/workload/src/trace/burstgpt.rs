@@ -62,7 +62,7 @@ pub fn sample_burstgpt(
     tok: &Tokenizer,
 ) -> Result<Vec<RequestSpec>, WorkloadError> {
     let path = cfg.path.as_path();
-    let text = std::fs::read_to_string(path).map_err(|e| WorkloadError::io(path, e))?;
+    let text = crate::text_file::read_text(path)?;
     let mut rows = kept_rows(&text, path)?;
     if rows.is_empty() {
         return Err(WorkloadError::Empty {

@@ -24,8 +24,13 @@ pub(crate) fn for_each_line(
         }
         line_no += 1;
         let line = std::str::from_utf8(&buf)
-            .map_err(|_| WorkloadError::malformed(path, line_no, "line is not UTF-8 text"))?
-            .trim();
+            .map_err(|_| WorkloadError::malformed(path, line_no, "line is not UTF-8 text"))?;
+        let line = if line_no == 1 {
+            crate::text_file::strip_bom(line)
+        } else {
+            line
+        }
+        .trim();
         if !line.is_empty() {
             each(line_no, line)?;
         }

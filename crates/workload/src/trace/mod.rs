@@ -143,7 +143,7 @@ impl TraceFormat {
 /// Reads a trace file, detecting its format.
 pub fn read_trace(path: impl AsRef<Path>) -> Result<Vec<TraceEntry>, WorkloadError> {
     let path = path.as_ref();
-    let text = std::fs::read_to_string(path).map_err(|e| WorkloadError::io(path, e))?;
+    let text = crate::text_file::read_text(path)?;
     parse_trace(&text, None, path)
 }
 
@@ -154,6 +154,7 @@ pub fn parse_trace(
     format: Option<TraceFormat>,
     path: &Path,
 ) -> Result<Vec<TraceEntry>, WorkloadError> {
+    let text = crate::text_file::strip_bom(text);
     let format = match format.or_else(|| TraceFormat::detect(text)) {
         Some(f) => f,
         None => {

@@ -305,7 +305,14 @@ fn detect_file(
             break;
         }
         line_no += 1;
-        let line = String::from_utf8_lossy(&buf).trim().to_owned();
+        let text = String::from_utf8_lossy(&buf);
+        let line = if line_no == 1 {
+            crate::text_file::strip_bom(&text)
+        } else {
+            &text
+        }
+        .trim()
+        .to_owned();
         if line.is_empty() {
             continue;
         }
