@@ -14,6 +14,7 @@ pub mod matrix;
 mod merge_cmd;
 mod plan_cmd;
 mod predict_cmd;
+mod reference_cmd;
 mod report_cmd;
 mod run;
 mod server_proc;
@@ -111,6 +112,13 @@ pub enum Command {
     /// Kubernetes: `k8s job` prints an Indexed Job manifest whose pods each send one shard of
     /// one schedule, starting together (docs/kubernetes.md).
     K8s(Box<k8s_cmd::K8sArgs>),
+    /// Print the command reference (every command's --help) as the guide's Markdown page:
+    /// `servebench reference > docs/command-reference.md`.
+    Reference,
+    /// Write a man page per command into DIR (servebench.1, servebench-run.1, ...).
+    Man(reference_cmd::ManArgs),
+    /// Print a shell completion script: `servebench completions bash > servebench.bash`.
+    Completions(reference_cmd::CompletionsArgs),
 }
 
 /// Exit codes: 0 ok, 1 a threshold was missed, 2 an error.
@@ -192,6 +200,9 @@ pub fn main() -> ExitCode {
             Command::Trace(args) => trace_cmd::trace(*args),
             Command::Merge(args) => merge_cmd::merge(*args, redact_argv(&argv)),
             Command::K8s(args) => k8s_cmd::k8s(*args),
+            Command::Reference => reference_cmd::reference(),
+            Command::Man(args) => reference_cmd::man(&args),
+            Command::Completions(args) => reference_cmd::completions(&args),
         }
     });
     match result {

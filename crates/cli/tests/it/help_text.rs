@@ -21,6 +21,9 @@ const SUBCOMMANDS: &[&str] = &[
     "trace",
     "merge",
     "k8s",
+    "reference",
+    "man",
+    "completions",
 ];
 
 /// The subcommands `servebench --help` lists, so a new one cannot escape the checks below.
@@ -214,6 +217,63 @@ fn short_help_fits_a_screen_and_long_help_keeps_every_flag() {
             short.lines().count() <= 80,
             "servebench {cmd} -h has {} lines:\n{short}",
             short.lines().count()
+        );
+    }
+}
+
+/// The guide's command reference is generated from the binary (`servebench reference >
+/// docs/command-reference.md`); it fails here as soon as a flag or its help changes without
+/// the page being regenerated.
+#[test]
+fn the_committed_command_reference_is_current() {
+    let o = crate::common::bin()
+        .arg("reference")
+        .output()
+        .expect("spawn servebench");
+    assert!(o.status.success(), "{}", crate::common::text(&o));
+    let generated = String::from_utf8(o.stdout).expect("utf-8");
+    let page =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/command-reference.md");
+    let committed = std::fs::read_to_string(&page).expect("docs/command-reference.md");
+    assert!(
+        generated == committed,
+        "docs/command-reference.md is stale: run `servebench reference > docs/command-reference.md`"
+    );
+    for cmd in [
+        "servebench run",
+        "servebench sim fidelity",
+        "servebench plan",
+        "servebench k8s job",
+    ] {
+        assert!(generated.contains(&format!("## `{cmd}`")), "{cmd} missing");
+    }
+}
+
+/// Man pages and shell completions come from the same definitions, by the documented
+/// commands.
+#[test]
+fn man_pages_and_completions_are_generated() {
+    let dir = crate::common::tempdir("help", "man");
+    let o = crate::common::bin()
+        .args(["man", dir.to_str().expect("utf-8")])
+        .output()
+        .expect("spawn servebench");
+    assert!(o.status.success(), "{}", crate::common::text(&o));
+    let run = std::fs::read_to_string(dir.join("servebench-run.1")).expect("servebench-run.1");
+    assert!(
+        run.contains(".TH") && run.contains("num\\-prompts"),
+        "{run:.400}"
+    );
+    assert!(dir.join("servebench-sim-calibrate.1").exists());
+    for shell in ["bash", "zsh", "fish"] {
+        let o = crate::common::bin()
+            .args(["completions", shell])
+            .output()
+            .expect("spawn servebench");
+        let script = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && script.contains("num-prompts"),
+            "{shell}: {script:.300}"
         );
     }
 }
