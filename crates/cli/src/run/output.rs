@@ -440,7 +440,11 @@ pub fn write_results(
         (Some(o), _) => client_health(
             o,
             &summary,
-            args.request_rate.is_finite() || f.ramp_up.is_some(),
+            // A self-timed trace keeps its own clock: a late release is a lagging client.
+            args.request_rate.is_finite()
+                || f.ramp_up.is_some()
+                || (args.dataset_name == super::args::DatasetName::TimedTrace
+                    && !args.no_self_timed),
         ),
         (None, Some((h, _))) => h.clone(),
         (None, None) => ClientHealth::virtual_time(),
@@ -627,8 +631,13 @@ fn run_validity(
 ) -> RunValidity {
     let args = f.args;
     // A ramp has no single rate; its schedule is still the reference the sends are held to.
+    // A self-timed trace is an open loop on the trace's own clock: its mean rate is the
+    // offered one (at `--request-rate inf` it is not "every request due at once").
+    let self_timed =
+        args.dataset_name == super::args::DatasetName::TimedTrace && !args.no_self_timed;
     let offered_rate = match &f.ramp_up {
         Some((_, a, b)) => Some((*a).max(*b) as f64),
+        None if self_timed => trace_rate(records),
         None => Some(args.request_rate).filter(|r| r.is_finite() && *r > 0.0),
     };
     let client_cpu_share = health
@@ -759,6 +768,15 @@ fn plan_section(f: &Finish<'_>) -> PlanSection {
             .map(|g| format!("{}:{}", g.metric.as_str(), g.threshold_ms))
             .collect(),
     }
+}
+
+/// The mean arrival rate of a trace's schedule, `(n − 1) / (last intended − first intended)`
+/// per second; `None` with fewer than two arrivals or none spread in time.
+fn trace_rate(records: &[RequestRecord]) -> Option<f64> {
+    let first = records.iter().map(|r| r.intended).min()?;
+    let last = records.iter().map(|r| r.intended).max()?;
+    (records.len() >= 2 && last > first)
+        .then(|| (records.len() - 1) as f64 / ((last - first) as f64 / 1e9))
 }
 
 /// Client health of a real run: dispatch lag, CPU, and whether the client limited the run.

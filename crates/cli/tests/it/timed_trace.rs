@@ -558,3 +558,33 @@ fn inspect_and_run_read_a_vllm_timed_trace_alike_without_a_format_flag() {
         "run replays mooncake.jsonl in ms as inspect reads it"
     );
 }
+
+/// A self-timed trace is an open loop on the trace's clock: its verdict holds the client to
+/// the trace's mean rate (before: "offered unlimited (every request due at once)", untrue of
+/// a trace whose requests arrive over time).
+#[test]
+fn a_self_timed_trace_is_judged_at_the_traces_own_rate() {
+    let dir = tempdir("timed", "self-timed-load");
+    let file = example("mooncake.jsonl");
+    let o = servebench(&[
+        "run",
+        "--virtual-time",
+        "--dataset-name",
+        "timed_trace",
+        "--dataset-path",
+        &file,
+        "--trace-format",
+        "mooncake",
+        "--timed-trace-sec-multiplier",
+        "0.0005",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let out = ok(&o);
+    assert!(!out.contains("every request due at once"), "{out}");
+    let load = out
+        .lines()
+        .find(|l| l.starts_with("Load: offered "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(load.contains("req/s, achieved"), "{load}");
+}
