@@ -612,36 +612,32 @@ async fn run_sweep(
             }
         }
     }
-    for cause in [
-        OverloadCause::Cap(0),
-        OverloadCause::Server,
-        OverloadCause::Client,
-    ] {
-        let mut cap = 0;
+    // One line per cause (each cap its own), in the order the points first show it.
+    let mut distinct: Vec<OverloadCause> = Vec::new();
+    for c in points
+        .iter()
+        .zip(&causes)
+        .filter(|(p, _)| p.overloaded)
+        .filter_map(|(_, c)| *c)
+    {
+        if !distinct.contains(&c) {
+            distinct.push(c);
+        }
+    }
+    for cause in distinct {
         let named: Vec<String> = points
             .iter()
             .zip(&causes)
-            .filter(|(p, c)| {
-                p.overloaded
-                    && c.is_some_and(|c| {
-                        std::mem::discriminant(&c) == std::mem::discriminant(&cause)
-                    })
-            })
-            .map(|(p, c)| {
-                if let Some(OverloadCause::Cap(n)) = c {
-                    cap = *n;
-                }
+            .filter(|(p, c)| p.overloaded && **c == Some(cause))
+            .map(|(p, _)| {
                 let achieved = p
                     .achieved_rate
                     .map_or_else(String::new, |a| format!(" (achieved {a:.2} req/s)"));
                 format!("{}{achieved}", kind.describe(p.offered_load))
             })
             .collect();
-        if named.is_empty() {
-            continue;
-        }
         let why = match cause {
-            OverloadCause::Cap(_) => format!(
+            OverloadCause::Cap(cap) => format!(
                 "The concurrency cap of {cap} (--max-concurrency, or the row's own) lets only the achieved rate through at these latencies, so requests waited for a free slot: the cap, not the server or the client, stopped these rates; raise it to offer them"
             ),
             OverloadCause::Server => "The server fell behind the arrivals (TTFT grew through each run): these rates are past its capacity".to_owned(),

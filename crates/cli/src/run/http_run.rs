@@ -126,9 +126,7 @@ impl Executor for HttpTarget {
             print_traffic(plan);
         }
         // Probes of a server that never answers end within the user's --request-timeout.
-        let metrics_timeout = plan
-            .request_timeout
-            .map_or(Duration::from_secs(5), |t| t.min(Duration::from_secs(5)));
+        let metrics_timeout = output::probe_timeout(plan.request_timeout);
         if let Some(start) = &plan.scale_out.start_at {
             // The schedule keeps the agreed time zero; whatever was due before now goes late.
             if let Ok(late) = std::time::SystemTime::now().duration_since(start.at) {

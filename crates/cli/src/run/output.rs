@@ -196,7 +196,7 @@ impl ServerInfo {
     /// `timeout`, the user's `--request-timeout`, is shorter): a server that never answers
     /// delays the end of a run by one wait, not one per probe.
     pub async fn fetch(target: &Target, sim: Option<SimInfo>, timeout: Option<Duration>) -> Self {
-        let t = timeout.map_or(PROBE_TIMEOUT, |t| t.min(PROBE_TIMEOUT));
+        let t = probe_timeout(timeout);
         let get = |path: &'static str| async move {
             servebench_loadgen::probe::get_json(target, path, t)
                 .await
@@ -437,15 +437,9 @@ pub fn write_results(
     };
     let vllm = vllm_result(&info, records);
     let health = match (load, &f.merged) {
-        (Some(o), _) => client_health(
-            o,
-            &summary,
-            // A self-timed trace keeps its own clock: a late release is a lagging client.
-            args.request_rate.is_finite()
-                || f.ramp_up.is_some()
-                || (args.dataset_name == super::args::DatasetName::TimedTrace
-                    && !args.no_self_timed),
-        ),
+        // A schedule with a rate (a finite one, a ramp, a trace's own clock) is what a late
+        // release falls behind; all due at once, it is only the burst's length.
+        (Some(o), _) => client_health(o, &summary, offered_rate(f, records).is_some()),
         (None, Some((h, _))) => h.clone(),
         (None, None) => ClientHealth::virtual_time(),
     };
@@ -630,16 +624,7 @@ fn run_validity(
     health: &ClientHealth,
 ) -> RunValidity {
     let args = f.args;
-    // A ramp has no single rate; its schedule is still the reference the sends are held to.
-    // A self-timed trace is an open loop on the trace's own clock: its mean rate is the
-    // offered one (at `--request-rate inf` it is not "every request due at once").
-    let self_timed =
-        args.dataset_name == super::args::DatasetName::TimedTrace && !args.no_self_timed;
-    let offered_rate = match &f.ramp_up {
-        Some((_, a, b)) => Some((*a).max(*b) as f64),
-        None if self_timed => trace_rate(records),
-        None => Some(args.request_rate).filter(|r| r.is_finite() && *r > 0.0),
-    };
+    let offered_rate = offered_rate(f, records);
     let client_cpu_share = health
         .measured()
         .filter(|m| m.cpus > 0)
@@ -768,6 +753,26 @@ fn plan_section(f: &Finish<'_>) -> PlanSection {
             .map(|g| format!("{}:{}", g.metric.as_str(), g.threshold_ms))
             .collect(),
     }
+}
+
+/// The rate the run offered, req/s; `None` when every request was due at once. A ramp has
+/// no single rate; its peak is the reference the sends are held to. A self-timed trace is an
+/// open loop on the trace's own clock: its mean rate is the offered one.
+fn offered_rate(f: &Finish<'_>, records: &[RequestRecord]) -> Option<f64> {
+    let args = f.args;
+    let self_timed =
+        args.dataset_name == super::args::DatasetName::TimedTrace && !args.no_self_timed;
+    match &f.ramp_up {
+        Some((_, a, b)) => Some((*a).max(*b) as f64),
+        None if self_timed => trace_rate(records),
+        None => Some(args.request_rate).filter(|r| r.is_finite() && *r > 0.0),
+    }
+}
+
+/// How long a probe of the server around a run waits: [`PROBE_TIMEOUT`], or the user's
+/// shorter `--request-timeout`, so a server that never answers ends the run in time.
+pub fn probe_timeout(request_timeout: Option<Duration>) -> Duration {
+    request_timeout.map_or(PROBE_TIMEOUT, |t| t.min(PROBE_TIMEOUT))
 }
 
 /// The mean arrival rate of a trace's schedule, `(n − 1) / (last intended − first intended)`

@@ -229,13 +229,16 @@ fn escape_sequences_from_a_server_are_printed_escaped() {
     );
 }
 
-/// Sends SIGINT to `child` once `after` has passed, then waits at most `bound` for it to
-/// exit (killing it past that); returns its exit code and how long it took after the signal.
-fn interrupt_after(
-    mut child: std::process::Child,
-    after: Duration,
-    bound: Duration,
-) -> (Option<i32>, Duration) {
+/// Runs `servebench ARGS`, sends it SIGINT once `after` has passed, then waits at most
+/// `bound` for it to exit (killing it past that); returns its exit code and how long it took
+/// after the signal.
+fn interrupt_after(args: &[&str], after: Duration, bound: Duration) -> (Option<i32>, Duration) {
+    let mut child = bin()
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn servebench");
     std::thread::sleep(after);
     let status = std::process::Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -264,41 +267,37 @@ fn interrupt_after(
 fn ctrl_c_before_the_first_request_ends_the_run_with_130() {
     let url = silent_server();
     let dir = tempdir("broken", "early-ctrl-c");
-    let child = bin()
-        .args([
-            "run",
-            "--base-url",
-            &url,
-            "--request-timeout",
-            "60",
-            "--num-prompts",
-            "2",
-            "--output-dir",
-            dir.to_str().expect("utf-8"),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn servebench");
-    let (code, took) = interrupt_after(child, Duration::from_millis(1500), Duration::from_secs(10));
+    let out = dir.to_str().expect("utf-8");
+    let discovery = [
+        "run",
+        "--base-url",
+        &url,
+        "--request-timeout",
+        "60",
+        "--num-prompts",
+        "2",
+        "--output-dir",
+        out,
+    ];
+    let (code, took) = interrupt_after(
+        &discovery,
+        Duration::from_millis(1500),
+        Duration::from_secs(10),
+    );
     assert_eq!(code, Some(130), "discovery: exit after {took:?}");
 
-    let child = bin()
-        .args([
-            "run",
-            "--virtual-time",
-            "--num-prompts",
-            "20000000",
-            "--random-input-len",
-            "2000",
-            "--output-dir",
-            dir.to_str().expect("utf-8"),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn servebench");
-    let (code, took) = interrupt_after(child, Duration::from_millis(2500), Duration::from_secs(10));
+    let build = [
+        "run",
+        "--virtual-time",
+        "--num-prompts",
+        "20000000",
+        "--random-input-len",
+        "2000",
+        "--output-dir",
+        out,
+    ];
+    let (code, took) =
+        interrupt_after(&build, Duration::from_millis(2500), Duration::from_secs(10));
     assert_eq!(code, Some(130), "workload build: exit after {took:?}");
 }
 
