@@ -13,6 +13,7 @@
 //! - [`repeat`]: repeated runs, mean ± std per figure.
 //! - [`io`]: reading records back from JSONL.
 //! - [`units`]: ns/ms/s conversions, used across the workspace.
+//! - [`slices`]: every statistic per time window (`--slice-duration`).
 //! - [`result`]: the result files (`*.servebench.json`, `experiment.json`) as types.
 
 pub mod connections;
@@ -24,6 +25,7 @@ mod reasoning;
 mod record;
 pub mod repeat;
 pub mod result;
+pub mod slices;
 pub mod stats;
 mod steady_state;
 pub mod summary;
@@ -42,6 +44,7 @@ pub use record::{
     TokenEvent,
 };
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
+pub use slices::{slices, SliceOptions, SliceStat, Slices};
 pub use stats::PercentileStat;
 pub use steady_state::{
     mser5, steady_state, SteadyState, SteadyStateMode, Truncation, MSER_TRUSTED_LEN,

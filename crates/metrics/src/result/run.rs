@@ -69,6 +69,9 @@ pub struct RunResult {
     /// when (absent for a run that went to the end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_early: Option<StoppedEarly>,
+    /// Every statistic per time window (`--slice-duration`); absent when not asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slices: Option<crate::slices::Slices>,
 }
 
 /// Why and when a run stopped itself before the end of its schedule.

@@ -312,7 +312,12 @@ pub fn render_html(report: &ExperimentReport) -> String {
         out.push_str(&in_flight_over_time(&gs).render());
         out.push_str(&latency_over_time(&gs, "ttft").render());
         out.push_str(&latency_over_time(&gs, "tpot").render());
-        out.push_str("</div>\n</section>\n");
+        out.push_str("</div>\n");
+        out.push_str("<h3 id=\"slices\">Per time window</h3>\n<p class=\"note\">Each window's percentiles of the samples observed in it (a TTFT at its first token, a gap at its later token, an E2EL or TPOT at the last token): the median as a line, p50–p90 and p90–p99 shaded.</p>\n");
+        for g in &gs {
+            out.push_str(&super::slices::group_slices_html(g, gs.len() == 1));
+        }
+        out.push_str("</section>\n");
 
         section(&mut out, "runs", "Every run");
         for g in &gs {
