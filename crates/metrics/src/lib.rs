@@ -21,6 +21,7 @@ mod derived;
 mod io;
 pub mod lora;
 pub mod per_pool;
+pub mod phases;
 mod reasoning;
 mod record;
 pub mod repeat;
@@ -37,11 +38,12 @@ pub mod vllm;
 pub use connections::{ConnectionSummary, ConnectionTiming};
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use lora::{by_lora, LoraStats};
+pub use phases::{phase_summary, PhaseStat, PhaseSummary};
 pub use reasoning::ReasoningSummary;
 pub use record::ServedBy;
 pub use record::{
-    CountSource, Failure, FailureKind, ImageUsage, OutputSplit, RequestRecord, StampClock,
-    TokenEvent,
+    CountSource, Failure, FailureKind, ImageUsage, OutputSplit, RequestPhases, RequestRecord,
+    StampClock, TokenEvent,
 };
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use slices::{slices, SliceOptions, SliceStat, Slices};

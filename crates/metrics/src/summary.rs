@@ -390,6 +390,10 @@ pub struct RunSummary {
     /// plain HTTP/1.1 runs and older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<crate::ConnectionSummary>,
+    /// Where the requests' time went, phase by phase, and connection reuse; absent where no
+    /// connection stamped them (virtual time, older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<crate::PhaseSummary>,
 }
 
 impl RunSummary {
@@ -562,6 +566,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         stamp_clocks: stamp_clocks(records),
         per_pool: crate::per_pool::per_pool(records, p),
         connections: None,
+        phases: crate::phases::phase_summary(records),
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary

@@ -181,6 +181,13 @@ fn run_details(out: &mut String, label: &str, run: &RunData, id: &str, open: boo
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(&k), esc(&v));
     }
     out.push_str("</dl>\n");
+    if let Some(p) = &run.summary.phases {
+        out.push_str("<h3>Where the time went</h3>\n");
+        out.push_str(&super::phases::phase_table(p).to_html(&format!("{id}-phases")));
+        if let Some(n) = super::phases::reuse_note(p) {
+            let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(&n));
+        }
+    }
     let turns = servebench_metrics::by_turn(&run.records);
     if !turns.is_empty() {
         out.push_str("<h3>By turn</h3>\n");

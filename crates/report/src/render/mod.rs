@@ -13,6 +13,7 @@ pub mod interactivity;
 pub mod lora;
 pub mod markdown;
 mod mdhtml;
+pub mod phases;
 pub mod slices;
 pub mod svg;
 pub mod tables;
