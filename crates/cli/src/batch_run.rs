@@ -248,6 +248,7 @@ impl BatchTarget {
                     progress: progress.map(|label| Progress {
                         total: Some(requests.len()),
                         label: label.to_owned(),
+                        ui: servebench_loadgen::Ui::Auto,
                     }),
                     scrape_every: None,
                     start_at: None,

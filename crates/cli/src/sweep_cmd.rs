@@ -515,15 +515,12 @@ async fn run_sweep(
             rep.runs.iter().map(|r| run_validity(&dir, r)).collect();
         causes.push(overload_cause(&validity, row.max_concurrency));
         let verdict = point_verdict(&validity);
-        eprintln!(
-            "{}",
-            completion_line(
-                &format!("Point {i}: {}", kind.describe(value)),
-                &rep.summaries,
-                &verdict,
-                began.elapsed()
-            )
-        );
+        crate::matrix::repeat::announce(completion_line(
+            &format!("Point {i}: {}", kind.describe(value)),
+            &rep.summaries,
+            &verdict,
+            began.elapsed(),
+        ));
         verdicts.push(verdict);
         points.push(sweep_point(
             value,

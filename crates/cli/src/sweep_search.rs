@@ -246,15 +246,12 @@ pub async fn run_search(
         let validity: Vec<_> = rep.runs.iter().map(|r| run_validity(&dir, r)).collect();
         let point = sweep_point(value, &rep.summaries, &validity, &sweep.stats());
         let verdict = judge(sweep, &dir, &rep, &point);
-        eprintln!(
-            "{}",
-            crate::matrix::repeat::completion_line(
-                &format!("Search point {i}: {}", kind.describe(value)),
-                &rep.summaries,
-                &crate::sweep_cmd::point_verdict(&validity),
-                began.elapsed()
-            )
-        );
+        crate::matrix::repeat::announce(crate::matrix::repeat::completion_line(
+            &format!("Search point {i}: {}", kind.describe(value)),
+            &rep.summaries,
+            &crate::sweep_cmd::point_verdict(&validity),
+            began.elapsed(),
+        ));
         eprintln!(
             "  {}: {}",
             kind.describe(value),

@@ -134,7 +134,7 @@ pub(crate) async fn collect(
             .last_end_ns
             .max(record.end.max(record.done).unwrap_or(record.sent));
         out.resent += u64::from(record.resent);
-        live.finished(record.failure.is_some(), record.output_tokens);
+        live.finished_record(&record);
         let mut on_disk = false;
         if let Some(s) = sink.as_mut() {
             match s.append(&record) {

@@ -165,7 +165,7 @@ async fn drive<B: Backend>(
     let scraper = spec.scrape_every.and_then(|every| {
         client
             .telemetry_target()
-            .map(|target| Scraper::start(target.clone(), clock, every))
+            .map(|target| Scraper::reporting(target.clone(), clock, every, Some(Arc::clone(&live))))
     });
 
     // Requests that found every slot taken wait here, in arrival order (FIFO), for a slot.

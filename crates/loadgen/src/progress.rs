@@ -19,6 +19,33 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 pub struct Progress {
     pub total: Option<usize>,
     pub label: String,
+    /// How progress is shown (`--ui`).
+    pub ui: Ui,
+}
+
+/// How live progress is shown on stderr (`--ui`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Ui {
+    /// The dashboard on a terminal, plain lines elsewhere.
+    #[default]
+    Auto,
+    /// The full-screen live view (plain lines when stderr is no terminal).
+    Dashboard,
+    /// One progress bar line (plain lines when stderr is no terminal).
+    Bar,
+    /// Plain lines, every 10 s.
+    Simple,
+}
+
+impl Ui {
+    /// What is drawn when stderr is (`tty`) or is not a terminal.
+    fn resolve(self, tty: bool) -> Ui {
+        match (self, tty) {
+            (_, false) | (Ui::Simple, _) => Ui::Simple,
+            (Ui::Auto | Ui::Dashboard, true) => Ui::Dashboard,
+            (Ui::Bar, true) => Ui::Bar,
+        }
+    }
 }
 
 /// Counters the run bumps as it goes (relaxed atomics: the drawer only needs a recent
@@ -34,6 +61,8 @@ pub(crate) struct Live {
     output_tokens: AtomicU64,
     /// The run's time zero, once dispatch began (a `--start-at` run waits before it).
     began: OnceLock<Instant>,
+    /// The dashboard's figures, fed only while a dashboard draws.
+    pub(crate) stats: OnceLock<crate::dashboard::LiveStats>,
 }
 
 impl Live {
@@ -56,7 +85,27 @@ impl Live {
         }
     }
 
-    fn snapshot(&self, total: Option<usize>, last_arrival: Option<Duration>) -> Snapshot {
+    /// A record arrived at the collector: the counters, and the dashboard's figures when one
+    /// draws (off the request path: the collector's task).
+    pub(crate) fn finished_record(&self, r: &servebench_metrics::RequestRecord) {
+        self.finished(r.failure.is_some(), r.output_tokens);
+        if let Some(s) = self.stats.get() {
+            s.feed(r);
+        }
+    }
+
+    /// The server's latest scrape, for the dashboard.
+    pub(crate) fn scraped(&self, sample: &servebench_metrics::result::TelemetrySample) {
+        if let Some(s) = self.stats.get() {
+            s.server(sample);
+        }
+    }
+
+    pub(crate) fn snapshot(
+        &self,
+        total: Option<usize>,
+        last_arrival: Option<Duration>,
+    ) -> Snapshot {
         let done = self.finished.load(Ordering::Relaxed);
         Snapshot {
             done,
@@ -73,7 +122,7 @@ impl Live {
 
 /// What progress shows at one moment.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Snapshot {
+pub struct Snapshot {
     pub done: u64,
     pub total: Option<u64>,
     pub failed: u64,
@@ -199,14 +248,23 @@ impl Drawer {
         last_arrival: Option<Duration>,
     ) -> Drawer {
         let (stop, stopped) = std_mpsc::channel();
-        let tty = std::io::stderr().is_terminal();
+        let ui = progress.ui.resolve(std::io::stderr().is_terminal());
+        if ui == Ui::Dashboard {
+            let _ = live.stats.set(crate::dashboard::LiveStats::default());
+        }
         let thread = std::thread::Builder::new()
             .name("progress".into())
             .spawn(move || {
-                if tty {
-                    draw_bar(&progress, &live, last_arrival, &stopped);
-                } else {
-                    draw_lines(&progress, &live, last_arrival, &stopped);
+                match ui {
+                    Ui::Dashboard => {
+                        // A terminal the view cannot take over still shows the bar.
+                        if crate::dashboard::draw(&progress, &live, last_arrival, &stopped).is_err()
+                        {
+                            draw_bar(&progress, &live, last_arrival, &stopped);
+                        }
+                    }
+                    Ui::Bar | Ui::Auto => draw_bar(&progress, &live, last_arrival, &stopped),
+                    Ui::Simple => draw_lines(&progress, &live, last_arrival, &stopped),
                 }
                 let last = live.snapshot(progress.total, last_arrival);
                 let _ = writeln!(

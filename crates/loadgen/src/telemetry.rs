@@ -133,6 +133,16 @@ impl Scraper {
     /// Start scraping `target`'s `/metrics` every `every`. A server without `/metrics` costs one
     /// failed request per interval and yields empty telemetry.
     pub fn start(target: Target, clock: RunClock, every: Duration) -> Self {
+        Self::reporting(target, clock, every, None)
+    }
+
+    /// [`Scraper::start`], each sample also shown live.
+    pub(crate) fn reporting(
+        target: Target,
+        clock: RunClock,
+        every: Duration,
+        live: Option<std::sync::Arc<crate::progress::Live>>,
+    ) -> Self {
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut t = ServerTelemetry::default();
@@ -173,6 +183,9 @@ impl Scraper {
                             kv_usage: first_of(&m, KV_USAGE),
                             preemptions: first_of(&m, PREEMPTIONS),
                         });
+                        if let (Some(l), Some(s)) = (&live, t.samples.last()) {
+                            l.scraped(s);
+                        }
                         if first.is_none() {
                             first = Some(m.clone());
                         }

@@ -375,15 +375,12 @@ pub async fn run_matrix(
                 .iter()
                 .map(|r| crate::sweep_cmd::run_validity(&dir, r))
                 .collect();
-            eprintln!(
-                "{}",
-                repeat::completion_line(
-                    &format!("Row {} ({})", row.id, row.name),
-                    &rep.summaries,
-                    &crate::sweep_cmd::point_verdict(&validity),
-                    began.elapsed()
-                )
-            );
+            crate::matrix::repeat::announce(repeat::completion_line(
+                &format!("Row {} ({})", row.id, row.name),
+                &rep.summaries,
+                &crate::sweep_cmd::point_verdict(&validity),
+                began.elapsed(),
+            ));
         }
         rows_out.push(RowEntry {
             id: row.id.clone(),

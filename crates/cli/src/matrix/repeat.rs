@@ -124,6 +124,13 @@ pub fn headline(summaries: &[RunSummary]) -> String {
     out
 }
 
+/// Prints a row's or point's completion line and keeps it for the live view of the next
+/// ones (their verdicts so far).
+pub fn announce(line: String) {
+    eprintln!("{line}");
+    servebench_loadgen::note_finished(line);
+}
+
 /// The line printed when a row or point finishes: `Point 2: concurrency 16 — 1429 output
 /// tok/s, p99 E2EL 1409.8 ms, NOT ENOUGH DATA (12.3 s)`. `verdict` is the validity verdict
 /// (`-` when unknown); the time is the wall time of its runs, warm-ups included.

@@ -129,6 +129,36 @@ pub enum SteadyStateArg {
     Off,
 }
 
+/// `--ui`: how live progress is shown on stderr.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum UiArg {
+    /// The dashboard on a terminal, plain lines when stderr is piped.
+    #[default]
+    Auto,
+    /// The full-screen live view (q or Ctrl-C stops the run).
+    Dashboard,
+    /// One progress bar line.
+    Bar,
+    /// Plain progress lines every 10 s.
+    Simple,
+    /// No live progress (as --disable-tqdm).
+    None,
+}
+
+impl UiArg {
+    /// The load generator's view; `None` for no progress at all.
+    pub fn view(self) -> Option<servebench_loadgen::Ui> {
+        use servebench_loadgen::Ui;
+        match self {
+            UiArg::Auto => Some(Ui::Auto),
+            UiArg::Dashboard => Some(Ui::Dashboard),
+            UiArg::Bar => Some(Ui::Bar),
+            UiArg::Simple => Some(Ui::Simple),
+            UiArg::None => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RampUp {
     Linear,
@@ -460,6 +490,12 @@ pub struct RunArgs {
     /// No live progress.
     #[arg(long, help_heading = "Output")]
     pub disable_tqdm: bool,
+    /// Live progress on stderr: a full-screen dashboard (progress and ETA, in flight,
+    /// throughput and TTFT/ITL percentiles over the last seconds, failures by kind, server
+    /// telemetry, rows done), one bar line, plain lines, or none. auto: the dashboard on a
+    /// terminal, plain lines when piped.
+    #[arg(long, value_enum, default_value = "auto", help_heading = "Output")]
+    pub ui: UiArg,
     /// Also compute every statistic per time window of this many seconds (TTFT, ITL, TPOT,
     /// E2EL percentiles, throughput, in flight, failures, server telemetry): saved in the
     /// result file (`slices`) and in STEM.slices.csv, drawn over time in the HTML report.

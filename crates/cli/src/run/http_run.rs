@@ -153,6 +153,7 @@ impl Executor for HttpTarget {
                 .map(|c| plan.scale_out.shard.map_or(c, |s| s.concurrency(c))),
             start_at: plan.scale_out.start_at.as_ref().map(|s| s.at),
             progress: plan.report.progress.then(|| Progress {
+                ui: plan.report.ui.view().unwrap_or_default(),
                 total: Some(schedule.len()),
                 label: plan
                     .report

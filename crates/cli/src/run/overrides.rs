@@ -168,7 +168,7 @@ impl RunBase {
     /// run's own recorded flags always turn it off, so re-running one alone stays quiet in a
     /// script; the matrix or sweep shows progress around it instead.
     pub fn shows_progress(&self) -> bool {
-        !self.args.disable_tqdm
+        !self.args.disable_tqdm && self.args.ui != super::args::UiArg::None
     }
 
     /// The plan of one run: the row's `workload`, then `run` (seed, warm-ups, label),

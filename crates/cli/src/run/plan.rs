@@ -230,6 +230,8 @@ pub struct ReportPlan {
     pub steady_state: args::SteadyStateArg,
     /// `--slice-duration`: window width for metrics over time, s.
     pub slice_duration: Option<f64>,
+    /// `--ui`: how live progress is drawn (when `progress`).
+    pub ui: args::UiArg,
 }
 
 /// One measured run, validated.
@@ -385,11 +387,12 @@ impl RunPlan {
                 result_dir: a.result_dir.clone(),
                 result_filename: a.result_filename.clone(),
                 label: a.label.clone(),
-                progress: !a.disable_tqdm,
+                progress: !a.disable_tqdm && a.ui != args::UiArg::None,
                 progress_label: None,
                 output_dir: a.output_dir.clone(),
                 steady_state: a.steady_state,
                 slice_duration: a.slice_duration,
+                ui: a.ui,
             },
             repeat: a.repeat,
             answer,
@@ -586,6 +589,7 @@ impl RunPlan {
             output_dir: r.output_dir.clone(),
             steady_state: r.steady_state,
             slice_duration: r.slice_duration,
+            ui: if r.progress { r.ui } else { args::UiArg::Auto },
             expect_regex: self.answer.regexes.clone(),
             expect_json_schema: self.answer.schemas.clone(),
             start_at: self.scale_out.start_at.as_ref().map(|s| s.given.clone()),

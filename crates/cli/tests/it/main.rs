@@ -24,6 +24,7 @@ mod hostile_flags;
 mod k8s_job;
 mod kill_nine;
 mod latency_cli;
+mod live_view;
 mod lora;
 mod matrix_cli;
 mod multi_turn;
