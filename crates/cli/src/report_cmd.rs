@@ -54,6 +54,8 @@ pub struct ReportFiles {
     pub markdown: PathBuf,
     /// One line per run.
     pub csv: PathBuf,
+    /// Each chart as an SVG file of its own.
+    pub plots: PathBuf,
 }
 
 /// Writes the HTML, Markdown and CSV renderings into `dir`: `report.html`, `report.md`,
@@ -64,6 +66,7 @@ pub fn write_reports(report: &ExperimentReport, dir: &Path, prefix: &str) -> Res
         html: dir.join(format!("{prefix}report.html")),
         markdown: dir.join(format!("{prefix}report.md")),
         csv: dir.join(format!("{prefix}summary.csv")),
+        plots: dir.join(format!("{prefix}plots")),
     };
     let write = |path: &Path, text: String| {
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
@@ -71,6 +74,14 @@ pub fn write_reports(report: &ExperimentReport, dir: &Path, prefix: &str) -> Res
     write(&files.html, render_html(report))?;
     write(&files.markdown, render_markdown(report))?;
     write(&files.csv, render_csv(report))?;
+    let plots = servebench_report::render::plots::plot_files(report);
+    if !plots.is_empty() {
+        std::fs::create_dir_all(&files.plots)
+            .with_context(|| format!("creating {}", files.plots.display()))?;
+        for (name, svg) in plots {
+            write(&files.plots.join(name), svg)?;
+        }
+    }
     Ok(files)
 }
 
@@ -299,6 +310,9 @@ pub fn report(mut args: ReportArgs) -> Result<ExitCode> {
         eprintln!("report: {}", files.html.display());
         eprintln!("markdown: {}", files.markdown.display());
         eprintln!("csv: {}", files.csv.display());
+        if files.plots.is_dir() {
+            eprintln!("plots: {}", files.plots.display());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -430,7 +430,8 @@ fn html_timeline_puts_telemetry_beside_latency_on_one_time_axis() {
                 .and_then(|t| t.split('<').next())
         })
         .collect();
-    assert_eq!(last_ticks.len(), 5, "{last_ticks:?}");
+    // Five telemetry charts and the request timeline.
+    assert_eq!(last_ticks.len(), 6, "{last_ticks:?}");
     assert!(
         last_ticks.windows(2).all(|w| w[0] == w[1]),
         "{last_ticks:?}"
@@ -539,4 +540,37 @@ fn html_shows_a_search_with_its_steps_and_answer() {
         "{table}"
     );
     assert!(table.contains("p99 TTFT 250.0 [240.0, 260.0]"), "{table}");
+}
+
+#[test]
+fn every_chart_is_also_an_svg_file_with_the_pareto_front_and_uncertainty() {
+    let files = servebench_report::render::plots::plot_files(&sweep());
+    let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    for expected in [
+        "frontier-ttft-p99.svg",
+        "frontier-per-gpu.svg",
+        "cdf-ttft.svg",
+        "ts-output.svg",
+        "slices-ttft-point-0.svg",
+        "reqtl-point-0.svg",
+    ] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    let per_gpu = &files
+        .iter()
+        .find(|(n, _)| n == "frontier-per-gpu.svg")
+        .expect("per-GPU frontier")
+        .1;
+    assert!(per_gpu.contains("id=\"frontier-per-gpu-pareto\""));
+    assert!(per_gpu.contains("Pareto front"));
+    let frontier = &files
+        .iter()
+        .find(|(n, _)| n == "frontier-ttft-p99.svg")
+        .expect("frontier")
+        .1;
+    assert!(frontier.contains("class=\"whisker\""), "uncertainty drawn");
+    for (name, svg) in &files {
+        assert!(svg.starts_with("<?xml"), "{name}");
+        assert!(!svg.contains("NaN"), "{name}");
+    }
 }

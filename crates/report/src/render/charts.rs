@@ -84,12 +84,12 @@ pub fn frontier_charts(sweep: &SweepReport) -> Vec<Chart> {
             let id = format!("frontier-{}-p{}", axis.metric, slug(&load(axis.percentile)));
             let mut points = Vec::new();
             let mut tooltips = Vec::new();
+            let mut whiskers = Vec::new();
             for (p, f) in sweep.points.iter().zip(&figures) {
                 let x = f.output_throughput.value.unwrap_or(f64::NAN);
-                let y = f
-                    .latency(&axis.metric, axis.percentile)
-                    .value
-                    .unwrap_or(f64::NAN);
+                let lat = f.latency(&axis.metric, axis.percentile);
+                let y = lat.value.unwrap_or(f64::NAN);
+                whiskers.extend(uncertainty(p, f, &axis.metric, axis.percentile, x, y));
                 points.push((x, y));
                 tooltips.push(format!(
                     "{}: {} output tok/s, {stat} {} ms",
@@ -138,10 +138,52 @@ pub fn frontier_charts(sweep: &SweepReport) -> Vec<Chart> {
                 x_max: None,
                 v_lines: Vec::new(),
                 bands: Vec::new(),
-                whiskers: Vec::new(),
+                whiskers,
             }
         })
         .collect()
+}
+
+/// The uncertainty of one frontier point: mean ± std across repeated runs on both axes, or
+/// for a single run the percentile's 95 % confidence interval (an unbounded side drawn to the
+/// value itself).
+fn uncertainty(
+    p: &crate::model::SweepPointReport,
+    f: &GroupFigures,
+    metric: &str,
+    percentile: f64,
+    x: f64,
+    y: f64,
+) -> Option<super::svg::Whisker> {
+    if !(x.is_finite() && y.is_finite()) {
+        return None;
+    }
+    let lat = f.latency(metric, percentile);
+    let (x_lo, x_hi, y_lo, y_hi) = match (f.output_throughput.std, lat.std) {
+        (xs, ys) if p.runs.len() > 1 => {
+            let xs = xs.unwrap_or(0.0);
+            let ys = ys.unwrap_or(0.0);
+            (x - xs, x + xs, y - ys, y + ys)
+        }
+        _ => {
+            let stat = p
+                .runs
+                .first()?
+                .summary
+                .metric(metric)?
+                .percentile(percentile)?;
+            (x, x, stat.ci_low.unwrap_or(y), stat.ci_high.unwrap_or(y))
+        }
+    };
+    Some(super::svg::Whisker {
+        x,
+        y,
+        x_lo,
+        x_hi,
+        y_lo,
+        y_hi,
+        color: 0,
+    })
 }
 
 /// Per-request samples of a latency metric, ms: `ttft`, `tpot`, `e2el` (one per completed

@@ -67,6 +67,17 @@ pub fn interactivity_chart(sweep: &SweepReport) -> Chart {
             class: "slo".into(),
         })
         .collect();
+    let front = pareto_front(&points);
+    let front_tips = front
+        .iter()
+        .map(|&(x, y)| {
+            format!(
+                "on the Pareto front: {} tok/s per user, {} output tok/s per GPU",
+                rate(x),
+                rate(y)
+            )
+        })
+        .collect();
     Chart {
         id: "frontier-per-gpu".into(),
         title: "Output tok/s per GPU against tok/s per user (interactivity)".into(),
@@ -75,14 +86,24 @@ pub fn interactivity_chart(sweep: &SweepReport) -> Chart {
             "output tok/s per GPU ({gpus} GPU{})",
             if gpus == 1 { "" } else { "s" }
         ),
-        series: vec![Series {
-            id: "frontier-per-gpu-points".into(),
-            label: format!("sweep of {} over row {}", sweep.variable, sweep.row),
-            points,
-            tooltips,
-            kind: SeriesKind::LineMarkers,
-            color: 0,
-        }],
+        series: vec![
+            Series {
+                id: "frontier-per-gpu-points".into(),
+                label: format!("sweep of {} over row {}", sweep.variable, sweep.row),
+                points,
+                tooltips,
+                kind: SeriesKind::LineMarkers,
+                color: 0,
+            },
+            Series {
+                id: "frontier-per-gpu-pareto".into(),
+                label: "Pareto front (no point both faster per user and more per GPU)".into(),
+                points: front,
+                tooltips: front_tips,
+                kind: SeriesKind::Line,
+                color: 2,
+            },
+        ],
         x_from_zero: true,
         y_from_zero: true,
         note: (!known).then(|| {
@@ -90,5 +111,47 @@ pub fn interactivity_chart(sweep: &SweepReport) -> Chart {
         }),
         v_lines,
         ..Chart::default()
+    }
+}
+
+/// The points no other point beats on both axes (more tok/s per user and more per GPU), in
+/// order of tok/s per user: the trade-off a deployment chooses along.
+pub fn pareto_front(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    let mut pts: Vec<(f64, f64)> = points
+        .iter()
+        .copied()
+        .filter(|(x, y)| x.is_finite() && y.is_finite())
+        .collect();
+    // Fastest per user first; keep a point when it serves more per GPU than every faster one.
+    pts.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.total_cmp(&a.1)));
+    let mut front: Vec<(f64, f64)> = Vec::new();
+    for p in pts {
+        if front.last().is_none_or(|last| p.1 > last.1) {
+            front.push(p);
+        }
+    }
+    front.reverse();
+    front
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pareto_front_keeps_the_points_nothing_beats_on_both_axes() {
+        let pts = [
+            (100.0, 500.0),
+            (80.0, 900.0),
+            (90.0, 600.0),
+            (60.0, 850.0), // beaten by (80, 900)
+            (40.0, 1200.0),
+            (f64::NAN, 5000.0),
+        ];
+        assert_eq!(
+            pareto_front(&pts),
+            vec![(40.0, 1200.0), (80.0, 900.0), (90.0, 600.0), (100.0, 500.0)]
+        );
+        assert!(pareto_front(&[]).is_empty());
     }
 }

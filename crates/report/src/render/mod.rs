@@ -14,6 +14,7 @@ pub mod lora;
 pub mod markdown;
 mod mdhtml;
 pub mod phases;
+pub mod plots;
 pub mod slices;
 pub mod svg;
 pub mod tables;

@@ -33,6 +33,9 @@ pub enum SeriesKind {
     LineMarkers,
     /// Dots only.
     Scatter,
+    /// Separate horizontal bars: the points taken in pairs, each pair one segment (a
+    /// request's phase on a timeline).
+    Segments,
 }
 
 /// One data series.
@@ -398,6 +401,7 @@ impl Chart {
                     SeriesKind::Line => "line",
                     SeriesKind::LineMarkers => "line markers",
                     SeriesKind::Scatter => "scatter",
+                    SeriesKind::Segments => "segments",
                 },
                 esc(&s.id),
                 esc(&s.label),
@@ -411,6 +415,20 @@ impl Chart {
                 .map(|(i, &(x, y))| (i, sx.map(x), sy.map(y)))
                 .filter(|(_, x, y)| x.is_finite() && y.is_finite())
                 .collect();
+            if s.kind == SeriesKind::Segments {
+                o.push_str("<path style=\"stroke-width:3\" d=\"");
+                for pair in s.points.chunks_exact(2) {
+                    let (a, b) = (pair[0], pair[1]);
+                    let (x0, y0, x1, y1) = (sx.map(a.0), sy.map(a.1), sx.map(b.0), sy.map(b.1));
+                    if [x0, y0, x1, y1].iter().all(|v| v.is_finite()) {
+                        // At least a pixel wide, so a short phase still shows.
+                        let x1 = x1.max(x0 + 1.0);
+                        let _ = write!(o, "M{x0:.1} {y0:.1} L{x1:.1} {y1:.1} ");
+                    }
+                }
+                o.push_str("\"/></g>\n");
+                continue;
+            }
             if s.kind != SeriesKind::Scatter && pts.len() > 1 {
                 o.push_str("<path d=\"");
                 for (k, (_, x, y)) in pts.iter().enumerate() {
@@ -523,6 +541,85 @@ impl Chart {
             let _ = writeln!(o, "<p class=\"note\">{}</p>", esc(n));
         }
         o.push_str("</figure>\n");
+        o
+    }
+}
+
+/// The page's chart rules, for an SVG file that stands alone.
+const STANDALONE_STYLE: &str =
+    "text { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; } \
+.grid line { stroke: #eceef2; stroke-width: 1; } \
+.grid text, .axes text { fill: #5b6474; font-size: 11px; } \
+.grid text.tx { text-anchor: middle; } .grid text.ty { text-anchor: end; } \
+.axes line { stroke: #9aa3b2; stroke-width: 1; } \
+.axes text.xl, .axes text.yl { text-anchor: middle; font-size: 12px; fill: #1d2330; } \
+.series path { fill: none; stroke: var(--c); stroke-width: 2; } \
+.series circle { fill: var(--c); stroke: #fff; stroke-width: 0.5; } \
+.series.scatter circle { fill-opacity: 0.65; stroke: none; } \
+.ref line { stroke: #d62728; stroke-width: 1.5; stroke-dasharray: 6 4; } \
+.ref text { fill: #d62728; font-size: 11px; text-anchor: end; } \
+.mark circle { fill: none; stroke: #111; stroke-width: 2; } \
+.mark text { font-size: 12px; font-weight: 600; fill: #111; } \
+.title { font-size: 14px; font-weight: 600; fill: #1d2330; } \
+.legend text { font-size: 12px; fill: #1d2330; } .note { font-size: 11px; fill: #5b6474; }";
+
+impl Chart {
+    /// The chart as an SVG file of its own (an image for slides or a pull request): the plot,
+    /// its title above, its legend and note below, styled inline.
+    pub fn to_svg_document(&self) -> String {
+        let page = self.render();
+        let (Some(a), Some(b)) = (page.find("<svg"), page.find("</svg>")) else {
+            return String::new();
+        };
+        let body = &page[a..b];
+        let Some(inner_at) = body.find('>') else {
+            return String::new();
+        };
+        let inner = &body[inner_at + 1..];
+        let mut legend: Vec<(String, &'static str, f64)> = self
+            .bands
+            .iter()
+            .map(|b| (b.label.clone(), color(b.color), b.opacity.clamp(0.1, 1.0)))
+            .collect();
+        legend.extend(
+            self.series
+                .iter()
+                .map(|s| (s.label.clone(), color(s.color), 1.0)),
+        );
+        let per_row = 2;
+        let rows = legend.len().div_ceil(per_row) + usize::from(self.note.is_some());
+        let top = 24.0;
+        let height = top + HEIGHT + 20.0 * rows as f64 + 8.0;
+        let mut o = String::new();
+        let _ = write!(
+            o,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {WIDTH} {height}\" width=\"{WIDTH}\" height=\"{height}\">\n\
+             <style>{STANDALONE_STYLE}</style>\n<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n\
+             <text class=\"title\" x=\"{LEFT}\" y=\"17\">{}</text>\n<g transform=\"translate(0 {top})\">{inner}</g>\n<g class=\"legend\">",
+            esc(&self.title)
+        );
+        let col = (WIDTH - LEFT - RIGHT) / per_row as f64;
+        for (i, (label, c, opacity)) in legend.iter().enumerate() {
+            let x = LEFT + col * (i % per_row) as f64;
+            let y = top + HEIGHT + 16.0 + 20.0 * (i / per_row) as f64;
+            let _ = write!(
+                o,
+                "<rect x=\"{x:.1}\" y=\"{:.1}\" width=\"12\" height=\"12\" fill=\"{c}\" fill-opacity=\"{opacity:.2}\"/><text x=\"{:.1}\" y=\"{y:.1}\">{}</text>",
+                y - 10.0,
+                x + 17.0,
+                esc(label)
+            );
+        }
+        o.push_str("</g>\n");
+        if let Some(n) = &self.note {
+            let _ = writeln!(
+                o,
+                "<text class=\"note\" x=\"{LEFT}\" y=\"{:.1}\">{}</text>",
+                height - 10.0,
+                esc(n)
+            );
+        }
+        o.push_str("</svg>\n");
         o
     }
 }
@@ -700,6 +797,33 @@ mod tests {
             "x = 0 has no place on a log axis"
         );
         assert!(!svg.contains("NaN"));
+    }
+
+    #[test]
+    fn a_chart_stands_alone_as_an_svg_file_with_its_title_legend_and_style() {
+        let chart = Chart {
+            id: "c".into(),
+            title: "TTFT & more".into(),
+            series: vec![Series {
+                id: "c-a".into(),
+                label: "row A".into(),
+                points: vec![(0.0, 1.0), (2.0, 3.0)],
+                tooltips: Vec::new(),
+                kind: SeriesKind::Line,
+                color: 0,
+            }],
+            note: Some("a note".into()),
+            ..Chart::default()
+        };
+        let svg = chart.to_svg_document();
+        assert!(svg.starts_with("<?xml"));
+        assert_eq!(svg.matches("<svg").count(), 1);
+        assert!(svg.trim_end().ends_with("</svg>"));
+        assert!(svg.contains("<style>"));
+        assert!(svg.contains(">TTFT &amp; more</text>"));
+        assert!(svg.contains(">row A</text>"));
+        assert!(svg.contains(">a note</text>"));
+        assert!(!svg.contains("<figure") && !svg.contains("<ul"));
     }
 
     #[test]

@@ -293,6 +293,77 @@ pub fn run_timeline(run: &RunData, key: &str) -> Vec<Chart> {
     charts
 }
 
+/// Most requests drawn on a request timeline; beyond this every k-th is shown.
+const TIMELINE_REQUESTS: usize = 200;
+
+/// One bar per request (every k-th past [`TIMELINE_REQUESTS`]), in order of sending, on the
+/// run's time axis: queued (intended → sent), to first token (sent → first token), streaming
+/// (first → last token); a failed request as one bar from its send to its failure. `None`
+/// without records.
+pub fn request_timeline(run: &RunData, key: &str) -> Option<Chart> {
+    let mut recs: Vec<&servebench_metrics::RequestRecord> = run.records.iter().collect();
+    if recs.is_empty() {
+        return None;
+    }
+    recs.sort_by_key(|r| (r.sent, r.id));
+    let stride = recs.len().div_ceil(TIMELINE_REQUESTS);
+    // The run's time axis, as the other timeline charts draw it.
+    let s = secs;
+    let (mut queued, mut waiting, mut streaming, mut failed) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (row, r) in recs.iter().step_by(stride).enumerate() {
+        let y = row as f64;
+        let bar = |v: &mut Vec<(f64, f64)>, a: u64, b: u64| {
+            if b >= a {
+                v.extend([(s(a), y), (s(b), y)]);
+            }
+        };
+        if r.sent > r.intended {
+            bar(&mut queued, r.intended, r.sent);
+        }
+        if !r.is_success() {
+            bar(&mut failed, r.sent, r.done.or(r.end).unwrap_or(r.sent));
+            continue;
+        }
+        if let Some(ft) = r.first_token {
+            bar(&mut waiting, r.sent, ft);
+            if let Some(end) = r.end {
+                bar(&mut streaming, ft, end);
+            }
+        }
+    }
+    let series = |id: &str, label: &str, points: Vec<(f64, f64)>, color: usize| Series {
+        id: format!("reqtl-{key}-{id}"),
+        label: label.into(),
+        points,
+        tooltips: Vec::new(),
+        kind: SeriesKind::Segments,
+        color,
+    };
+    Some(Chart {
+        id: format!("reqtl-{key}"),
+        title: "Request timeline: each request's queue, wait for its first token and stream".into(),
+        x_label: "time since run start (s)".into(),
+        y_label: "request (in order of sending)".into(),
+        series: vec![
+            series("queued", "queued (intended → sent)", queued, 9),
+            series(
+                "first-token",
+                "to first token (sent → first token)",
+                waiting,
+                1,
+            ),
+            series("streaming", "streaming (first → last token)", streaming, 0),
+            series("failed", "failed (sent → failure)", failed, 2),
+        ],
+        x_from_zero: true,
+        y_from_zero: true,
+        note: (stride > 1).then(|| format!("every {stride}th request of {} shown", recs.len())),
+        x_max: Some(horizon_s(run)),
+        ..Chart::default()
+    })
+}
+
 /// The timeline of a group's first run, as HTML: the charts side by side under one heading.
 pub fn group_timeline_html(g: &Group<'_>) -> String {
     let Some(run) = g.runs.first() else {
@@ -303,7 +374,10 @@ pub fn group_timeline_html(g: &Group<'_>) -> String {
         super::format::html_escape(&g.key),
         super::format::html_escape(&run.path)
     );
-    for c in run_timeline(run, &g.key) {
+    for c in run_timeline(run, &g.key)
+        .into_iter()
+        .chain(request_timeline(run, &g.key))
+    {
         out.push_str(&c.render());
     }
     out.push_str("</div>\n");
