@@ -167,14 +167,20 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
         "total_token_throughput",
         (total_input + total_output) as f64 / dur,
     );
-    o.insert(
-        "input_lens",
-        records.iter().map(|r| r.input_tokens).collect::<Vec<_>>(),
-    );
-    o.insert(
-        "output_lens",
-        records.iter().map(output_len).collect::<Vec<_>>(),
-    );
+    // vLLM drops its per-request lists without --save-detailed (only `latencies` and
+    // `queue_times` stay): they are not built at all then, as the ITL lists alone hold a
+    // number per token of the run.
+    let detailed = info.detailed;
+    if detailed {
+        o.insert(
+            "input_lens",
+            records.iter().map(|r| r.input_tokens).collect::<Vec<_>>(),
+        );
+        o.insert(
+            "output_lens",
+            records.iter().map(output_len).collect::<Vec<_>>(),
+        );
+    }
     // Per-request arrays cover every request, a failed one with vLLM's zeros.
     let per_request = |f: fn(&RequestRecord) -> Option<u64>| -> Vec<f64> {
         records
@@ -188,25 +194,29 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
             })
             .collect()
     };
-    o.insert("ttfts", per_request(RequestRecord::ttft_ns));
-    o.insert(
-        "itls",
-        records
-            .iter()
-            .map(|r| {
-                if r.is_success() {
-                    r.itls_ns().map(ns_to_s).collect()
-                } else {
-                    Vec::new()
-                }
-            })
-            .collect::<Vec<Vec<f64>>>(),
-    );
+    if detailed {
+        o.insert("ttfts", per_request(RequestRecord::ttft_ns));
+        o.insert(
+            "itls",
+            records
+                .iter()
+                .map(|r| {
+                    if r.is_success() {
+                        r.itls_ns().map(ns_to_s).collect()
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect::<Vec<Vec<f64>>>(),
+        );
+    }
     o.insert("latencies", per_request(RequestRecord::e2el_ns));
-    o.insert(
-        "start_times",
-        records.iter().map(|r| ns_to_s(r.sent)).collect::<Vec<_>>(),
-    );
+    if detailed {
+        o.insert(
+            "start_times",
+            records.iter().map(|r| ns_to_s(r.sent)).collect::<Vec<_>>(),
+        );
+    }
     o.insert(
         "queue_times",
         records
@@ -214,25 +224,27 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
             .map(|r| secs_or_zero(r.queue_ns()))
             .collect::<Vec<_>>(),
     );
-    o.insert(
-        "generated_texts",
-        records
-            .iter()
-            .map(|r| r.text.clone().unwrap_or_default())
-            .collect::<Vec<_>>(),
-    );
-    o.insert(
-        "errors",
-        records
-            .iter()
-            .map(|r| {
-                r.failure
-                    .as_ref()
-                    .map(|f| f.message.clone())
-                    .unwrap_or_default()
-            })
-            .collect::<Vec<_>>(),
-    );
+    if detailed {
+        o.insert(
+            "generated_texts",
+            records
+                .iter()
+                .map(|r| r.text.clone().unwrap_or_default())
+                .collect::<Vec<_>>(),
+        );
+        o.insert(
+            "errors",
+            records
+                .iter()
+                .map(|r| {
+                    r.failure
+                        .as_ref()
+                        .map(|f| f.message.clone())
+                        .unwrap_or_default()
+                })
+                .collect::<Vec<_>>(),
+        );
+    }
     o.insert(
         "max_output_tokens_per_s",
         vllm_metrics::max_output_tokens_per_s(records),
@@ -292,19 +304,6 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
         }
     }
 
-    if !info.detailed {
-        for k in [
-            "input_lens",
-            "output_lens",
-            "start_times",
-            "ttfts",
-            "itls",
-            "generated_texts",
-            "errors",
-        ] {
-            o.remove(k);
-        }
-    }
     o
 }
 
