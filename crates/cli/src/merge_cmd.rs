@@ -398,6 +398,7 @@ fn merged_health(shards: &[ShardFile]) -> ClientHealth {
             h.dispatch_lag_p50_ms = max_opt(h.dispatch_lag_p50_ms, m.dispatch_lag_p50_ms);
             h.dispatch_lag_p99_ms = max_opt(h.dispatch_lag_p99_ms, m.dispatch_lag_p99_ms);
             h.dispatch_lag_max_ms = max_opt(h.dispatch_lag_max_ms, m.dispatch_lag_max_ms);
+            h.load_average = max_opt(h.load_average, m.load_average);
         }
     }
     ClientHealth::Measured(h)

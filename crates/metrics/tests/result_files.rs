@@ -153,6 +153,7 @@ fn run_result() -> RunResult {
             client_limited: false,
             not_dispatched: 0,
             resent: 0,
+            load_average: Some(0.5),
         })),
         server_telemetry: Some(ServerTelemetry {
             samples: vec![TelemetrySample {

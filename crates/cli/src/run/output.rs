@@ -794,9 +794,8 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary, paced: bool) -
     let cpu = outcome.cpu.total();
     let cpus = servebench_loadgen::health::available_cpus();
     let cpu_pct = if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 };
-    let saturated_cpu = cpu_pct > 90.0 * cpus as f64;
     let lagging = paced && lag_p(99.0).map(|l| l > 10.0).unwrap_or(false);
-    ClientHealth::Measured(MeasuredHealth {
+    let mut health = MeasuredHealth {
         dispatch_lag_p50_ms: lag_p(50.0),
         dispatch_lag_p99_ms: lag_p(99.0),
         dispatch_lag_max_ms: lag.max,
@@ -804,10 +803,13 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary, paced: bool) -
         cpu_system_s: outcome.cpu.system_s,
         cpu_percent: cpu_pct,
         cpus: cpus as u64,
-        client_limited: saturated_cpu || lagging,
+        client_limited: lagging,
         not_dispatched: outcome.not_dispatched as u64,
         resent: outcome.resent,
-    })
+        load_average: servebench_loadgen::health::load_average(),
+    };
+    health.client_limited |= health.cpu_saturated();
+    ClientHealth::Measured(health)
 }
 
 #[cfg(test)]

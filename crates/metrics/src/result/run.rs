@@ -405,6 +405,18 @@ pub struct MeasuredHealth {
     /// the server had closed unread (absent when none).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub resent: u64,
+    /// The machine's one-minute load average when the run ended (`/proc/loadavg`): late
+    /// dispatch with little client CPU means other work held the cores. Absent where the
+    /// platform has none and in files written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_average: Option<f64>,
+}
+
+impl MeasuredHealth {
+    /// Did the client's own CPU use fill the cores it had (rather than others' work)?
+    pub fn cpu_saturated(&self) -> bool {
+        self.cpu_percent > 90.0 * self.cpus.max(1) as f64
+    }
 }
 
 fn is_zero_u64(n: &u64) -> bool {

@@ -68,6 +68,9 @@ struct ProcessCost {
     output_tokens: u64,
     /// The run's own output throughput (its result file: vLLM's `output_throughput`).
     output_tok_s: f64,
+    /// Requests recorded as completed and as failed (vLLM's `completed`, `failed`).
+    completed: u64,
+    failed: u64,
 }
 
 /// Cost per token of the tokens a run adds over the baseline run.
@@ -122,8 +125,8 @@ fn measure_all(args: &CostArgs) -> Result<()> {
         args.streams, args.input_len, args.output_len, args.baseline_requests
     );
     println!(
-        "{:>8} {:>12} {:>10} {:>16} {:>12} {:>8}",
-        "requests", "output tok/s", "CPU-s", "CPU-s / M tok", "peak RSS MB", "wall s"
+        "{:>8} {:>12} {:>10} {:>16} {:>12} {:>8} {:>10}",
+        "requests", "output tok/s", "CPU-s", "CPU-s / M tok", "peak RSS MB", "wall s", "ok/failed"
     );
     for round in 0..args.repeat {
         let baseline = run_once(
@@ -148,11 +151,12 @@ fn measure_all(args: &CostArgs) -> Result<()> {
 fn print_row(n: u64, c: &ProcessCost, per_million: Option<f64>) {
     let per_million = per_million.map_or_else(|| "(baseline)".to_owned(), |v| format!("{v:.3}"));
     println!(
-        "{n:>8} {:>12.0} {:>10.3} {per_million:>16} {:>12.1} {:>8.2}",
+        "{n:>8} {:>12.0} {:>10.3} {per_million:>16} {:>12.1} {:>8.2} {:>10}",
         c.output_tok_s,
         c.cpu_s,
         c.peak_rss_bytes as f64 / 1e6,
-        c.wall_s
+        c.wall_s,
+        format!("{}/{}", c.completed, c.failed)
     );
 }
 
@@ -223,6 +227,8 @@ fn run_once(
         peak_rss_bytes: usage.peak_rss_bytes,
         output_tokens: number("total_output_tokens")? as u64,
         output_tok_s: number("output_throughput")?,
+        completed: number("completed")? as u64,
+        failed: number("failed")? as u64,
     };
     // Large runs leave hundreds of MB of records: gone before the next run.
     let _ = std::fs::remove_dir_all(&dir);
@@ -280,6 +286,8 @@ mod tests {
             peak_rss_bytes: 0,
             output_tokens,
             output_tok_s: 0.0,
+            completed: 0,
+            failed: 0,
         }
     }
 
