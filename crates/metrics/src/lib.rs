@@ -2,8 +2,8 @@
 //! `RequestRecord` → `RunSummary`: exact percentiles with confidence intervals, throughputs,
 //! goodput, client health and time series, as docs/metrics.md defines them.
 //!
-//! - [`record`]: the per-request record (shared with the collector).
-//! - [`derived`]: per-request metrics (TTFT, ITL, TPOT, queue, dispatch lag, stalls).
+//! - `record`: the per-request record (shared with the collector).
+//! - `derived`: per-request metrics (TTFT, ITL, TPOT, queue, dispatch lag, stalls).
 //! - `reasoning`: time to first answer token and the reasoning share of output.
 //! - [`stats`]: NumPy-exact mean/median/std/percentile and percentile CIs.
 //! - [`summary`]: one run's [`RunSummary`].
@@ -11,7 +11,7 @@
 //! - [`validity`]: per-run verdicts (VALID / NOT ENOUGH DATA / NOT STEADY) and overload.
 //! - [`vllm`]: the figures and vectors `vllm bench serve` reports, by vLLM's definitions.
 //! - [`repeat`]: repeated runs, mean ± std per figure.
-//! - [`io`]: reading records back from JSONL.
+//! - `io`: reading records back from JSONL.
 //! - [`units`]: ns/ms/s conversions, used across the workspace.
 //! - [`result`]: the result files (`*.servebench.json`, `experiment.json`) as types.
 

@@ -251,7 +251,7 @@ pub struct SimArgs {
     #[arg(long, value_name = "MS", default_value_t = 2000.0, value_parser = servebench_metrics::units::non_negative_ms)]
     pub fault_stall_ms: f64,
 
-    /// Per request: probability the stream is closed after a random token, without [DONE].
+    /// Per request: probability the stream is closed after a random token, without `[DONE]`.
     #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub fault_disconnect_prob: f64,
 

@@ -83,7 +83,7 @@ pub struct StoppedEarly {
 }
 
 impl StoppedEarly {
-    /// "stopped early: <reason> at X s of Y s".
+    /// "stopped early: REASON at X s of Y s".
     pub fn describe(&self) -> String {
         format!(
             "stopped early: {} at {:.1} s of {:.1} s",
