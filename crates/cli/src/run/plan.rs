@@ -1417,17 +1417,22 @@ mod tests {
 /// accepted never asks for more requests than one run holds.
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod hostile_numbers {
+pub(crate) mod hostile_numbers {
     use super::*;
     use clap::CommandFactory;
     use proptest::prelude::*;
 
     /// The long names of `run`'s flags that take a value.
     fn valued_flags() -> Vec<String> {
+        valued_flags_of("run")
+    }
+
+    /// The long names of a subcommand's flags that take a value.
+    pub(crate) fn valued_flags_of(subcommand: &str) -> Vec<String> {
         <crate::Cli as CommandFactory>::command()
-            .find_subcommand("run")
-            .map(|run| {
-                run.get_arguments()
+            .find_subcommand(subcommand)
+            .map(|cmd| {
+                cmd.get_arguments()
                     .filter(|a| a.get_action().takes_values() && !a.is_positional())
                     .filter_map(|a| a.get_long().map(str::to_owned))
                     .collect()
@@ -1435,7 +1440,8 @@ mod hostile_numbers {
             .unwrap_or_default()
     }
 
-    fn hostile() -> impl Strategy<Value = String> {
+    /// Numbers a careless or hostile user might give any numeric flag.
+    pub(crate) fn hostile() -> impl Strategy<Value = String> {
         prop_oneof![
             Just("nan".to_owned()),
             Just("inf".to_owned()),
