@@ -90,14 +90,27 @@ pub fn percentile_word(p: f64) -> String {
 
 /// numpy's `mean/median/std/percentile` of `xs or 0`, in ms.
 pub(crate) fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>) {
-    let zero = [0.0];
-    let xs = if xs.is_empty() { &zero[..] } else { xs };
-    let mut sorted = xs.to_vec();
+    ms_stats_of(xs.to_vec(), percentiles)
+}
+
+/// [`ms_stats`] of values the caller gives up: sorted in place, so a run's ITLs (a number per
+/// token) are not copied for their percentiles. Mean and standard deviation are summed in the
+/// given order first, as numpy sums them.
+pub(crate) fn ms_stats_of(
+    mut xs: Vec<f64>,
+    percentiles: &[f64],
+) -> (f64, f64, f64, Vec<(f64, f64)>) {
+    if xs.is_empty() {
+        xs.push(0.0);
+    }
+    let mean = stats::mean(&xs).unwrap_or(0.0);
+    let std = stats::std_dev(&xs).unwrap_or(0.0);
+    let mut sorted = xs;
     sorted.sort_by(f64::total_cmp);
     (
-        s_to_ms(stats::mean(xs).unwrap_or(0.0)),
+        s_to_ms(mean),
         s_to_ms(stats::median_sorted(&sorted).unwrap_or(0.0)),
-        s_to_ms(stats::std_dev(xs).unwrap_or(0.0)),
+        s_to_ms(std),
         percentiles
             .iter()
             .map(|&p| {
@@ -139,7 +152,7 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     let queue = of_ok(RequestRecord::queue_ns);
     let user_ttft = of_ok(RequestRecord::user_ttft_ns);
     let user_e2el = of_ok(RequestRecord::user_e2el_ns);
-    let itls: Vec<f64> = ok.iter().flat_map(|r| r.itls_ns().map(ns_to_s)).collect();
+    let mut itls: Vec<f64> = ok.iter().flat_map(|r| r.itls_ns().map(ns_to_s)).collect();
     let tpots: Vec<f64> = ok
         .iter()
         .filter_map(|r| r.tpot_ns())
@@ -285,17 +298,18 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
         info.max_concurrency,
         info.request_rate,
     ) {
-        let values: &[f64] = match metric {
-            "ttft" => &ttfts,
-            "tpot" => &tpots,
-            "itl" => &itls,
-            "e2el" => &e2els,
-            "queue" | "client_queue_time" => &queue,
-            "user_ttft" => &user_ttft,
-            "user_e2el" | "e2el_including_client_queue" => &user_e2el,
+        let values: Vec<f64> = match metric {
+            "ttft" => ttfts.clone(),
+            "tpot" => tpots.clone(),
+            // A number per token: handed over, not copied (the block is written once).
+            "itl" => std::mem::take(&mut itls),
+            "e2el" => e2els.clone(),
+            "queue" | "client_queue_time" => queue.clone(),
+            "user_ttft" => user_ttft.clone(),
+            "user_e2el" | "e2el_including_client_queue" => user_e2el.clone(),
             _ => continue,
         };
-        let (mean, median, std, pcts) = ms_stats(values, &info.percentiles);
+        let (mean, median, std, pcts) = ms_stats_of(values, &info.percentiles);
         o.insert(format!("mean_{metric}_ms"), mean);
         o.insert(format!("median_{metric}_ms"), median);
         o.insert(format!("std_{metric}_ms"), std);
