@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::RequestRecord;
+use crate::record::{RequestRecord, TokenEvent};
 use crate::stats::{self, PercentileStat};
 
 use crate::units::{ms_to_ns, ns_f64_to_ms, ns_to_ms, ns_to_s, NS_PER_S};
@@ -121,6 +121,17 @@ impl Slo {
 }
 
 impl Slo {
+    /// [`Slo::is_met_by`] for a record whose token events are given beside it (a view made
+    /// by `vllm::view_sharing_events`, whose own `events` may be left empty).
+    pub fn is_met_by_with_events(&self, r: &RequestRecord, events: &[TokenEvent]) -> bool {
+        match self.metric {
+            SloMetric::Itl => events
+                .windows(2)
+                .all(|w| self.admits(ns_to_ms(w[1].t.saturating_sub(w[0].t)))),
+            _ => self.is_met_by(r),
+        }
+    }
+
     /// Does a completed request meet this objective as its user saw it? TTFT and E2EL count
     /// from the intended send time (queue time included): a request that waited in the
     /// client queue kept its user waiting too. Without queueing this is [`Slo::is_met_by`].

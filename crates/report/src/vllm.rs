@@ -129,9 +129,24 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     if crate::vllm_pooling::is_pooling_backend(&info.backend) {
         return crate::vllm_pooling::pooling_result(info, records);
     }
-    // Everything below sees the requests as vLLM's client would have.
-    let records = vllm_metrics::views(records);
-    let records = &records[..];
+    // Everything below sees the requests as vLLM's client would have; the views share the
+    // records' token events rather than copy them (`events_of`).
+    let originals = records;
+    let views: Vec<RequestRecord> = originals
+        .iter()
+        .map(vllm_metrics::view_sharing_events)
+        .collect();
+    let records = &views[..];
+    let events_of = |i: usize| vllm_metrics::view_events(&originals[i], &views[i]);
+    // ITLs of the view at `i`: one gap per token-bearing event after the first.
+    let itls_of = |i: usize| {
+        events_of(i)
+            .windows(2)
+            .map(|w| ns_to_s(w[1].t.saturating_sub(w[0].t)))
+    };
+    let ok_index: Vec<usize> = (0..records.len())
+        .filter(|&i| records[i].is_success())
+        .collect();
     // vLLM's per-request values: seconds, and 0 / empty for a failed request.
     let secs_or_zero = |v: Option<u64>| v.map(ns_to_s).unwrap_or(0.0);
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.is_success()).collect();
@@ -152,17 +167,21 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     let queue = of_ok(RequestRecord::queue_ns);
     let user_ttft = of_ok(RequestRecord::user_ttft_ns);
     let user_e2el = of_ok(RequestRecord::user_e2el_ns);
-    let mut itls: Vec<f64> = ok.iter().flat_map(|r| r.itls_ns().map(ns_to_s)).collect();
+    let mut itls: Vec<f64> = ok_index.iter().flat_map(|&i| itls_of(i)).collect();
     let tpots: Vec<f64> = ok
         .iter()
         .filter_map(|r| r.tpot_ns())
         .map(ns_f64_to_s)
         .collect();
     let good = (!info.goodput.is_empty()).then(|| {
-        let n = ok
+        let n = ok_index
             .iter()
             // On a view, TTFT, TPOT and E2EL are vLLM's; `itl` is servebench's own objective.
-            .filter(|r| info.goodput.iter().all(|slo| slo.is_met_by(r)))
+            .filter(|&&i| {
+                info.goodput
+                    .iter()
+                    .all(|slo| slo.is_met_by_with_events(&records[i], events_of(i)))
+            })
             .count();
         n as f64 / dur
     });
@@ -211,11 +230,10 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
         o.insert("ttfts", per_request(RequestRecord::ttft_ns));
         o.insert(
             "itls",
-            records
-                .iter()
-                .map(|r| {
-                    if r.is_success() {
-                        r.itls_ns().map(ns_to_s).collect()
+            (0..records.len())
+                .map(|i| {
+                    if records[i].is_success() {
+                        itls_of(i).collect()
                     } else {
                         Vec::new()
                     }
@@ -260,7 +278,9 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     }
     o.insert(
         "max_output_tokens_per_s",
-        vllm_metrics::max_output_tokens_per_s(records),
+        vllm_metrics::max_output_tokens_per_s_of(
+            (0..records.len()).map(|i| (&records[i], events_of(i))),
+        ),
     );
     o.insert(
         "max_concurrent_requests",
