@@ -484,3 +484,32 @@ fn agent_refusals_say_what_to_do() {
     );
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// The guide's agent examples that need no server (virtual time) run as written.
+#[test]
+fn documented_agent_examples_run_as_written() {
+    let commands: Vec<Vec<String>> =
+        crate::readme_examples::readme_commands("servebench run --backend openai-chat --dataset-name agentic")
+            .into_iter()
+            .filter(|c| c.iter().any(|w| w == "--virtual-time"))
+            .collect();
+    assert_eq!(commands.len(), 4, "the guide's local agent examples: {commands:?}");
+    for (i, c) in commands.iter().enumerate() {
+        let dir = tempdir(&format!("docs-{i}"));
+        let out = bin()
+            .current_dir(common::workspace_root())
+            .args(&c[1..])
+            .args(["--disable-tqdm", "--output-dir"])
+            .arg(&dir)
+            .output()
+            .expect("spawn servebench");
+        let stdout = ok(&out);
+        assert!(stdout.contains("Agent sessions"), "{c:?}: {}", text(&out));
+        let result = native(&dir);
+        assert_eq!(
+            result["agents"]["sessions"], result["agents"]["completed_sessions"],
+            "{c:?}"
+        );
+        std::fs::remove_dir_all(dir).ok();
+    }
+}
