@@ -513,3 +513,48 @@ fn documented_agent_examples_run_as_written() {
         std::fs::remove_dir_all(dir).ok();
     }
 }
+
+/// The guide's users-per-tier example: one number per tier against the simulator, and more
+/// users on the faster GPU.
+#[test]
+fn the_users_search_names_a_number_per_tier_and_more_on_a_faster_gpu() {
+    let commands = crate::readme_examples::readme_commands("servebench users --virtual-time");
+    assert_eq!(commands.len(), 2, "the guide's A100 and H100 searches");
+    let mut answers: Vec<Vec<(String, u64)>> = Vec::new();
+    for (i, c) in commands.iter().enumerate() {
+        let dir = tempdir(&format!("users-{i}"));
+        let out = bin()
+            .current_dir(common::workspace_root())
+            .args(&c[1..])
+            .arg("--output-dir")
+            .arg(&dir)
+            .output()
+            .expect("spawn servebench");
+        let stdout = ok(&out);
+        assert!(stdout.contains("Most users per SLO tier"), "{}", text(&out));
+        let found = read_json(&dir.join("users.json"));
+        let tiers = found["tiers"].as_array().expect("tiers");
+        assert_eq!(tiers.len(), 2, "{found}");
+        answers.push(
+            tiers
+                .iter()
+                .map(|t| (t["tier"]["name"].as_str().expect("name").to_owned(), u(&t["users"])))
+                .collect(),
+        );
+        // Every probe's run is there to read.
+        for p in found["probes"].as_array().expect("probes") {
+            assert!(Path::new(p["result"].as_str().expect("result")).is_file(), "{p}");
+        }
+        std::fs::remove_dir_all(dir).ok();
+    }
+    let (a100, h100) = (&answers[0], &answers[1]);
+    for (slow, fast) in a100.iter().zip(h100) {
+        assert_eq!(slow.0, fast.0);
+        assert!(fast.1 >= slow.1, "{a100:?} vs {h100:?}");
+    }
+    assert!(
+        a100.iter().zip(h100).any(|(s, f)| f.1 > s.1),
+        "the H100 serves more users in some tier: {a100:?} vs {h100:?}"
+    );
+    assert!(h100.iter().any(|t| t.1 > 0), "{h100:?}");
+}
