@@ -253,6 +253,19 @@ fn a_coding_agent_run_in_virtual_time() {
         .expect("spawn servebench");
     ok(&again);
     assert_eq!(records(&dir.join("out")), records(&dir.join("again")));
+    // The HTML report draws the sessions as swim lanes, beside the by-depth table.
+    let report = bin()
+        .arg("report")
+        .arg(file_ending(&dir.join("out"), ".servebench.json"))
+        .args(["--output-dir", "report", "--print", "none"])
+        .current_dir(&dir)
+        .output()
+        .expect("spawn servebench");
+    ok(&report);
+    let html = std::fs::read_to_string(dir.join("report/report.html")).expect("report.html");
+    assert!(html.contains("<svg class=\"swimlanes\""), "no swim lanes");
+    assert!(html.contains("Agent sessions by depth"));
+    assert!(html.contains("url(#tool-hatch)"), "tool waits drawn");
     std::fs::remove_dir_all(dir).ok();
 }
 
