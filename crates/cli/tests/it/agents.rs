@@ -571,3 +571,37 @@ fn the_users_search_names_a_number_per_tier_and_more_on_a_faster_gpu() {
     );
     assert!(h100.iter().any(|t| t.1 > 0), "{h100:?}");
 }
+
+/// The guide's fleet what-if: sticky session routing serves more of each agent's context from
+/// the prefix cache, and sooner, than least-outstanding routing.
+#[test]
+fn sticky_routing_beats_least_loaded_for_agent_traffic() {
+    let _one_at_a_time = common::exclusive();
+    let commands = crate::readme_examples::readme_commands("servebench run --sim \"llama-3.1-8b --gpu h100 --replicas 4 --router");
+    assert_eq!(commands.len(), 2, "the guide's sticky and least-outstanding runs");
+    let mut depth0 = Vec::new();
+    for (i, c) in commands.iter().enumerate() {
+        let dir = tempdir(&format!("sticky-{i}"));
+        let out = bin()
+            .current_dir(common::workspace_root())
+            .args(&c[1..])
+            .args(["--disable-tqdm", "--output-dir"])
+            .arg(&dir)
+            .output()
+            .expect("spawn servebench");
+        ok(&out);
+        let result = native(&dir);
+        depth0.push(result["agents"]["by_depth"][0].clone());
+        std::fs::remove_dir_all(dir).ok();
+    }
+    let f = |d: &Value, k: &str| d[k].as_f64().unwrap_or_else(|| panic!("{k} in {d}"));
+    let (sticky, spread) = (&depth0[0], &depth0[1]);
+    assert!(
+        f(sticky, "cached_share") > f(spread, "cached_share") + 0.05,
+        "{sticky} vs {spread}"
+    );
+    assert!(
+        f(sticky, "ttft_p50_ms") < f(spread, "ttft_p50_ms"),
+        "{sticky} vs {spread}"
+    );
+}
