@@ -39,7 +39,12 @@ pub struct UsersArgs {
     #[arg(long, value_name = "K", default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000), help_heading = "Users search")]
     pub sessions_per_user: u64,
     /// Most failed requests a passing probe may have, as a share of all.
-    #[arg(long, value_name = "SHARE", default_value_t = 0.01, help_heading = "Users search")]
+    #[arg(
+        long,
+        value_name = "SHARE",
+        default_value_t = 0.01,
+        help_heading = "Users search"
+    )]
     pub max_failed_share: f64,
 }
 
@@ -95,7 +100,9 @@ pub fn parse_tier(spec: &str) -> Result<Tier> {
                 }
                 bounds.push((key.to_owned(), v));
             }
-            other => bail!("--tier {spec:?}: unknown metric {other:?}; allowed: ttft, tpot, itl, e2el, p"),
+            other => bail!(
+                "--tier {spec:?}: unknown metric {other:?}; allowed: ttft, tpot, itl, e2el, p"
+            ),
         }
     }
     if bounds.is_empty() {
@@ -292,9 +299,16 @@ pub async fn users(args: UsersArgs, command_line: Vec<String>) -> Result<ExitCod
                     let v: Vec<String> = j
                         .values_ms
                         .iter()
-                        .map(|(k, v)| format!("{k} {}", v.map_or("-".into(), |v| format!("{v:.0}"))))
+                        .map(|(k, v)| {
+                            format!("{k} {}", v.map_or("-".into(), |v| format!("{v:.0}")))
+                        })
                         .collect();
-                    format!("{} {} ({})", j.name, if j.met { "met" } else { "missed" }, v.join(", "))
+                    format!(
+                        "{} {} ({})",
+                        j.name,
+                        if j.met { "met" } else { "missed" },
+                        v.join(", ")
+                    )
                 })
                 .collect();
             eprintln!("  {n:>6} users: {}", line.join("; "));
@@ -354,7 +368,15 @@ mod tests {
         assert_eq!(t.percentile, 99.0);
         assert_eq!(t.bounds, [("ttft".into(), 500.0), ("tpot".into(), 50.0)]);
         assert_eq!(t.describe(), "p99 ttft ≤ 500 ms, tpot ≤ 50 ms");
-        for bad in ["x", ":ttft=1", "a:ttft=-1", "a:foo=1", "a:p=100,ttft=1", "a:p=50", "a:ttft=nan"] {
+        for bad in [
+            "x",
+            ":ttft=1",
+            "a:ttft=-1",
+            "a:foo=1",
+            "a:p=100,ttft=1",
+            "a:p=50",
+            "a:ttft=nan",
+        ] {
             assert!(parse_tier(bad).is_err(), "{bad}");
         }
         for d in DEFAULT_TIERS {

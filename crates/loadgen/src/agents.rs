@@ -117,7 +117,9 @@ pub async fn run_agents<B: ConversationBackend>(
             )))
         }
         AgentStart::Users(0) => {
-            return Err(LoadgenError::Config("--num-users must be at least 1".into()))
+            return Err(LoadgenError::Config(
+                "--num-users must be at least 1".into(),
+            ))
         }
         _ => {}
     }
@@ -172,10 +174,11 @@ pub async fn run_agents<B: ConversationBackend>(
     let nodes = std::mem::take(&mut *ctx.nodes.lock().unwrap_or_else(|e| e.into_inner()));
     // The last sender: the collector ends when it is dropped.
     drop(ctx);
-    let load = crate::dispatcher::outcome(collector, scraper, cpu_before, started_at, clock, |_| {
-        unsent
-    })
-    .await?;
+    let load =
+        crate::dispatcher::outcome(collector, scraper, cpu_before, started_at, clock, |_| {
+            unsent
+        })
+        .await?;
     Ok(AgentOutcome { load, nodes })
 }
 
@@ -212,7 +215,8 @@ async fn open_loop<B: ConversationBackend>(
             },
         };
         let Some(permit) = permit else {
-            ctx.unsent.fetch_add(session.total_turns(), Ordering::AcqRel);
+            ctx.unsent
+                .fetch_add(session.total_turns(), Ordering::AcqRel);
             break;
         };
         let waited = permit.as_ref().is_some_and(|(_, w)| *w);
@@ -308,7 +312,13 @@ struct Ended {
 fn turns_in(turns: &[ScriptTurn]) -> usize {
     turns
         .iter()
-        .map(|t| 1 + t.subagents.iter().map(AgentScript::total_turns).sum::<usize>())
+        .map(|t| {
+            1 + t
+                .subagents
+                .iter()
+                .map(AgentScript::total_turns)
+                .sum::<usize>()
+        })
         .sum()
 }
 
@@ -358,7 +368,8 @@ fn run_agent<B: ConversationBackend>(ctx: Arc<Ctx<B>>, script: AgentScript, star
                     _ = tokio::time::sleep_until(ctx.clock.instant_at(due)) => true,
                 };
             if !go {
-                ctx.unsent.fetch_add(turns_in(&turns[k..]), Ordering::AcqRel);
+                ctx.unsent
+                    .fetch_add(turns_in(&turns[k..]), Ordering::AcqRel);
                 last.ok = false;
                 break;
             }
@@ -378,9 +389,9 @@ fn run_agent<B: ConversationBackend>(ctx: Arc<Ctx<B>>, script: AgentScript, star
                 text: parts.join("\n\n"),
             });
             let id = ctx.next_id.fetch_add(1, Ordering::AcqRel);
-            let request = ctx
-                .client
-                .prepare_turn(id, &history, history_tokens, Some(turn.max_tokens));
+            let request =
+                ctx.client
+                    .prepare_turn(id, &history, history_tokens, Some(turn.max_tokens));
             let released = ctx.clock.now_ns();
             ctx.live.released();
             let send = ctx.client.execute(
@@ -697,12 +708,12 @@ mod tests {
         // Context: the last turn carries the sub-agents' answers, in spawn order, as one
         // user message after the history the server returned.
         let seen = backend.seen.lock().unwrap().clone();
-        let (last, header) = seen
-            .iter()
-            .find(|(h, _)| h.len() == 6)
-            .unwrap();
+        let (last, header) = seen.iter().find(|(h, _)| h.len() == 6).unwrap();
         let roles: Vec<&str> = last.iter().map(|m| m.role).collect();
-        assert_eq!(roles, ["system", "user", "assistant", "user", "assistant", "user"]);
+        assert_eq!(
+            roles,
+            ["system", "user", "assistant", "user", "assistant", "user"]
+        );
         let a0 = of("s/1.0", 1).id;
         let a1 = of("s/1.1", 1).id;
         assert_eq!(last[5].text, format!("answer-{a0}\n\nanswer-{a1}"));
@@ -719,14 +730,28 @@ mod tests {
         let doomed = agent(
             "d",
             vec![
-                turn("go", None, vec![agent("d/0.0", vec![turn("FAIL", None, vec![])])]),
+                turn(
+                    "go",
+                    None,
+                    vec![agent("d/0.0", vec![turn("FAIL", None, vec![])])],
+                ),
                 turn("never", None, vec![]),
             ],
         );
-        let fine = agent("f", vec![turn("a", Some(5), vec![]), turn("b", None, vec![])]);
+        let fine = agent(
+            "f",
+            vec![turn("a", Some(5), vec![]), turn("b", None, vec![])],
+        );
         let out = run_agents(
             Arc::clone(&backend),
-            vec![doomed, fine.clone(), AgentScript { id: "g".into(), ..fine }],
+            vec![
+                doomed,
+                fine.clone(),
+                AgentScript {
+                    id: "g".into(),
+                    ..fine
+                },
+            ],
             spec(AgentStart::Users(1)),
             None,
             StopSignal::never(),

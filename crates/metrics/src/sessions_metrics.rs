@@ -186,11 +186,13 @@ pub fn agent_stats(nodes: &[AgentNode], records: &[RequestRecord]) -> AgentStats
         .iter()
         .filter(|s| s.completion_ms.is_some())
         .collect();
-    let pick = |f: &dyn Fn(&SessionFigures) -> f64| -> Vec<f64> { done.iter().map(|s| f(s)).collect() };
+    let pick =
+        |f: &dyn Fn(&SessionFigures) -> f64| -> Vec<f64> { done.iter().map(|s| f(s)).collect() };
     let completion = pick(&|s| s.completion_ms.unwrap_or(0.0));
     let server = pick(&|s| s.server_ms);
     let total_completion: f64 = completion.iter().sum();
-    let server_share = (total_completion > 0.0).then(|| server.iter().sum::<f64>() / total_completion);
+    let server_share =
+        (total_completion > 0.0).then(|| server.iter().sum::<f64>() / total_completion);
 
     let mut depths: BTreeMap<u32, (u64, Vec<&RequestRecord>)> = BTreeMap::new();
     for n in nodes {
@@ -205,11 +207,13 @@ pub fn agent_stats(nodes: &[AgentNode], records: &[RequestRecord]) -> AgentStats
         .into_iter()
         .map(|(depth, (agents, rs))| {
             let ok: Vec<&RequestRecord> = rs.iter().copied().filter(|r| r.is_success()).collect();
-            let ms = |v: Vec<u64>| stats::sorted_copy(&v.into_iter().map(ns_to_ms).collect::<Vec<_>>());
+            let ms =
+                |v: Vec<u64>| stats::sorted_copy(&v.into_iter().map(ns_to_ms).collect::<Vec<_>>());
             let ttft = ms(ok.iter().filter_map(|r| r.ttft_ns()).collect());
             let ttfat = ms(ok.iter().filter_map(|r| r.ttfat_ns()).collect());
             let prompts: Vec<f64> = ok.iter().map(|r| r.input_tokens as f64).collect();
-            let reported: Vec<&&RequestRecord> = ok.iter().filter(|r| r.cached_tokens.is_some()).collect();
+            let reported: Vec<&&RequestRecord> =
+                ok.iter().filter(|r| r.cached_tokens.is_some()).collect();
             let cached: Vec<f64> = reported
                 .iter()
                 .filter_map(|r| r.cached_tokens)
@@ -257,7 +261,15 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn rec(session: &str, turn: u32, sent_ms: u64, ttft_ms: u64, input: u64, cached: u64, ok: bool) -> RequestRecord {
+    fn rec(
+        session: &str,
+        turn: u32,
+        sent_ms: u64,
+        ttft_ms: u64,
+        input: u64,
+        cached: u64,
+        ok: bool,
+    ) -> RequestRecord {
         RequestRecord {
             images: None,
             id: 0,
@@ -296,7 +308,14 @@ mod tests {
         }
     }
 
-    fn node(id: &str, session: &str, parent: Option<&str>, depth: u32, start: u64, end: Option<u64>) -> AgentNode {
+    fn node(
+        id: &str,
+        session: &str,
+        parent: Option<&str>,
+        depth: u32,
+        start: u64,
+        end: Option<u64>,
+    ) -> AgentNode {
         AgentNode {
             id: id.into(),
             session: session.into(),
@@ -335,7 +354,10 @@ mod tests {
             rec("stranger", 0, 0, 1, 5, 0, true),
         ];
         let s = agent_stats(&nodes, &records);
-        assert_eq!((s.sessions, s.completed_sessions, s.failed_sessions), (3, 2, 1));
+        assert_eq!(
+            (s.sessions, s.completed_sessions, s.failed_sessions),
+            (3, 2, 1)
+        );
         assert_eq!(s.subagents, 2);
         assert_eq!(s.turns, 10);
         assert_eq!(s.tool_calls, 5);

@@ -66,12 +66,13 @@ fn otlp_json_lines_read_like_one_document() {
         .clone();
     let lines: Vec<String> = spans
         .chunks(4)
-        .map(|c| {
-            serde_json::json!({"resourceSpans": [{"scopeSpans": [{"spans": c}]}]}).to_string()
-        })
+        .map(|c| serde_json::json!({"resourceSpans": [{"scopeSpans": [{"spans": c}]}]}).to_string())
         .collect();
     let from_lines = parse_otel(&lines.join("\n"), Path::new("spans.jsonl")).unwrap();
-    assert_eq!(from_lines, read_agent_trace(&example("coding-agent.jsonl")).unwrap());
+    assert_eq!(
+        from_lines,
+        read_agent_trace(&example("coding-agent.jsonl")).unwrap()
+    );
 }
 
 const FILE: &str = "fuzzed-agents.txt";
@@ -111,9 +112,33 @@ fn both_on_file(bytes: &[u8]) -> Result<(), TestCaseError> {
 
 /// Values that break naive arithmetic and parsing.
 const DICTIONARY: &[&str] = &[
-    "0", "-1", "1e308", "-1e308", "NaN", "1.5", "18446744073709551615", "18446744073709551616",
-    "9223372036854775807", "99999999999999999999999", "", "\n", ",", "\"", ":", "{", "}", "[",
-    "]", "null", "[]", "{}", "\"\"", "é😀", "\u{feff}", "\"turns\": []", "\"subagents\": [{}]",
+    "0",
+    "-1",
+    "1e308",
+    "-1e308",
+    "NaN",
+    "1.5",
+    "18446744073709551615",
+    "18446744073709551616",
+    "9223372036854775807",
+    "99999999999999999999999",
+    "",
+    "\n",
+    ",",
+    "\"",
+    ":",
+    "{",
+    "}",
+    "[",
+    "]",
+    "null",
+    "[]",
+    "{}",
+    "\"\"",
+    "é😀",
+    "\u{feff}",
+    "\"turns\": []",
+    "\"subagents\": [{}]",
 ];
 
 fn mutate(base: &str, muts: &[(u8, usize, usize)]) -> Vec<u8> {

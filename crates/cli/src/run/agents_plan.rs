@@ -169,12 +169,42 @@ fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
 fn check_ranges(f: &AgentArgs) -> Result<()> {
     const MS: f64 = 1e9;
     const TOKENS: u64 = servebench_workload::agentic::MAX_MESSAGE_TOKENS / 2;
-    in_range("--agent-tool-probability", f.agent_tool_probability, 0.0, 1.0, "")?;
-    in_range("--agent-subagent-probability", f.agent_subagent_probability, 0.0, 1.0, "")?;
-    in_range("--agent-tool-latency-ms", f.agent_tool_latency_ms, 0.0, MS, " ms")?;
-    in_range("--agent-think-time-ms", f.agent_think_time_ms, 0.0, MS, " ms")?;
+    in_range(
+        "--agent-tool-probability",
+        f.agent_tool_probability,
+        0.0,
+        1.0,
+        "",
+    )?;
+    in_range(
+        "--agent-subagent-probability",
+        f.agent_subagent_probability,
+        0.0,
+        1.0,
+        "",
+    )?;
+    in_range(
+        "--agent-tool-latency-ms",
+        f.agent_tool_latency_ms,
+        0.0,
+        MS,
+        " ms",
+    )?;
+    in_range(
+        "--agent-think-time-ms",
+        f.agent_think_time_ms,
+        0.0,
+        MS,
+        " ms",
+    )?;
     in_range("--agent-turns", f.agent_turns, 1, 10_000, "")?;
-    in_range("--agent-subagent-turns", f.agent_subagent_turns, 1, 10_000, "")?;
+    in_range(
+        "--agent-subagent-turns",
+        f.agent_subagent_turns,
+        1,
+        10_000,
+        "",
+    )?;
     in_range("--agent-fanout", f.agent_fanout, 0, 64, "")?;
     in_range(
         "--agent-depth",
@@ -188,10 +218,22 @@ fn check_ranges(f: &AgentArgs) -> Result<()> {
         ("--agent-input-tokens", f.agent_input_tokens, 1),
         ("--agent-user-tokens", f.agent_user_tokens, 0),
         ("--agent-output-tokens", f.agent_output_tokens, 1),
-        ("--agent-final-output-tokens", f.agent_final_output_tokens, 1),
+        (
+            "--agent-final-output-tokens",
+            f.agent_final_output_tokens,
+            1,
+        ),
         ("--agent-system-tokens", f.agent_system_tokens, 0),
-        ("--agent-subagent-system-tokens", f.agent_subagent_system_tokens, 0),
-        ("--agent-subagent-result-tokens", f.agent_subagent_result_tokens, 1),
+        (
+            "--agent-subagent-system-tokens",
+            f.agent_subagent_system_tokens,
+            0,
+        ),
+        (
+            "--agent-subagent-result-tokens",
+            f.agent_subagent_result_tokens,
+            1,
+        ),
     ] {
         in_range(flag, v, lo, TOKENS, " tokens")?;
     }
@@ -222,20 +264,38 @@ pub fn plan(a: &RunArgs) -> Result<AgentPlan> {
             let generator_flags = [
                 ("--agent-preset", f.agent_preset.is_some()),
                 ("--agent-turns", f.agent_turns.is_some()),
-                ("--agent-tool-probability", f.agent_tool_probability.is_some()),
+                (
+                    "--agent-tool-probability",
+                    f.agent_tool_probability.is_some(),
+                ),
                 ("--agent-tool-latency-ms", f.agent_tool_latency_ms.is_some()),
-                ("--agent-tool-result-tokens", f.agent_tool_result_tokens.is_some()),
+                (
+                    "--agent-tool-result-tokens",
+                    f.agent_tool_result_tokens.is_some(),
+                ),
                 ("--agent-input-tokens", f.agent_input_tokens.is_some()),
                 ("--agent-user-tokens", f.agent_user_tokens.is_some()),
                 ("--agent-output-tokens", f.agent_output_tokens.is_some()),
-                ("--agent-final-output-tokens", f.agent_final_output_tokens.is_some()),
+                (
+                    "--agent-final-output-tokens",
+                    f.agent_final_output_tokens.is_some(),
+                ),
                 ("--agent-system-tokens", f.agent_system_tokens.is_some()),
-                ("--agent-subagent-probability", f.agent_subagent_probability.is_some()),
+                (
+                    "--agent-subagent-probability",
+                    f.agent_subagent_probability.is_some(),
+                ),
                 ("--agent-fanout", f.agent_fanout.is_some()),
                 ("--agent-depth", f.agent_depth.is_some()),
                 ("--agent-subagent-turns", f.agent_subagent_turns.is_some()),
-                ("--agent-subagent-system-tokens", f.agent_subagent_system_tokens.is_some()),
-                ("--agent-subagent-result-tokens", f.agent_subagent_result_tokens.is_some()),
+                (
+                    "--agent-subagent-system-tokens",
+                    f.agent_subagent_system_tokens.is_some(),
+                ),
+                (
+                    "--agent-subagent-result-tokens",
+                    f.agent_subagent_result_tokens.is_some(),
+                ),
             ];
             if let Some((flag, _)) = generator_flags.iter().find(|(_, on)| *on) {
                 bail!(
@@ -341,7 +401,7 @@ pub fn check_run(
     if a.shard.is_some() || a.shards.is_some() || a.start_at.is_some() {
         bail!("--shard, --shards and --start-at split a schedule of requests; an agent run's sessions are not split: drop them");
     }
-    if a.lora_modules.first().is_some() {
+    if !a.lora_modules.is_empty() {
         bail!("--lora-modules is not supported with --dataset-name agentic");
     }
     Ok(())
@@ -397,8 +457,17 @@ mod tests {
         assert!(p.ignore_eos());
         let back = RunPlan::from_args(&p.to_args()).unwrap();
         assert_eq!(back.dataset, p.dataset);
-        let t = plan_of(&[&CHAT[..], &["--dataset-path", "t.jsonl", "--agent-think-time-ms", "5"]].concat()).unwrap();
-        let DatasetChoice::Agentic(a) = &t.dataset else { panic!() };
+        let t = plan_of(
+            &[
+                &CHAT[..],
+                &["--dataset-path", "t.jsonl", "--agent-think-time-ms", "5"],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        let DatasetChoice::Agentic(a) = &t.dataset else {
+            panic!()
+        };
         assert_eq!(
             a.source,
             AgentSource::Trace {
@@ -419,16 +488,46 @@ mod tests {
         refused(&["--dataset-name", "agentic"], "use --backend openai-chat");
         refused(&["--agent-turns", "3"], "apply to --dataset-name agentic");
         refused(&["--num-users", "3"], "apply to --dataset-name agentic");
-        refused(&[&CHAT[..], &["--num-users", "2", "--max-concurrency", "2"]].concat(), "drop --max-concurrency");
-        refused(&[&CHAT[..], &["--num-users", "2", "--request-rate", "2"]].concat(), "drop --request-rate");
-        refused(&[&CHAT[..], &["--dataset-path", "x", "--agent-turns", "2"]].concat(), "replay the file");
-        refused(&[&CHAT[..], &["--agent-trace-format", "otel"]].concat(), "needs --dataset-path");
-        refused(&[&CHAT[..], &["--agent-tool-probability", "2"]].concat(), "--agent-tool-probability 2 is out of range (allowed: 0 to 1)");
-        refused(&[&CHAT[..], &["--agent-tool-latency-ms=nan"]].concat(), "allowed: 0 to 1000000000 ms");
-        refused(&[&CHAT[..], &["--agent-turns", "0"]].concat(), "allowed: 1 to 10000");
-        refused(&[&CHAT[..], &["--num-prompts", "1000000"]].concat(), "allowed: 1 to 100000 sessions");
-        refused(&[&CHAT[..], &["--session-header", "bad header"]].concat(), "not an HTTP header name");
-        refused(&[&CHAT[..], &["--multi-turn"]].concat(), "drop --multi-turn");
+        refused(
+            &[&CHAT[..], &["--num-users", "2", "--max-concurrency", "2"]].concat(),
+            "drop --max-concurrency",
+        );
+        refused(
+            &[&CHAT[..], &["--num-users", "2", "--request-rate", "2"]].concat(),
+            "drop --request-rate",
+        );
+        refused(
+            &[&CHAT[..], &["--dataset-path", "x", "--agent-turns", "2"]].concat(),
+            "replay the file",
+        );
+        refused(
+            &[&CHAT[..], &["--agent-trace-format", "otel"]].concat(),
+            "needs --dataset-path",
+        );
+        refused(
+            &[&CHAT[..], &["--agent-tool-probability", "2"]].concat(),
+            "--agent-tool-probability 2 is out of range (allowed: 0 to 1)",
+        );
+        refused(
+            &[&CHAT[..], &["--agent-tool-latency-ms=nan"]].concat(),
+            "allowed: 0 to 1000000000 ms",
+        );
+        refused(
+            &[&CHAT[..], &["--agent-turns", "0"]].concat(),
+            "allowed: 1 to 10000",
+        );
+        refused(
+            &[&CHAT[..], &["--num-prompts", "1000000"]].concat(),
+            "allowed: 1 to 100000 sessions",
+        );
+        refused(
+            &[&CHAT[..], &["--session-header", "bad header"]].concat(),
+            "not an HTTP header name",
+        );
+        refused(
+            &[&CHAT[..], &["--multi-turn"]].concat(),
+            "drop --multi-turn",
+        );
         refused(&[&CHAT[..], &["--duration", "5"]].concat(), "--duration");
     }
 }

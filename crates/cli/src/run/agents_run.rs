@@ -11,7 +11,9 @@ use servebench_loadgen::{
     run_agents, warm_up, AgentSpec, AgentStart, ConversationBackend, Progress, StopSignal,
 };
 use servebench_tokenizer::Tokenizer;
-use servebench_workload::agentic::{materialize, otel, synthetic, trace, AgentScript, AgentSession};
+use servebench_workload::agentic::{
+    materialize, otel, synthetic, trace, AgentScript, AgentSession,
+};
 
 use super::agents_plan::{AgentPlan, AgentSource, AgentTraceFormat};
 use super::http_run::{connect, print_traffic, HttpTarget};
@@ -261,14 +263,7 @@ async fn measure(
     };
     let gpu = super::gpu_telemetry::GpuWatch::start(plan.gpu_metrics_url.as_deref())?;
     super::measuring_begins();
-    let out = run_agents(
-        Arc::clone(&client),
-        scripts,
-        spec,
-        Some(sink),
-        stop.clone(),
-    )
-    .await?;
+    let out = run_agents(Arc::clone(&client), scripts, spec, Some(sink), stop.clone()).await?;
     let mut outcome = out.load;
     gpu.finish(&mut outcome).await;
     if let Some(e) = &outcome.write_error {

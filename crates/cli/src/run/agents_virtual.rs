@@ -214,7 +214,13 @@ impl<'a> Sim<'a> {
 fn unsent_after(script: &AgentScript, k: usize) -> usize {
     script.turns[k + 1..]
         .iter()
-        .map(|t| 1 + t.subagents.iter().map(AgentScript::total_turns).sum::<usize>())
+        .map(|t| {
+            1 + t
+                .subagents
+                .iter()
+                .map(AgentScript::total_turns)
+                .sum::<usize>()
+        })
         .sum()
 }
 
@@ -310,7 +316,10 @@ pub fn simulate_agents(
             agent.node.turns_sent += 1;
             agent.node.server_ns += end.saturating_sub(sent_at);
             if agent.turn == 0 && agent.parent.is_none() {
-                let due = agent.node.start.saturating_add(agent.script.turns[0].think_time_ns);
+                let due = agent
+                    .node
+                    .start
+                    .saturating_add(agent.script.turns[0].think_time_ns);
                 agent.node.queue_ns = sent_at.saturating_sub(due);
             }
             let mut ended_root = None;

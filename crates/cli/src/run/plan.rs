@@ -420,7 +420,10 @@ impl RunPlan {
     pub fn ignore_eos(&self) -> bool {
         // Agent sessions too: their contexts grow by the lengths the session gives.
         self.ignore_eos_flag
-            || matches!(self.dataset, DatasetChoice::Random | DatasetChoice::Agentic(_))
+            || matches!(
+                self.dataset,
+                DatasetChoice::Random | DatasetChoice::Agentic(_)
+            )
     }
 
     pub fn is_virtual(&self) -> bool {

@@ -108,7 +108,10 @@ fn check_agent_run(dir: &Path, virtual_time: bool) {
         .collect();
     assert_eq!(u(&agents["sessions"]), 4, "{agents}");
     assert_eq!(u(&agents["completed_sessions"]), 4, "{agents}");
-    assert!(u(&agents["subagents"]) >= 2, "the seed spawns sub-agents: {agents}");
+    assert!(
+        u(&agents["subagents"]) >= 2,
+        "the seed spawns sub-agents: {agents}"
+    );
     assert_eq!(u(&agents["turns"]) as usize, recs.len());
     assert!(recs.iter().all(|r| r.get("failure").is_none()));
     let grouped = by_agent(&recs);
@@ -143,7 +146,11 @@ fn check_agent_run(dir: &Path, virtual_time: bool) {
     for n in &nodes {
         if let Some(parent) = n["parent"].as_str() {
             let id = n["id"].as_str().expect("id");
-            let at = id.rsplit('/').next().and_then(|t| t.split('.').next()).expect("turn");
+            let at = id
+                .rsplit('/')
+                .next()
+                .and_then(|t| t.split('.').next())
+                .expect("turn");
             spawns
                 .entry((parent.to_owned(), at.to_owned()))
                 .or_default()
@@ -182,12 +189,23 @@ fn check_agent_run(dir: &Path, virtual_time: bool) {
             let (from, to) = (u(&w[0]), u(&w[1]));
             waited_ns += to - from;
             assert!(to > from, "{id}: {w}");
-            let before = rs.iter().rfind(|r| u(&r["done"]) <= from).expect("a turn before");
-            assert_eq!(u(&before["done"]), from, "{id}: the wait starts at an answer");
-            let after = rs.iter().find(|r| u(&r["sent"]) >= to).expect("a turn after");
+            let before = rs
+                .iter()
+                .rfind(|r| u(&r["done"]) <= from)
+                .expect("a turn before");
+            assert_eq!(
+                u(&before["done"]),
+                from,
+                "{id}: the wait starts at an answer"
+            );
+            let after = rs
+                .iter()
+                .find(|r| u(&r["sent"]) >= to)
+                .expect("a turn after");
             assert!(u(&after["intended"]) >= to, "{id}: {after}");
             assert!(
-                rs.iter().all(|r| u(&r["done"]) <= from || u(&r["sent"]) >= to),
+                rs.iter()
+                    .all(|r| u(&r["done"]) <= from || u(&r["sent"]) >= to),
                 "{id}: a request overlapped a tool wait"
             );
         }
@@ -322,7 +340,14 @@ fn users_start_their_next_session_when_the_last_ended() {
         .current_dir(&dir)
         .args(["run", "--virtual-time"])
         .args(CODING)
-        .args(["--num-prompts", "5", "--num-users", "2", "--output-dir", "out"])
+        .args([
+            "--num-prompts",
+            "5",
+            "--num-users",
+            "2",
+            "--output-dir",
+            "out",
+        ])
         .output()
         .expect("spawn servebench");
     ok(&out);
@@ -389,7 +414,9 @@ fn answer(stream: TcpStream, seen: &Seen) -> std::io::Result<()> {
     reader.read_exact(&mut body)?;
     let mut out = stream;
     if !request_line.starts_with("POST") {
-        return out.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        return out.write_all(
+            b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        );
     }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let n = {
@@ -402,7 +429,10 @@ fn answer(stream: TcpStream, seen: &Seen) -> std::io::Result<()> {
             "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
     };
     let events = [
-        chunk(serde_json::json!({"role": "assistant", "content": format!("ok {n}")}), Value::Null),
+        chunk(
+            serde_json::json!({"role": "assistant", "content": format!("ok {n}")}),
+            Value::Null,
+        ),
         chunk(serde_json::json!({}), Value::from("stop")),
     ];
     let mut sse = String::new();
@@ -410,7 +440,9 @@ fn answer(stream: TcpStream, seen: &Seen) -> std::io::Result<()> {
         sse.push_str(&format!("data: {e}\n\n"));
     }
     sse.push_str("data: [DONE]\n\n");
-    out.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")?;
+    out.write_all(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n",
+    )?;
     out.write_all(sse.as_bytes())
 }
 
@@ -444,7 +476,10 @@ fn requests_carry_the_session_header_and_sub_agents_answers() {
     let mut ids: Vec<&str> = seen.iter().filter_map(|(_, h)| h.as_deref()).collect();
     ids.sort_unstable();
     assert_eq!(ids, ["s1", "s1", "s1/0.0", "s1/0.1", "s1/0.1"]);
-    let mut rec_ids: Vec<&str> = recs.iter().filter_map(|r| r["session_id"].as_str()).collect();
+    let mut rec_ids: Vec<&str> = recs
+        .iter()
+        .filter_map(|r| r["session_id"].as_str())
+        .collect();
     rec_ids.sort_unstable();
     assert_eq!(ids, rec_ids);
     // The parent's last turn: system, its request, its answer, then one user message with
@@ -488,11 +523,25 @@ fn agent_refusals_say_what_to_do() {
     let path = bad.to_str().expect("utf-8");
     refused(&["--dataset-name", "agentic"], "use --backend openai-chat");
     refused(
-        &["--backend", "openai-chat", "--dataset-name", "agentic", "--dataset-path", path],
+        &[
+            "--backend",
+            "openai-chat",
+            "--dataset-name",
+            "agentic",
+            "--dataset-path",
+            path,
+        ],
         &format!("{path}:2: session \"b\": turns[0]: the last turn calls a tool"),
     );
     refused(
-        &["--backend", "openai-chat", "--dataset-name", "agentic", "--agent-fanout", "65"],
+        &[
+            "--backend",
+            "openai-chat",
+            "--dataset-name",
+            "agentic",
+            "--agent-fanout",
+            "65",
+        ],
         "--agent-fanout 65 is out of range (allowed: 0 to 64)",
     );
     std::fs::remove_dir_all(dir).ok();
@@ -501,12 +550,17 @@ fn agent_refusals_say_what_to_do() {
 /// The guide's agent examples that need no server (virtual time) run as written.
 #[test]
 fn documented_agent_examples_run_as_written() {
-    let commands: Vec<Vec<String>> =
-        crate::readme_examples::readme_commands("servebench run --backend openai-chat --dataset-name agentic")
-            .into_iter()
-            .filter(|c| c.iter().any(|w| w == "--virtual-time"))
-            .collect();
-    assert_eq!(commands.len(), 4, "the guide's local agent examples: {commands:?}");
+    let commands: Vec<Vec<String>> = crate::readme_examples::readme_commands(
+        "servebench run --backend openai-chat --dataset-name agentic",
+    )
+    .into_iter()
+    .filter(|c| c.iter().any(|w| w == "--virtual-time"))
+    .collect();
+    assert_eq!(
+        commands.len(),
+        4,
+        "the guide's local agent examples: {commands:?}"
+    );
     for (i, c) in commands.iter().enumerate() {
         let dir = tempdir(&format!("docs-{i}"));
         let out = bin()
@@ -551,12 +605,20 @@ fn the_users_search_names_a_number_per_tier_and_more_on_a_faster_gpu() {
         answers.push(
             tiers
                 .iter()
-                .map(|t| (t["tier"]["name"].as_str().expect("name").to_owned(), u(&t["users"])))
+                .map(|t| {
+                    (
+                        t["tier"]["name"].as_str().expect("name").to_owned(),
+                        u(&t["users"]),
+                    )
+                })
                 .collect(),
         );
         // Every probe's run is there to read.
         for p in found["probes"].as_array().expect("probes") {
-            assert!(Path::new(p["result"].as_str().expect("result")).is_file(), "{p}");
+            assert!(
+                Path::new(p["result"].as_str().expect("result")).is_file(),
+                "{p}"
+            );
         }
         std::fs::remove_dir_all(dir).ok();
     }
@@ -577,8 +639,14 @@ fn the_users_search_names_a_number_per_tier_and_more_on_a_faster_gpu() {
 #[test]
 fn sticky_routing_beats_least_loaded_for_agent_traffic() {
     let _one_at_a_time = common::exclusive();
-    let commands = crate::readme_examples::readme_commands("servebench run --sim \"llama-3.1-8b --gpu h100 --replicas 4 --router");
-    assert_eq!(commands.len(), 2, "the guide's sticky and least-outstanding runs");
+    let commands = crate::readme_examples::readme_commands(
+        "servebench run --sim \"llama-3.1-8b --gpu h100 --replicas 4 --router",
+    );
+    assert_eq!(
+        commands.len(),
+        2,
+        "the guide's sticky and least-outstanding runs"
+    );
     let mut depth0 = Vec::new();
     for (i, c) in commands.iter().enumerate() {
         let dir = tempdir(&format!("sticky-{i}"));

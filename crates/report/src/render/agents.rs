@@ -69,7 +69,10 @@ pub fn agent_block(s: &AgentStats) -> String {
     out.push_str(&format!(
         "{:<40}{:<10}\n",
         "Sessions (completed / failed):",
-        format!("{} ({} / {})", s.sessions, s.completed_sessions, s.failed_sessions)
+        format!(
+            "{} ({} / {})",
+            s.sessions, s.completed_sessions, s.failed_sessions
+        )
     ));
     out.push_str(&format!("{:<40}{:<10}\n", "Sub-agents:", s.subagents));
     out.push_str(&format!("{:<40}{:<10}\n", "Turns sent:", s.turns));
@@ -86,7 +89,10 @@ pub fn agent_block(s: &AgentStats) -> String {
         "Per session (s)", "mean", "p50", "p90", "p99"
     ));
     out.push_str(&spread_s("  Completion time", &s.completion_ms));
-    out.push_str(&spread_s("  Waiting on the server (main agent)", &s.server_ms));
+    out.push_str(&spread_s(
+        "  Waiting on the server (main agent)",
+        &s.server_ms,
+    ));
     out.push_str(&spread_s("  Waiting on tools (main agent)", &s.tool_ms));
     let t = &s.turns_per_session;
     out.push_str(&format!(
@@ -164,9 +170,9 @@ pub fn swimlanes_svg(s: &AgentStats, records: &[RequestRecord]) -> String {
         "<svg class=\"swimlanes\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\" role=\"img\" aria-label=\"agent sessions over time\">\n\
          <defs><pattern id=\"tool-hatch\" width=\"4\" height=\"4\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><rect width=\"2\" height=\"4\" fill=\"#e8a33d\"/></pattern></defs>\n"
     );
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<text x=\"{label_w}\" y=\"14\" font-size=\"11\">requests (send → done) <tspan fill=\"#e8a33d\">▨ tool waits</tspan> · 0 – {:.1} s</text>\n",
+        "<text x=\"{label_w}\" y=\"14\" font-size=\"11\">requests (send → done) <tspan fill=\"#e8a33d\">▨ tool waits</tspan> · 0 – {:.1} s</text>",
         end_ns as f64 / 1e9
     );
     for (i, n) in lanes.iter().enumerate() {
@@ -174,26 +180,26 @@ pub fn swimlanes_svg(s: &AgentStats, records: &[RequestRecord]) -> String {
         let indent = 8.0 * f64::from(n.depth);
         let name = n.id.rsplit('/').next().unwrap_or(&n.id);
         let label = if n.depth == 0 { n.id.as_str() } else { name };
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\">{}{}</text>\n",
+            "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\">{}{}</text>",
             4.0 + indent,
             y + lane_h - 4.0,
             if n.depth > 0 { "↳ " } else { "" },
             html_escape(label)
         );
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#ccc\" stroke-width=\"1\"/>\n",
+            "<line x1=\"{:.1}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#ccc\" stroke-width=\"1\"/>",
             x(n.start),
             x(n.end.unwrap_or(end_ns)),
             y + lane_h / 2.0,
             y + lane_h / 2.0
         );
         for w in &n.tool_waits {
-            let _ = write!(
+            let _ = writeln!(
                 out,
-                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"url(#tool-hatch)\"><title>{}: tool {:.0} ms</title></rect>\n",
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"url(#tool-hatch)\"><title>{}: tool {:.0} ms</title></rect>",
                 x(w[0]),
                 y + 3.0,
                 (x(w[1]) - x(w[0])).max(0.5),
@@ -204,10 +210,14 @@ pub fn swimlanes_svg(s: &AgentStats, records: &[RequestRecord]) -> String {
         }
         for r in by_agent.get(n.id.as_str()).into_iter().flatten() {
             let done = r.done.unwrap_or(r.sent);
-            let fill = if r.failure.is_some() { "#c0392b" } else { "#3b6fb6" };
-            let _ = write!(
+            let fill = if r.failure.is_some() {
+                "#c0392b"
+            } else {
+                "#3b6fb6"
+            };
+            let _ = writeln!(
                 out,
-                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{fill}\"><title>{} turn {}: {:.0} ms, {} prompt tokens ({} cached)</title></rect>\n",
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{fill}\"><title>{} turn {}: {:.0} ms, {} prompt tokens ({} cached)</title></rect>",
                 x(r.sent),
                 y + 2.0,
                 (x(done) - x(r.sent)).max(0.8),
@@ -221,9 +231,9 @@ pub fn swimlanes_svg(s: &AgentStats, records: &[RequestRecord]) -> String {
         }
     }
     if left_out > 0 {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<text x=\"4\" y=\"{:.1}\" font-size=\"10\">… {left_out} more agents not drawn</text>\n",
+            "<text x=\"4\" y=\"{:.1}\" font-size=\"10\">… {left_out} more agents not drawn</text>",
             height - 8.0
         );
     }
@@ -318,7 +328,10 @@ mod tests {
         let svg = swimlanes_svg(&s, &records);
         assert_eq!(svg.matches("fill=\"#3b6fb6\"").count(), 4, "{svg}");
         assert_eq!(svg.matches("url(#tool-hatch)").count(), 1, "{svg}");
-        assert!(svg.contains("s&lt;1&gt; turn 1: 10 ms, 10 prompt tokens (4 cached)"), "{svg}");
+        assert!(
+            svg.contains("s&lt;1&gt; turn 1: 10 ms, 10 prompt tokens (4 cached)"),
+            "{svg}"
+        );
         assert!(svg.contains("↳ 1.0"), "{svg}");
         assert!(!svg.contains("s<1>"), "escaped: {svg}");
     }

@@ -29,7 +29,12 @@ impl ReplicaPicker {
     }
 
     /// [`ReplicaPicker::pick`] for a request of a session (`--router session` keys on it).
-    pub fn pick_for(&mut self, outstanding: &[usize], prompt: &[u32], session: Option<&str>) -> usize {
+    pub fn pick_for(
+        &mut self,
+        outstanding: &[usize],
+        prompt: &[u32],
+        session: Option<&str>,
+    ) -> usize {
         let n = outstanding.len();
         if n <= 1 {
             return 0;

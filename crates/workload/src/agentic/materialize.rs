@@ -46,7 +46,13 @@ impl AgentScript {
     pub fn total_turns(&self) -> usize {
         self.turns
             .iter()
-            .map(|t| 1 + t.subagents.iter().map(AgentScript::total_turns).sum::<usize>())
+            .map(|t| {
+                1 + t
+                    .subagents
+                    .iter()
+                    .map(AgentScript::total_turns)
+                    .sum::<usize>()
+            })
             .sum()
     }
 
@@ -262,7 +268,11 @@ mod tests {
         assert_ne!(sub.turns[0].input.text, t0.subagents[1].turns[0].input.text);
         assert_eq!(out[0].turns[1].input, TokenMessage::default());
         assert_eq!(out[0].total_turns(), 4);
-        let walk: Vec<(&str, u32)> = out[0].walk().iter().map(|(a, d)| (a.id.as_str(), *d)).collect();
+        let walk: Vec<(&str, u32)> = out[0]
+            .walk()
+            .iter()
+            .map(|(a, d)| (a.id.as_str(), *d))
+            .collect();
         assert_eq!(walk, [("a", 0), ("a/0.0", 1), ("a/0.1", 1)]);
         // Deterministic in the seed.
         assert_eq!(materialize(&sessions, &tok, 1, 99).unwrap(), out);

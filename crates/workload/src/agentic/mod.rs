@@ -96,7 +96,13 @@ impl AgentSession {
     pub fn total_turns(&self) -> usize {
         self.turns
             .iter()
-            .map(|t| 1 + t.subagents.iter().map(AgentSession::total_turns).sum::<usize>())
+            .map(|t| {
+                1 + t
+                    .subagents
+                    .iter()
+                    .map(AgentSession::total_turns)
+                    .sum::<usize>()
+            })
             .sum()
     }
 
@@ -141,7 +147,10 @@ fn check_node(s: &AgentSession, depth: usize, at: &str) -> Result<(), String> {
     }
     if let Some(a) = s.arrival_ns {
         if a > MAX_TIME_NS {
-            return Err(format!("{at}arrival beyond {} s", MAX_TIME_NS / 1_000_000_000));
+            return Err(format!(
+                "{at}arrival beyond {} s",
+                MAX_TIME_NS / 1_000_000_000
+            ));
         }
     }
     let last = s.turns.len() - 1;

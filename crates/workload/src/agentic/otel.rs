@@ -66,7 +66,10 @@ fn int_value(v: &Value) -> Option<i128> {
     if let Some(i) = field(o, "intValue", "int_value") {
         return match i {
             Value::String(s) => s.trim().parse().ok(),
-            Value::Number(n) => n.as_i64().map(i128::from).or_else(|| n.as_u64().map(i128::from)),
+            Value::Number(n) => n
+                .as_i64()
+                .map(i128::from)
+                .or_else(|| n.as_u64().map(i128::from)),
             _ => None,
         };
     }
@@ -126,19 +129,17 @@ fn documents(text: &str, path: &Path) -> Result<Vec<(Value, usize)>, WorkloadErr
         Ok(v) => return Ok(vec![(v, 0)]),
         Err(e) => e,
     };
-    let first = text
-        .lines()
-        .enumerate()
-        .find(|(_, l)| !l.trim().is_empty());
-    let lines_mode = first.is_some_and(|(_, l)| {
-        serde_json::from_str::<Value>(l).is_ok_and(|v| v.is_object())
-    });
+    let first = text.lines().enumerate().find(|(_, l)| !l.trim().is_empty());
+    let lines_mode =
+        first.is_some_and(|(_, l)| serde_json::from_str::<Value>(l).is_ok_and(|v| v.is_object()));
     if !lines_mode {
         let line = whole_err.line().max(1);
         return Err(WorkloadError::malformed(
             path,
             line,
-            format!("not OTLP JSON (an ExportTraceServiceRequest, or JSON lines of them): {whole_err}"),
+            format!(
+                "not OTLP JSON (an ExportTraceServiceRequest, or JSON lines of them): {whole_err}"
+            ),
         ));
     }
     let mut docs = Vec::new();
@@ -185,7 +186,10 @@ fn spans_of(text: &str, path: &Path) -> Result<Vec<Span>, WorkloadError> {
             };
             let scopes = field(r, "scopeSpans", "scope_spans")
                 .or_else(|| r.get("instrumentationLibrarySpans"))
-                .map(|s| s.as_array().ok_or_else(|| bad_doc("scopeSpans must be a list")))
+                .map(|s| {
+                    s.as_array()
+                        .ok_or_else(|| bad_doc("scopeSpans must be a list"))
+                })
                 .transpose()?;
             for scope in scopes.into_iter().flatten() {
                 let Some(scope) = scope.as_object() else {
@@ -236,10 +240,16 @@ fn span(
         .and_then(Value::as_str)
         .filter(|p| !p.is_empty())
         .map(str::to_owned);
-    let start = nanos(field(o, "startTimeUnixNano", "start_time_unix_nano"))
-        .ok_or_else(|| bad(format!("span {id}: startTimeUnixNano is missing or not a time")))?;
-    let end = nanos(field(o, "endTimeUnixNano", "end_time_unix_nano"))
-        .ok_or_else(|| bad(format!("span {id}: endTimeUnixNano is missing or not a time")))?;
+    let start = nanos(field(o, "startTimeUnixNano", "start_time_unix_nano")).ok_or_else(|| {
+        bad(format!(
+            "span {id}: startTimeUnixNano is missing or not a time"
+        ))
+    })?;
+    let end = nanos(field(o, "endTimeUnixNano", "end_time_unix_nano")).ok_or_else(|| {
+        bad(format!(
+            "span {id}: endTimeUnixNano is missing or not a time"
+        ))
+    })?;
     if end < start {
         return Err(bad(format!("span {id} ends before it starts")));
     }
@@ -254,7 +264,11 @@ fn span(
                     (Some(k), Some(v)) => {
                         attrs.insert(k, v);
                     }
-                    _ => return Err(bad(format!("span {id}: an attribute without key and value"))),
+                    _ => {
+                        return Err(bad(format!(
+                            "span {id}: an attribute without key and value"
+                        )))
+                    }
                 }
             }
         }
@@ -322,7 +336,12 @@ fn build_trace<'a>(spans: Vec<&'a Span>, path: &Path) -> Result<Trace<'a>, Workl
             ));
         }
     }
-    let parent = |i: usize| spans[i].parent.as_deref().and_then(|p| by_id.get(p).copied());
+    let parent = |i: usize| {
+        spans[i]
+            .parent
+            .as_deref()
+            .and_then(|p| by_id.get(p).copied())
+    };
     // Ancestors of a span, nearest first (a cycle is cut after every span was seen once).
     let ancestors = |i: usize| -> Result<Vec<usize>, WorkloadError> {
         let mut out = Vec::new();
@@ -358,8 +377,8 @@ fn build_trace<'a>(spans: Vec<&'a Span>, path: &Path) -> Result<Trace<'a>, Workl
             }
         }
     }
-    let orphan_models = (0..spans.len())
-        .any(|i| spans[i].kind == Kind::Model && nearest_agent[i].is_none());
+    let orphan_models =
+        (0..spans.len()).any(|i| spans[i].kind == Kind::Model && nearest_agent[i].is_none());
     let mut nodes: Vec<Node> = Vec::new();
     let mut node_of_agent = HashMap::new();
     if orphan_models {
@@ -402,7 +421,9 @@ impl Trace<'_> {
             .iter()
             .flat_map(|n| n.children.iter().copied())
             .collect();
-        (0..self.nodes.len()).filter(|i| !nested.contains(i)).collect()
+        (0..self.nodes.len())
+            .filter(|i| !nested.contains(i))
+            .collect()
     }
 
     fn line(&self, node: usize) -> usize {
@@ -418,14 +439,24 @@ impl Trace<'_> {
         let n = &self.nodes[node];
         match n.span {
             Some(s) => self.spans[s].start,
-            None => n.models.iter().map(|&m| self.spans[m].start).min().unwrap_or(0),
+            None => n
+                .models
+                .iter()
+                .map(|&m| self.spans[m].start)
+                .min()
+                .unwrap_or(0),
         }
     }
 
     /// When a node's agent ends: its span's end, or its last model call's.
     fn end(&self, node: usize) -> u64 {
         let n = &self.nodes[node];
-        let last_model = n.models.iter().map(|&m| self.spans[m].end).max().unwrap_or(0);
+        let last_model = n
+            .models
+            .iter()
+            .map(|&m| self.spans[m].end)
+            .max()
+            .unwrap_or(0);
         match n.span {
             Some(s) => self.spans[s].end.max(last_model),
             None => last_model,
@@ -506,9 +537,9 @@ impl Trace<'_> {
             let input = s
                 .input_tokens
                 .ok_or_else(|| bad_here("a model call without gen_ai.usage.input_tokens".into()))?;
-            let output = s
-                .output_tokens
-                .ok_or_else(|| bad_here("a model call without gen_ai.usage.output_tokens".into()))?;
+            let output = s.output_tokens.ok_or_else(|| {
+                bad_here("a model call without gen_ai.usage.output_tokens".into())
+            })?;
             let cap = i128::from(super::MAX_MESSAGE_TOKENS) * 1000;
             if !(0..=cap).contains(&input) || !(1..=cap).contains(&output) {
                 return Err(bad_here(format!(
@@ -537,7 +568,11 @@ impl Trace<'_> {
             let mut tool = None;
             let mut end_of_waits = s.end;
             if !tools[k].is_empty() {
-                let tool_end = tools[k].iter().map(|&t| span_of(t).end).max().unwrap_or(s.end);
+                let tool_end = tools[k]
+                    .iter()
+                    .map(|&t| span_of(t).end)
+                    .max()
+                    .unwrap_or(s.end);
                 let names: Vec<&str> = tools[k]
                     .iter()
                     .map(|&t| span_of(t).tool_name.as_str())
@@ -643,7 +678,10 @@ pub fn read_otel(path: &Path) -> Result<Vec<AgentSession>, WorkloadError> {
 
 /// Whether a file's text looks like OTLP JSON rather than servebench's agent-trace lines.
 pub fn looks_like_otlp(text: &str) -> bool {
-    let head: String = crate::text_file::strip_bom(text).chars().take(4096).collect();
+    let head: String = crate::text_file::strip_bom(text)
+        .chars()
+        .take(4096)
+        .collect();
     head.contains("\"resourceSpans\"") || head.contains("\"resource_spans\"")
 }
 
@@ -658,30 +696,37 @@ mod tests {
 
     fn model(id: &str, parent: &str, start_ms: u64, end_ms: u64, input: u64, output: u64) -> Value {
         serde_json::json!({
-            "traceId": "t1", "spanId": id, "parentSpanId": parent, "name": "chat m", "kind": 3,
-            "startTimeUnixNano": (start_ms * 1_000_000).to_string(),
-            "endTimeUnixNano": (end_ms * 1_000_000).to_string(),
-            "attributes": [
-                attr("gen_ai.operation.name", serde_json::json!({"stringValue": "chat"})),
-                attr("gen_ai.usage.input_tokens", serde_json::json!({"intValue": input.to_string()})),
-                attr("gen_ai.usage.output_tokens", serde_json::json!({"intValue": output})),
-            ]})
+        "traceId": "t1", "spanId": id, "parentSpanId": parent, "name": "chat m", "kind": 3,
+        "startTimeUnixNano": (start_ms * 1_000_000).to_string(),
+        "endTimeUnixNano": (end_ms * 1_000_000).to_string(),
+        "attributes": [
+            attr("gen_ai.operation.name", serde_json::json!({"stringValue": "chat"})),
+            attr("gen_ai.usage.input_tokens", serde_json::json!({"intValue": input.to_string()})),
+            attr("gen_ai.usage.output_tokens", serde_json::json!({"intValue": output})),
+        ]})
     }
 
     fn other(id: &str, parent: &str, op: &str, start_ms: u64, end_ms: u64, name: &str) -> Value {
-        let key = if op == "execute_tool" { "gen_ai.tool.name" } else { "gen_ai.agent.name" };
+        let key = if op == "execute_tool" {
+            "gen_ai.tool.name"
+        } else {
+            "gen_ai.agent.name"
+        };
         serde_json::json!({
-            "traceId": "t1", "spanId": id, "parentSpanId": parent, "name": format!("{op} {name}"),
-            "startTimeUnixNano": (start_ms * 1_000_000).to_string(),
-            "endTimeUnixNano": (end_ms * 1_000_000).to_string(),
-            "attributes": [
-                attr("gen_ai.operation.name", serde_json::json!({"stringValue": op})),
-                attr(key, serde_json::json!({"stringValue": name})),
-            ]})
+        "traceId": "t1", "spanId": id, "parentSpanId": parent, "name": format!("{op} {name}"),
+        "startTimeUnixNano": (start_ms * 1_000_000).to_string(),
+        "endTimeUnixNano": (end_ms * 1_000_000).to_string(),
+        "attributes": [
+            attr("gen_ai.operation.name", serde_json::json!({"stringValue": op})),
+            attr(key, serde_json::json!({"stringValue": name})),
+        ]})
     }
 
     fn doc(spans: Vec<Value>) -> String {
-        serde_json::to_string_pretty(&serde_json::json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]})).unwrap()
+        serde_json::to_string_pretty(
+            &serde_json::json!({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -728,8 +773,13 @@ mod tests {
 
     #[test]
     fn bad_spans_name_their_line() {
-        let shrink = doc(vec![model("m0", "", 0, 10, 100, 10), model("m1", "", 20, 30, 50, 5)]);
-        let e = parse_otel(&shrink, Path::new("o.json")).unwrap_err().to_string();
+        let shrink = doc(vec![
+            model("m0", "", 0, 10, 100, 10),
+            model("m1", "", 20, 30, 50, 5),
+        ]);
+        let e = parse_otel(&shrink, Path::new("o.json"))
+            .unwrap_err()
+            .to_string();
         let line = shrink.lines().position(|l| l.contains("\"m1\"")).unwrap() + 1;
         assert!(e.starts_with(&format!("o.json:{line}: span m1")), "{e}");
         assert!(e.contains("compaction"), "{e}");
@@ -738,11 +788,16 @@ mod tests {
             serde_json::to_string(&serde_json::json!({"resourceSpans": []})).unwrap(),
             "{\"resourceSpans\": 3}"
         );
-        let e = parse_otel(&lines, Path::new("o.jsonl")).unwrap_err().to_string();
-        assert!(e.starts_with("o.jsonl:2: "), "{e}");
-        let e = parse_otel("{\n \"resourceSpans\": [\n  {\"scopeSpans\": oops}\n]}", Path::new("p.json"))
+        let e = parse_otel(&lines, Path::new("o.jsonl"))
             .unwrap_err()
             .to_string();
+        assert!(e.starts_with("o.jsonl:2: "), "{e}");
+        let e = parse_otel(
+            "{\n \"resourceSpans\": [\n  {\"scopeSpans\": oops}\n]}",
+            Path::new("p.json"),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("p.json:3: "), "{e}");
         assert!(looks_like_otlp(&shrink));
         assert!(!looks_like_otlp("{\"session_id\": 1}"));

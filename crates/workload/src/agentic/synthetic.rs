@@ -138,7 +138,7 @@ impl AgenticConfig {
             ("tool latency", self.tool_latency_ms),
             ("think time", self.think_time_ms),
         ] {
-            if !v.is_finite() || v < 0.0 || v > 1e9 {
+            if !v.is_finite() || !(0.0..=1e9).contains(&v) {
                 return bad(format!(
                     "the {name} must be a non-negative number of ms (at most 1e9), got {v}"
                 ));
@@ -273,9 +273,8 @@ impl<R: Rng> Draw<'_, R> {
             };
             if !last {
                 let tool = self.rng.random_bool(c.tool_probability);
-                let spawn = depth < c.depth
-                    && c.fanout > 0
-                    && self.rng.random_bool(c.subagent_probability);
+                let spawn =
+                    depth < c.depth && c.fanout > 0 && self.rng.random_bool(c.subagent_probability);
                 if tool {
                     turn.tool = Some(ToolCall {
                         name: String::new(),
@@ -357,7 +356,10 @@ mod tests {
             assert!(agents > a.len(), "{preset:?} spawns sub-agents");
         }
         let other = generate(&AgenticConfig::preset(AgentPreset::Coding, 40, 4)).unwrap();
-        assert_ne!(other, generate(&AgenticConfig::preset(AgentPreset::Coding, 40, 3)).unwrap());
+        assert_ne!(
+            other,
+            generate(&AgenticConfig::preset(AgentPreset::Coding, 40, 3)).unwrap()
+        );
     }
 
     #[test]

@@ -351,11 +351,23 @@ mod tests {
                 r#"{"session_id": "b", "turns": [{"input_tokens": 1, "output_tokens": 2, "subagents": [{"turns": [{"input_tokens": 0, "output_tokens": 1}]}]}, {"input_tokens": 0, "output_tokens": 1}]}"#,
                 "session \"b\": turns[0].subagents[0].turns[0]: the turn adds nothing",
             ),
-            (r#"{"session_id": "a", "turns": [{"text": "x", "output_tokens": 1}]}"#, "repeats the session of line 1"),
-            (r#"{"session_id": "b", "turns": [{"input_tokens": 1, "output_tokens": 1, "extra": 1}]}"#, "unknown field"),
+            (
+                r#"{"session_id": "a", "turns": [{"text": "x", "output_tokens": 1}]}"#,
+                "repeats the session of line 1",
+            ),
+            (
+                r#"{"session_id": "b", "turns": [{"input_tokens": 1, "output_tokens": 1, "extra": 1}]}"#,
+                "unknown field",
+            ),
             (r#"{"session_id": null, "turns": []}"#, "string or a number"),
-            (r#"{"session_id": "b", "arrival_ms": 1e300, "turns": [{"input_tokens": 1, "output_tokens": 1}]}"#, "beyond"),
-            (r#"{"session_id": "b", "turns": [{"input_tokens": 99999999999, "output_tokens": 1}]}"#, "at most"),
+            (
+                r#"{"session_id": "b", "arrival_ms": 1e300, "turns": [{"input_tokens": 1, "output_tokens": 1}]}"#,
+                "beyond",
+            ),
+            (
+                r#"{"session_id": "b", "turns": [{"input_tokens": 99999999999, "output_tokens": 1}]}"#,
+                "at most",
+            ),
             ("[1, 2]", "not an agent session object"),
         ];
         for (line, needle) in cases {
