@@ -24,6 +24,7 @@ mod reasoning;
 mod record;
 pub mod repeat;
 pub mod result;
+pub mod sessions_metrics;
 pub mod stats;
 mod steady_state;
 pub mod summary;
@@ -42,6 +43,7 @@ pub use record::{
     TokenEvent,
 };
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
+pub use sessions_metrics::{agent_stats, AgentNode, AgentStats};
 pub use stats::PercentileStat;
 pub use steady_state::{
     mser5, steady_state, SteadyState, SteadyStateMode, Truncation, MSER_TRUSTED_LEN,

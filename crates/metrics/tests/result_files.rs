@@ -184,6 +184,7 @@ fn run_result() -> RunResult {
         by_lora: Vec::new(),
         gpu_telemetry: None,
         stopped_early: None,
+        agents: None,
     }
 }
 

@@ -13,6 +13,7 @@
 //!
 //! [`Tokenizer`]: servebench_tokenizer::Tokenizer
 
+pub mod agentic;
 mod arrival;
 pub mod custom;
 mod error;

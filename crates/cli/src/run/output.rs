@@ -279,6 +279,8 @@ pub struct Finish<'a> {
     pub connections: Option<servebench_metrics::ConnectionSummary>,
     /// The run stopped itself as over-saturated (`--stop-when-saturated`).
     pub stopped_early: Option<servebench_metrics::result::StoppedEarly>,
+    /// An agent run's agents as they ran (`--dataset-name agentic`).
+    pub agent_nodes: Option<Vec<servebench_metrics::AgentNode>>,
 }
 
 impl<'a> Finish<'a> {
@@ -314,6 +316,7 @@ impl<'a> Finish<'a> {
             merged: None,
             connections: None,
             stopped_early: None,
+            agent_nodes: None,
         };
         Ok((finish, sink))
     }
@@ -447,6 +450,10 @@ pub fn write_results(
     let prefix_hit = super::prefix_hit::check(args, records, telemetry);
     let by_turn = servebench_metrics::by_turn(records);
     let by_lora = servebench_metrics::by_lora(records, duration_ns);
+    let agents = f
+        .agent_nodes
+        .as_ref()
+        .map(|nodes| servebench_metrics::agent_stats(nodes, records));
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
@@ -459,7 +466,11 @@ pub fn write_results(
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
         let turns = servebench_report::render::turn_block(&by_turn)
-            + &servebench_report::render::lora_block(&by_lora);
+            + &servebench_report::render::lora_block(&by_lora)
+            + &agents
+                .as_ref()
+                .map(servebench_report::render::agent_block)
+                .unwrap_or_default();
         let pools = servebench_report::pools::pool_block(&summary.per_pool);
         let _ = write!(stdout, "{block}{extras}{turns}{pools}{verdict}");
         if let Some(p) = &prefix_hit {
@@ -548,6 +559,7 @@ pub fn write_results(
         by_lora,
         gpu_telemetry: load.and_then(|o| o.gpu.clone()),
         stopped_early: f.stopped_early.clone(),
+        agents,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     // The stem was claimed with the records file, so a file here is another run's: kept.

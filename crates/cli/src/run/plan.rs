@@ -106,6 +106,8 @@ pub enum DatasetChoice {
     BurstGpt { path: PathBuf },
     /// Random prompts at the lengths of [`RandomShape`] with synthetic images.
     RandomMm(super::random_mm::RandomMmShape),
+    /// Agent session trees (docs/agents.md).
+    Agentic(Box<super::agents_plan::AgentPlan>),
 }
 
 /// How a timed trace is read and replayed (vLLM's `--timed-trace-*` flags and servebench's
@@ -137,6 +139,7 @@ impl DatasetChoice {
             DatasetChoice::TimedTrace { .. } => "timed_trace",
             DatasetChoice::BurstGpt { .. } => "burstgpt",
             DatasetChoice::RandomMm(_) => "random-mm",
+            DatasetChoice::Agentic(_) => "agentic",
         }
     }
 
@@ -151,6 +154,7 @@ impl DatasetChoice {
             | DatasetChoice::Hf { path, .. }
             | DatasetChoice::TimedTrace { path, .. }
             | DatasetChoice::BurstGpt { path } => Some(path),
+            DatasetChoice::Agentic(a) => a.path(),
         }
     }
 
@@ -335,6 +339,7 @@ impl RunPlan {
         check_images_backend(&dataset, &endpoint)?;
         let answer = AnswerPlan::from_args(a)?;
         let scale_out = ScaleOut::from_args(a, &target, &traffic)?;
+        super::agents_plan::check_run(a, &dataset, &endpoint, &traffic)?;
         let multi_turn = multi_turn(a, &dataset, &endpoint, &traffic)?;
         let pooling = super::pooling::plan(a, &endpoint, &dataset)?;
         let lora = super::lora::plan(a)?;
@@ -413,7 +418,12 @@ impl RunPlan {
 
     /// vLLM: the random dataset ignores EOS so generations run to the requested length.
     pub fn ignore_eos(&self) -> bool {
-        self.ignore_eos_flag || self.dataset == DatasetChoice::Random
+        // Agent sessions too: their contexts grow by the lengths the session gives.
+        self.ignore_eos_flag
+            || matches!(
+                self.dataset,
+                DatasetChoice::Random | DatasetChoice::Agentic(_)
+            )
     }
 
     pub fn is_virtual(&self) -> bool {
@@ -451,6 +461,7 @@ impl RunPlan {
                     (DatasetName::Burstgpt, Some(path.clone()), None, 256)
                 }
                 DatasetChoice::RandomMm(_) => (DatasetName::RandomMm, None, None, 256),
+                DatasetChoice::Agentic(a) => (DatasetName::Agentic, a.path().cloned(), None, 256),
             };
         let replay = match &self.dataset {
             DatasetChoice::TimedTrace { trace, .. } => Some(trace.clone()),
@@ -606,6 +617,10 @@ impl RunPlan {
             },
             gpu_metrics_url: self.gpu_metrics_url.clone(),
             stop_when_saturated: self.stop_when_saturated,
+            agents: match &self.dataset {
+                DatasetChoice::Agentic(a) => a.flags.clone(),
+                _ => Default::default(),
+            },
         };
         super::transport_plan::set_flags(&mut args, &self.transport);
         args
@@ -772,6 +787,7 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
     // vLLM's --output-len replaces the output length flag of random, sharegpt, sonnet and hf.
     check_trace_flags(a)?;
     super::random_mm::check_unused(&a.random_mm, a.dataset_name == DatasetName::RandomMm)?;
+    super::agents_plan::check_unused(a)?;
     let general_output_len = || -> Result<Option<u64>> {
         match a.output_len {
             Some(v) if v < 0 => bail!(
@@ -857,6 +873,7 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
             )?,
             trace: trace_replay(a)?,
         },
+        DatasetName::Agentic => DatasetChoice::Agentic(Box::new(super::agents_plan::plan(a)?)),
         DatasetName::Burstgpt => DatasetChoice::BurstGpt {
             path: a
                 .dataset_path
@@ -1028,7 +1045,8 @@ impl DatasetFlags {
             | DatasetChoice::Custom { .. }
             | DatasetChoice::TimedTrace { .. }
             | DatasetChoice::BurstGpt { .. }
-            | DatasetChoice::RandomMm(_) => {}
+            | DatasetChoice::RandomMm(_)
+            | DatasetChoice::Agentic(_) => {}
         }
     }
 }

@@ -69,6 +69,10 @@ pub struct RunResult {
     /// when (absent for a run that went to the end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_early: Option<StoppedEarly>,
+    /// An agent run (`--dataset-name agentic`): per-session figures, the by-depth table and
+    /// every agent as it ran (absent for other runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<crate::sessions_metrics::AgentStats>,
 }
 
 /// Why and when a run stopped itself before the end of its schedule.
