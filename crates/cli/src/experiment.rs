@@ -98,6 +98,7 @@ pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
         prefix_hit: result.prefix_hit,
         gpu: result.gpu_telemetry,
         agents: result.agents,
+        slices: result.slices,
     })
 }
 

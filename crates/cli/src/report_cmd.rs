@@ -232,6 +232,7 @@ pub fn rebuild_from_records(records_path: &Path, dir: Option<&Path>) -> Result<R
         gpu_telemetry: None,
         stopped_early: None,
         agents: None,
+        slices: None,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the rebuilt result")?;
     std::fs::write(&paths.native, text)

@@ -13,6 +13,7 @@
 //! - [`repeat`]: repeated runs, mean ± std per figure.
 //! - `io`: reading records back from JSONL.
 //! - [`units`]: ns/ms/s conversions, used across the workspace.
+//! - [`slices`]: every statistic per time window (`--slice-duration`).
 //! - [`result`]: the result files (`*.servebench.json`, `experiment.json`) as types.
 
 pub mod connections;
@@ -20,11 +21,13 @@ mod derived;
 mod io;
 pub mod lora;
 pub mod per_pool;
+pub mod phases;
 mod reasoning;
 mod record;
 pub mod repeat;
 pub mod result;
 pub mod sessions_metrics;
+pub mod slices;
 pub mod stats;
 mod steady_state;
 pub mod summary;
@@ -36,14 +39,16 @@ pub mod vllm;
 pub use connections::{ConnectionSummary, ConnectionTiming};
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use lora::{by_lora, LoraStats};
+pub use phases::{phase_summary, PhaseStat, PhaseSummary};
 pub use reasoning::ReasoningSummary;
 pub use record::ServedBy;
 pub use record::{
-    CountSource, Failure, FailureKind, ImageUsage, OutputSplit, RequestRecord, StampClock,
-    TokenEvent,
+    CountSource, Failure, FailureKind, ImageUsage, OutputSplit, RequestPhases, RequestRecord,
+    StampClock, TokenEvent,
 };
 pub use repeat::{aggregate, RepeatFigure, RepeatSummary};
 pub use sessions_metrics::{agent_stats, AgentNode, AgentStats};
+pub use slices::{slices, SliceOptions, SliceStat, Slices};
 pub use stats::PercentileStat;
 pub use steady_state::{
     mser5, steady_state, SteadyState, SteadyStateMode, Truncation, MSER_TRUSTED_LEN,

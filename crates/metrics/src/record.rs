@@ -193,6 +193,44 @@ pub struct RequestRecord {
     /// `intended_input_tokens`); absent for a text-only request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<ImageUsage>,
+
+    /// Where the request's time went on its connection before the answer: connect and TLS
+    /// handshake when it opened one, its last byte written, the answer's first byte and
+    /// headers, and whether the connection was reused. Absent where no socket was read
+    /// (virtual time) and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<RequestPhases>,
+}
+
+/// A request's clock points on its connection (docs/metrics.md "Where a request's time
+/// went"): instants in ns from the run start like the record's others, durations in ns;
+/// 0 where not measured. A handful of integers per request, filled from the stamps the
+/// connection already takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestPhases {
+    /// TCP connect of the connection, when this request was its first (ns, a duration).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub connect_ns: u64,
+    /// TLS handshake of that connection (ns, a duration); 0 on plain HTTP or a reused one.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub tls_ns: u64,
+    /// The request's last byte handed to the socket (its first is the record's `sent`).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub written: u64,
+    /// The answer's first byte received (the kernel's receive time where stamped).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub first_byte: u64,
+    /// The answer's status line and headers parsed by the client.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub headers: u64,
+    /// The connection had carried an earlier request; `None` on HTTP/2, whose streams
+    /// share one connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused: Option<bool>,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 impl RequestRecord {
@@ -230,6 +268,7 @@ impl RequestRecord {
             lora: self.lora.clone(),
             served_by: self.served_by.clone(),
             images: self.images,
+            phases: self.phases,
         }
     }
 }
@@ -343,6 +382,7 @@ impl RequestRecord {
             lora: None,
             served_by: None,
             images: None,
+            phases: None,
         }
     }
 

@@ -271,6 +271,7 @@ mod tests {
         ok: bool,
     ) -> RequestRecord {
         RequestRecord {
+            phases: None,
             images: None,
             id: 0,
             intended: sent_ms * MS,

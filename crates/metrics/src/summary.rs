@@ -401,6 +401,10 @@ pub struct RunSummary {
     /// plain HTTP/1.1 runs and older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<crate::ConnectionSummary>,
+    /// Where the requests' time went, phase by phase, and connection reuse; absent where no
+    /// connection stamped them (virtual time, older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<crate::PhaseSummary>,
 }
 
 impl RunSummary {
@@ -573,6 +577,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         stamp_clocks: stamp_clocks(records),
         per_pool: crate::per_pool::per_pool(records, p),
         connections: None,
+        phases: crate::phases::phase_summary(records),
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary
@@ -654,8 +659,6 @@ fn time_series(
     });
     let mut completions = vec![0u64; len];
     let mut output_tokens = vec![0.0f64; len];
-    let mut in_flight_mean = vec![0.0f64; len];
-    let mut in_flight_max = vec![0u64; len];
     if len == 0 {
         return TimeSeries {
             origin_ns,
@@ -675,37 +678,9 @@ fn time_series(
         }
     }
 
-    // Time-weighted occupancy: each interval adds its overlap with every bucket it spans.
-    for (s, e) in records.iter().filter_map(RequestRecord::in_flight_ns) {
-        let (s, e) = (s.max(origin_ns), e.max(origin_ns));
-        let mut t = s;
-        while t < e {
-            let b = bucket_of(t);
-            if b >= len {
-                break;
-            }
-            let bucket_end = origin_ns + (b as u64 + 1) * NS_PER_S;
-            let stop = e.min(bucket_end);
-            in_flight_mean[b] += ns_to_s(stop - t);
-            t = stop;
-        }
-    }
-
-    // Instantaneous maximum per bucket: sweep, starting each bucket from the level it
-    // inherits from the previous one.
-    let ev = flight_events(records);
-    let mut cur = 0i64;
-    let mut k = 0;
-    for (b, slot) in in_flight_max.iter_mut().enumerate() {
-        let bucket_end = origin_ns + (b as u64 + 1) * NS_PER_S;
-        let mut max = cur;
-        while k < ev.len() && ev[k].0 < bucket_end {
-            cur += ev[k].1;
-            max = max.max(cur);
-            k += 1;
-        }
-        *slot = u64::try_from(max).unwrap_or(0);
-    }
+    // Time-weighted occupancy and the instantaneous maximum, as the slices compute them.
+    let (in_flight_mean, in_flight_max) =
+        crate::slices::occupancy(records, origin_ns, NS_PER_S, len);
 
     TimeSeries {
         origin_ns,

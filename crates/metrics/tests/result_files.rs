@@ -28,6 +28,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         .collect();
     let end = events.last().map(|e| e.t);
     RequestRecord {
+        phases: None,
         images: None,
         id,
         intended: sent_ms * MS,
@@ -185,6 +186,7 @@ fn run_result() -> RunResult {
         gpu_telemetry: None,
         stopped_early: None,
         agents: None,
+        slices: None,
     }
 }
 

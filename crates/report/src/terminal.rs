@@ -367,6 +367,9 @@ pub fn servebench_block(
     if let Some(c) = &s.connections {
         let _ = writeln!(out, "{}", c.line());
     }
+    if let Some(p) = &s.phases {
+        let _ = writeln!(out, "{}", p.line());
+    }
     if let Some(h) = health.measured() {
         header(&mut out, "Client health", '-');
         let _ = writeln!(
@@ -466,6 +469,7 @@ mod tests {
                     .collect();
                 let end = events.last().map(|e| e.t);
                 RequestRecord {
+                    phases: None,
                     images: None,
                     id: i,
                     intended: sent,

@@ -464,6 +464,11 @@ pub struct RunArgs {
     /// No live progress.
     #[arg(long, help_heading = "Output")]
     pub disable_tqdm: bool,
+    /// Also compute every statistic per time window of this many seconds (TTFT, ITL, TPOT,
+    /// E2EL percentiles, throughput, in flight, failures, server telemetry): saved in the
+    /// result file (`slices`) and in STEM.slices.csv, drawn over time in the HTML report.
+    #[arg(long, value_name = "SECS", value_parser = servebench_metrics::units::positive_secs, help_heading = "Output")]
+    pub slice_duration: Option<f64>,
     /// Run the whole measurement N times (each repeat in its own `repeat-K/` folder) and report
     /// each figure as mean ± std across runs, with the per-run values.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Output")]

@@ -396,6 +396,7 @@ pub fn write_results(
             pcts.push(*p);
         }
     }
+    let slice_percentiles = pcts.clone();
     let mut summary: RunSummary = summarize(
         records,
         &SummaryOptions {
@@ -454,6 +455,17 @@ pub fn write_results(
         .agent_nodes
         .as_ref()
         .map(|nodes| servebench_metrics::agent_stats(nodes, records));
+    let slices = args.slice_duration.map(|width_s| {
+        servebench_metrics::slices(
+            records,
+            telemetry,
+            &servebench_metrics::SliceOptions {
+                origin_ns: Some(summary.time_series.origin_ns),
+                percentiles: slice_percentiles,
+                ..servebench_metrics::SliceOptions::every(width_s)
+            },
+        )
+    });
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
@@ -560,6 +572,7 @@ pub fn write_results(
         gpu_telemetry: load.and_then(|o| o.gpu.clone()),
         stopped_early: f.stopped_early.clone(),
         agents,
+        slices,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     // The stem was claimed with the records file, so a file here is another run's: kept.
@@ -579,9 +592,32 @@ pub fn write_results(
             .with_context(|| format!("writing {}", native_path.display()))
             .context(super::OutputFailed);
     }
+    let slices_path = match &native.slices {
+        Some(s) => {
+            let path = args.output_dir.join(format!("{}.slices.csv", f.names.stem));
+            std::fs::write(&path, servebench_report::render::render_slices_csv(s))
+                .with_context(|| format!("writing {}", path.display()))
+                .context(super::OutputFailed)?;
+            Some(path)
+        }
+        None => None,
+    };
     if f.print {
         eprintln!("servebench result: {}", native_path.display());
         eprintln!("per-request records: {}", f.jsonl_path.display());
+        if let (Some(p), Some(s)) = (&slices_path, &native.slices) {
+            eprintln!("metrics per window: {}", p.display());
+            if args
+                .slice_duration
+                .is_some_and(|w| s.width_s > w * (1.0 + 1e-9))
+            {
+                eprintln!(
+                    "note: windows of {} s, not the --slice-duration asked for: a run is cut into at most {} windows",
+                    s.width_s,
+                    servebench_metrics::slices::MAX_SLICE_WINDOWS
+                );
+            }
+        }
     }
 
     let summary = native.summary;

@@ -232,6 +232,8 @@ pub struct ReportPlan {
     pub progress_label: Option<String>,
     pub output_dir: PathBuf,
     pub steady_state: args::SteadyStateArg,
+    /// `--slice-duration`: window width for metrics over time, s.
+    pub slice_duration: Option<f64>,
 }
 
 /// One measured run, validated.
@@ -392,6 +394,7 @@ impl RunPlan {
                 progress_label: None,
                 output_dir: a.output_dir.clone(),
                 steady_state: a.steady_state,
+                slice_duration: a.slice_duration,
             },
             repeat: a.repeat,
             answer,
@@ -593,6 +596,7 @@ impl RunPlan {
             repeat: self.repeat,
             output_dir: r.output_dir.clone(),
             steady_state: r.steady_state,
+            slice_duration: r.slice_duration,
             expect_regex: self.answer.regexes.clone(),
             expect_json_schema: self.answer.schemas.clone(),
             start_at: self.scale_out.start_at.as_ref().map(|s| s.given.clone()),

@@ -42,6 +42,7 @@ mod run_cli;
 mod shard_merge;
 mod sim_cli;
 mod sim_fidelity;
+mod slices_cli;
 mod sweep_cli;
 mod sweep_search;
 mod sweep_serve;

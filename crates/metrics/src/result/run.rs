@@ -73,6 +73,9 @@ pub struct RunResult {
     /// every agent as it ran (absent for other runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agents: Option<crate::sessions_metrics::AgentStats>,
+    /// Every statistic per time window (`--slice-duration`); absent when not asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slices: Option<crate::slices::Slices>,
 }
 
 /// Why and when a run stopped itself before the end of its schedule.

@@ -137,6 +137,8 @@ pub fn frontier_charts(sweep: &SweepReport) -> Vec<Chart> {
                 note: None,
                 x_max: None,
                 v_lines: Vec::new(),
+                bands: Vec::new(),
+                whiskers: Vec::new(),
             }
         })
         .collect()
