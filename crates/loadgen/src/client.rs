@@ -229,6 +229,7 @@ impl BackendClient {
         for (name, value) in &self.headers {
             headers.append(name.clone(), value.clone());
         }
+        crate::agents::add_session_header(&mut headers);
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = Method::POST;
         *req.uri_mut() = self.uri.clone();

@@ -233,6 +233,46 @@ fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
+impl RequestRecord {
+    /// A copy with no token events (`events` empty): for a view of the record that reads the
+    /// events from the record itself. Every field is named, so a new one cannot be left out.
+    pub fn clone_without_events(&self) -> RequestRecord {
+        RequestRecord {
+            id: self.id,
+            intended: self.intended,
+            released: self.released,
+            sent: self.sent,
+            started: self.started,
+            first_token: self.first_token,
+            end: self.end,
+            done: self.done,
+            waited_for_slot: self.waited_for_slot,
+            events: Vec::new(),
+            bare_events: self.bare_events.clone(),
+            input_tokens: self.input_tokens,
+            input_source: self.input_source,
+            output_tokens: self.output_tokens,
+            output_source: self.output_source,
+            intended_input_tokens: self.intended_input_tokens,
+            max_tokens: self.max_tokens,
+            cached_tokens: self.cached_tokens,
+            finish_reason: self.finish_reason.clone(),
+            text: self.text.clone(),
+            failure: self.failure.clone(),
+            resent: self.resent,
+            answer_checked: self.answer_checked,
+            output_split: self.output_split,
+            session_id: self.session_id.clone(),
+            turn: self.turn,
+            stamp_clock: self.stamp_clock,
+            lora: self.lora.clone(),
+            served_by: self.served_by.clone(),
+            images: self.images,
+            phases: self.phases,
+        }
+    }
+}
+
 /// Where in a fleet a request was served.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServedBy {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::RequestRecord;
+use crate::record::{RequestRecord, TokenEvent};
 use crate::stats::{self, PercentileStat};
 
 use crate::units::{ms_to_ns, ns_f64_to_ms, ns_to_ms, ns_to_s, NS_PER_S};
@@ -121,6 +121,17 @@ impl Slo {
 }
 
 impl Slo {
+    /// [`Slo::is_met_by`] for a record whose token events are given beside it (a view made
+    /// by `vllm::view_sharing_events`, whose own `events` may be left empty).
+    pub fn is_met_by_with_events(&self, r: &RequestRecord, events: &[TokenEvent]) -> bool {
+        match self.metric {
+            SloMetric::Itl => events
+                .windows(2)
+                .all(|w| self.admits(ns_to_ms(w[1].t.saturating_sub(w[0].t)))),
+            _ => self.is_met_by(r),
+        }
+    }
+
     /// Does a completed request meet this objective as its user saw it? TTFT and E2EL count
     /// from the intended send time (queue time included): a request that waited in the
     /// client queue kept its user waiting too. Without queueing this is [`Slo::is_met_by`].
@@ -598,20 +609,18 @@ fn weighted_events(ok: &[&RequestRecord]) -> Vec<(u64, f64)> {
 /// event, so only those windows are tried. Each event weighs its request's token share.
 pub fn peak_output_tokens_per_s(ok: &[&RequestRecord]) -> f64 {
     let ev = weighted_events(ok);
-    let mut prefix = Vec::with_capacity(ev.len() + 1);
-    prefix.push(0.0f64);
-    for &(_, w) in &ev {
-        let last = prefix.last().copied().unwrap_or(0.0);
-        prefix.push(last + w);
-    }
+    // `at_i` and `at_j` are the prefix sums of the weights before events i and j, added in
+    // event order as a prefix array would hold them, without holding one (8 bytes a token).
     let mut best = 0.0f64;
-    let mut j = 0;
+    let (mut j, mut at_i, mut at_j) = (0, 0.0f64, 0.0f64);
     for i in 0..ev.len() {
         let limit = ev[i].0.saturating_add(NS_PER_S);
         while j < ev.len() && ev[j].0 < limit {
+            at_j += ev[j].1;
             j += 1;
         }
-        best = best.max(prefix[j] - prefix[i]);
+        best = best.max(at_j - at_i);
+        at_i += ev[i].1;
     }
     best
 }

@@ -154,6 +154,7 @@ fn run_result() -> RunResult {
             client_limited: false,
             not_dispatched: 0,
             resent: 0,
+            load_average: Some(0.5),
         })),
         server_telemetry: Some(ServerTelemetry {
             samples: vec![TelemetrySample {
@@ -184,6 +185,7 @@ fn run_result() -> RunResult {
         by_lora: Vec::new(),
         gpu_telemetry: None,
         stopped_early: None,
+        agents: None,
         slices: None,
     }
 }

@@ -78,6 +78,7 @@ fn run(path: &str, n: u64, ttft_ms: u64, gap_ms: u64) -> RunData {
         validity: None,
         prefix_hit: None,
         gpu: None,
+        agents: None,
         slices: None,
     }
 }

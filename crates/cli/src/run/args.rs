@@ -55,6 +55,9 @@ pub enum DatasetName {
     /// vLLM's random prompts with synthetic images in the chat message (--random-mm-*).
     #[value(name = "random-mm")]
     RandomMm,
+    /// Agent sessions (docs/agents.md): synthetic (--agent-preset, --agent-*), or replayed from
+    /// --dataset-path (servebench agent-trace JSON lines, or OpenTelemetry GenAI spans).
+    Agentic,
 }
 
 impl DatasetName {
@@ -71,6 +74,7 @@ impl DatasetName {
             DatasetName::Burstgpt => "burstgpt",
             DatasetName::RandomRerank => "random-rerank",
             DatasetName::RandomMm => "random-mm",
+            DatasetName::Agentic => "agentic",
         }
     }
 }
@@ -582,6 +586,9 @@ pub struct RunArgs {
     // ---- images in chat ----
     #[command(flatten)]
     pub random_mm: super::random_mm::RandomMmArgs,
+    // ---- agent sessions ----
+    #[command(flatten)]
+    pub agents: super::agents_plan::AgentArgs,
     // ---- GPU telemetry ----
     /// Read GPU utilization, memory, power and SM clock during the run from a DCGM exporter's
     /// Prometheus endpoint (e.g. http://node:9400/metrics) instead of `nvidia-smi` on PATH.

@@ -279,6 +279,8 @@ pub struct Finish<'a> {
     pub connections: Option<servebench_metrics::ConnectionSummary>,
     /// The run stopped itself as over-saturated (`--stop-when-saturated`).
     pub stopped_early: Option<servebench_metrics::result::StoppedEarly>,
+    /// An agent run's agents as they ran (`--dataset-name agentic`).
+    pub agent_nodes: Option<Vec<servebench_metrics::AgentNode>>,
 }
 
 impl<'a> Finish<'a> {
@@ -314,6 +316,7 @@ impl<'a> Finish<'a> {
             merged: None,
             connections: None,
             stopped_early: None,
+            agent_nodes: None,
         };
         Ok((finish, sink))
     }
@@ -448,6 +451,10 @@ pub fn write_results(
     let prefix_hit = super::prefix_hit::check(args, records, telemetry);
     let by_turn = servebench_metrics::by_turn(records);
     let by_lora = servebench_metrics::by_lora(records, duration_ns);
+    let agents = f
+        .agent_nodes
+        .as_ref()
+        .map(|nodes| servebench_metrics::agent_stats(nodes, records));
     let slices = args.slice_duration.map(|width_s| {
         servebench_metrics::slices(
             records,
@@ -471,7 +478,11 @@ pub fn write_results(
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
         let turns = servebench_report::render::turn_block(&by_turn)
-            + &servebench_report::render::lora_block(&by_lora);
+            + &servebench_report::render::lora_block(&by_lora)
+            + &agents
+                .as_ref()
+                .map(servebench_report::render::agent_block)
+                .unwrap_or_default();
         let pools = servebench_report::pools::pool_block(&summary.per_pool);
         let _ = write!(stdout, "{block}{extras}{turns}{pools}{verdict}");
         if let Some(p) = &prefix_hit {
@@ -560,6 +571,7 @@ pub fn write_results(
         by_lora,
         gpu_telemetry: load.and_then(|o| o.gpu.clone()),
         stopped_early: f.stopped_early.clone(),
+        agents,
         slices,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
@@ -830,9 +842,8 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary, paced: bool) -
     let cpu = outcome.cpu.total();
     let cpus = servebench_loadgen::health::available_cpus();
     let cpu_pct = if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 };
-    let saturated_cpu = cpu_pct > 90.0 * cpus as f64;
     let lagging = paced && lag_p(99.0).map(|l| l > 10.0).unwrap_or(false);
-    ClientHealth::Measured(MeasuredHealth {
+    let mut health = MeasuredHealth {
         dispatch_lag_p50_ms: lag_p(50.0),
         dispatch_lag_p99_ms: lag_p(99.0),
         dispatch_lag_max_ms: lag.max,
@@ -840,10 +851,13 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary, paced: bool) -
         cpu_system_s: outcome.cpu.system_s,
         cpu_percent: cpu_pct,
         cpus: cpus as u64,
-        client_limited: saturated_cpu || lagging,
+        client_limited: lagging,
         not_dispatched: outcome.not_dispatched as u64,
         resent: outcome.resent,
-    })
+        load_average: servebench_loadgen::health::load_average(),
+    };
+    health.client_limited |= health.cpu_saturated();
+    ClientHealth::Measured(health)
 }
 
 #[cfg(test)]

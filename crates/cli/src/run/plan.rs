@@ -106,6 +106,8 @@ pub enum DatasetChoice {
     BurstGpt { path: PathBuf },
     /// Random prompts at the lengths of [`RandomShape`] with synthetic images.
     RandomMm(super::random_mm::RandomMmShape),
+    /// Agent session trees (docs/agents.md).
+    Agentic(Box<super::agents_plan::AgentPlan>),
 }
 
 /// How a timed trace is read and replayed (vLLM's `--timed-trace-*` flags and servebench's
@@ -137,6 +139,7 @@ impl DatasetChoice {
             DatasetChoice::TimedTrace { .. } => "timed_trace",
             DatasetChoice::BurstGpt { .. } => "burstgpt",
             DatasetChoice::RandomMm(_) => "random-mm",
+            DatasetChoice::Agentic(_) => "agentic",
         }
     }
 
@@ -151,6 +154,7 @@ impl DatasetChoice {
             | DatasetChoice::Hf { path, .. }
             | DatasetChoice::TimedTrace { path, .. }
             | DatasetChoice::BurstGpt { path } => Some(path),
+            DatasetChoice::Agentic(a) => a.path(),
         }
     }
 
@@ -339,6 +343,7 @@ impl RunPlan {
         check_images_backend(&dataset, &endpoint)?;
         let answer = AnswerPlan::from_args(a)?;
         let scale_out = ScaleOut::from_args(a, &target, &traffic)?;
+        super::agents_plan::check_run(a, &dataset, &endpoint, &traffic)?;
         let multi_turn = multi_turn(a, &dataset, &endpoint, &traffic)?;
         let pooling = super::pooling::plan(a, &endpoint, &dataset)?;
         let lora = super::lora::plan(a)?;
@@ -419,7 +424,12 @@ impl RunPlan {
 
     /// vLLM: the random dataset ignores EOS so generations run to the requested length.
     pub fn ignore_eos(&self) -> bool {
-        self.ignore_eos_flag || self.dataset == DatasetChoice::Random
+        // Agent sessions too: their contexts grow by the lengths the session gives.
+        self.ignore_eos_flag
+            || matches!(
+                self.dataset,
+                DatasetChoice::Random | DatasetChoice::Agentic(_)
+            )
     }
 
     pub fn is_virtual(&self) -> bool {
@@ -457,6 +467,7 @@ impl RunPlan {
                     (DatasetName::Burstgpt, Some(path.clone()), None, 256)
                 }
                 DatasetChoice::RandomMm(_) => (DatasetName::RandomMm, None, None, 256),
+                DatasetChoice::Agentic(a) => (DatasetName::Agentic, a.path().cloned(), None, 256),
             };
         let replay = match &self.dataset {
             DatasetChoice::TimedTrace { trace, .. } => Some(trace.clone()),
@@ -614,6 +625,10 @@ impl RunPlan {
             },
             gpu_metrics_url: self.gpu_metrics_url.clone(),
             stop_when_saturated: self.stop_when_saturated,
+            agents: match &self.dataset {
+                DatasetChoice::Agentic(a) => a.flags.clone(),
+                _ => Default::default(),
+            },
         };
         super::transport_plan::set_flags(&mut args, &self.transport);
         args
@@ -780,6 +795,7 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
     // vLLM's --output-len replaces the output length flag of random, sharegpt, sonnet and hf.
     check_trace_flags(a)?;
     super::random_mm::check_unused(&a.random_mm, a.dataset_name == DatasetName::RandomMm)?;
+    super::agents_plan::check_unused(a)?;
     let general_output_len = || -> Result<Option<u64>> {
         match a.output_len {
             Some(v) if v < 0 => bail!(
@@ -865,6 +881,7 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
             )?,
             trace: trace_replay(a)?,
         },
+        DatasetName::Agentic => DatasetChoice::Agentic(Box::new(super::agents_plan::plan(a)?)),
         DatasetName::Burstgpt => DatasetChoice::BurstGpt {
             path: a
                 .dataset_path
@@ -1036,7 +1053,8 @@ impl DatasetFlags {
             | DatasetChoice::Custom { .. }
             | DatasetChoice::TimedTrace { .. }
             | DatasetChoice::BurstGpt { .. }
-            | DatasetChoice::RandomMm(_) => {}
+            | DatasetChoice::RandomMm(_)
+            | DatasetChoice::Agentic(_) => {}
         }
     }
 }
@@ -1425,17 +1443,22 @@ mod tests {
 /// accepted never asks for more requests than one run holds.
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod hostile_numbers {
+pub(crate) mod hostile_numbers {
     use super::*;
     use clap::CommandFactory;
     use proptest::prelude::*;
 
     /// The long names of `run`'s flags that take a value.
     fn valued_flags() -> Vec<String> {
+        valued_flags_of("run")
+    }
+
+    /// The long names of a subcommand's flags that take a value.
+    pub(crate) fn valued_flags_of(subcommand: &str) -> Vec<String> {
         <crate::Cli as CommandFactory>::command()
-            .find_subcommand("run")
-            .map(|run| {
-                run.get_arguments()
+            .find_subcommand(subcommand)
+            .map(|cmd| {
+                cmd.get_arguments()
                     .filter(|a| a.get_action().takes_values() && !a.is_positional())
                     .filter_map(|a| a.get_long().map(str::to_owned))
                     .collect()
@@ -1443,7 +1466,8 @@ mod hostile_numbers {
             .unwrap_or_default()
     }
 
-    fn hostile() -> impl Strategy<Value = String> {
+    /// Numbers a careless or hostile user might give any numeric flag.
+    pub(crate) fn hostile() -> impl Strategy<Value = String> {
         prop_oneof![
             Just("nan".to_owned()),
             Just("inf".to_owned()),

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod agents;
 mod answer_checks;
 mod broken_servers;
 mod browser_report;

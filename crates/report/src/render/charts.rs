@@ -199,7 +199,7 @@ pub fn samples_ms(records: &[RequestRecord], metric: &str) -> Vec<f64> {
     }
 }
 
-/// Empirical CDF points `(value, fraction ≤ value)`, reduced to at most [`CDF_POINTS`]
+/// Empirical CDF points `(value, fraction ≤ value)`, reduced to at most `CDF_POINTS`
 /// quantiles for large samples.
 pub fn cdf_points(mut samples: Vec<f64>) -> Vec<(f64, f64)> {
     samples.retain(|v| v.is_finite());

@@ -193,6 +193,12 @@ fn run_details(out: &mut String, label: &str, run: &RunData, id: &str, open: boo
         out.push_str("<h3>By turn</h3>\n");
         out.push_str(&super::turns::turn_table(&turns).to_html(&format!("{id}-turns")));
     }
+    if let Some(agents) = &run.agents {
+        out.push_str("<h3>Agent sessions by depth</h3>\n");
+        out.push_str(&super::agents::depth_table(agents).to_html(&format!("{id}-depths")));
+        out.push_str("<h3>Sessions over time</h3>\n");
+        out.push_str(&super::agents::swimlanes_svg(agents, &run.records));
+    }
     if !run.summary.warnings.is_empty() {
         out.push_str("<ul class=\"notes\">");
         for w in &run.summary.warnings {

@@ -4,6 +4,7 @@
 //! summaries (repeats through `servebench_metrics::aggregate`) and per-request views from
 //! the records through `servebench_metrics`' derived metrics.
 
+pub mod agents;
 pub mod charts;
 pub mod csv;
 pub mod figures;
@@ -22,6 +23,7 @@ pub mod text;
 pub mod timeline;
 pub mod turns;
 
+pub use agents::{agent_block, depth_table};
 pub use csv::{csv_columns, render_csv};
 pub use figures::{frontier_axes, sweep_axes, FrontierAxis, GroupFigures};
 pub use html::render_html;
