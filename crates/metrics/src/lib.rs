@@ -12,11 +12,13 @@
 //! - [`vllm`]: the figures and vectors `vllm bench serve` reports, by vLLM's definitions.
 //! - [`repeat`]: repeated runs, mean ± std per figure.
 //! - [`io`]: reading records back from JSONL.
+//! - [`energy`]: GPU energy over the measured window, from the power readings.
 //! - [`units`]: ns/ms/s conversions, used across the workspace.
 //! - [`result`]: the result files (`*.servebench.json`, `experiment.json`) as types.
 
 pub mod connections;
 mod derived;
+pub mod energy;
 mod io;
 pub mod lora;
 pub mod per_pool;
@@ -33,6 +35,7 @@ pub mod validity;
 pub mod vllm;
 
 pub use connections::{ConnectionSummary, ConnectionTiming};
+pub use energy::{energy, EnergySummary};
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use lora::{by_lora, LoraStats};
 pub use reasoning::ReasoningSummary;

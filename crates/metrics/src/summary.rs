@@ -390,6 +390,11 @@ pub struct RunSummary {
     /// plain HTTP/1.1 runs and older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<crate::ConnectionSummary>,
+    /// GPU energy over the measured window (J per output token, output tokens per J, mean
+    /// power), from the power readings of `nvidia-smi` or a DCGM exporter; absent without
+    /// power readings (virtual time, no GPU source) and from older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<crate::EnergySummary>,
 }
 
 impl RunSummary {
@@ -562,6 +567,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         stamp_clocks: stamp_clocks(records),
         per_pool: crate::per_pool::per_pool(records, p),
         connections: None,
+        energy: None,
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary

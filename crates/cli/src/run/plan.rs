@@ -606,6 +606,7 @@ impl RunPlan {
             },
             gpu_metrics_url: self.gpu_metrics_url.clone(),
             stop_when_saturated: self.stop_when_saturated,
+            db: Default::default(),
         };
         super::transport_plan::set_flags(&mut args, &self.transport);
         args

@@ -21,6 +21,7 @@ const SUBCOMMANDS: &[&str] = &[
     "trace",
     "merge",
     "k8s",
+    "results",
     "reference",
     "man",
     "completions",
