@@ -173,6 +173,7 @@ fn p99(m: &MetricSummary) -> String {
 /// in each layout's result as the workload's `servebench run` flags.
 pub async fn compare(args: FleetArgs, words: &[String]) -> Result<ExitCode> {
     check(&args)?;
+    crate::results_index::configure(&args.workload.db);
     let contract = Contract {
         slo: args.slo.clone(),
         requests: args.slo_requests.clone(),

@@ -20,6 +20,8 @@ mod plan_cmd;
 mod predict_cmd;
 mod reference_cmd;
 mod report_cmd;
+mod results_cmd;
+pub mod results_index;
 mod run;
 mod server_proc;
 mod short_help;
@@ -120,6 +122,10 @@ pub enum Command {
     /// Kubernetes: `k8s job` prints an Indexed Job manifest whose pods each send one shard of
     /// one schedule, starting together (docs/kubernetes.md).
     K8s(Box<k8s_cmd::K8sArgs>),
+    /// The results database every run, matrix row and sweep point is indexed in: `ls`,
+    /// `show`, `trend` (a regression gate: exit 1), `compare`, `export` (llm-d report v0.2,
+    /// PyTorch benchmark records), `import DIR`.
+    Results(Box<results_cmd::ResultsArgs>),
     /// Print the command reference (every command's --help) as the guide's Markdown page:
     /// `servebench reference > docs/command-reference.md`.
     Reference,
@@ -209,6 +215,7 @@ pub fn main() -> ExitCode {
             Command::Trace(args) => trace_cmd::trace(*args),
             Command::Merge(args) => merge_cmd::merge(*args, redact_argv(&argv)),
             Command::K8s(args) => k8s_cmd::k8s(*args),
+            Command::Results(args) => results_cmd::results(*args),
             Command::Reference => reference_cmd::reference(),
             Command::Man(args) => reference_cmd::man(&args),
             Command::Completions(args) => reference_cmd::completions(&args),

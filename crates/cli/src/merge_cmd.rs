@@ -34,6 +34,8 @@ pub struct MergeArgs {
     /// (a cut file): with a warning carried into the merged result, instead of an error.
     #[arg(long)]
     pub allow_incomplete: bool,
+    #[command(flatten)]
+    pub db: crate::results_index::DbFlags,
 }
 
 /// One shard's result as read from disk.
@@ -47,6 +49,7 @@ struct ShardFile {
 
 /// `servebench merge`.
 pub fn merge(args: MergeArgs, command_line: Vec<String>) -> Result<ExitCode> {
+    crate::results_index::configure(&args.db);
     let files = shard_files(&args.inputs)?;
     let shards = check_shards(files)?;
     let first = &shards[0];
@@ -218,6 +221,7 @@ pub fn merge(args: MergeArgs, command_line: Vec<String>) -> Result<ExitCode> {
         target,
         first.result.simulated,
     )?;
+    crate::results_index::run_written(&out.native_path);
     eprintln!(
         "merged {} shards ({} records) of plan {}",
         count,

@@ -103,6 +103,8 @@ pub struct SweepArgs {
     pub run_flags: Vec<String>,
     #[command(flatten)]
     pub server: crate::server_proc::managed::ServerCmdArgs,
+    #[command(flatten)]
+    pub db: crate::results_index::DbFlags,
     #[command(subcommand)]
     pub serve: Option<SweepCommand>,
 }
@@ -338,6 +340,7 @@ pub async fn sweep(mut args: SweepArgs, command_line: Vec<String>) -> Result<Exi
     if let Some(SweepCommand::Serve(serve)) = args.serve {
         return crate::sweep_serve::sweep_serve(*serve, command_line).await;
     }
+    crate::results_index::configure(&args.db);
     let server =
         crate::server_proc::managed::start(&args.server, &mut args.target, &args.results_dir)
             .await?;
@@ -576,6 +579,7 @@ async fn run_sweep(
     };
     let experiment = sweep_experiment(sweep, args, quick, title, entry, notes.clone());
     layout::write_json(&dir.join("experiment.json"), &experiment)?;
+    crate::results_index::experiment_written(&dir);
 
     println!(
         "\nSweep of row {} over {} ({}; latencies in ms{})",

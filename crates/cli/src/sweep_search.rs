@@ -350,6 +350,7 @@ pub async fn run_search(
     };
     let experiment = sweep_experiment(sweep, args, quick, title, entry, notes.clone());
     layout::write_json(&dir.join("experiment.json"), &experiment)?;
+    crate::results_index::experiment_written(&dir);
 
     println!(
         "\nOperating-point search on row {} over {} ({}; latencies in ms{})",

@@ -12,12 +12,14 @@
 //! - [`vllm`]: the figures and vectors `vllm bench serve` reports, by vLLM's definitions.
 //! - [`repeat`]: repeated runs, mean ± std per figure.
 //! - `io`: reading records back from JSONL.
+//! - [`energy`]: GPU energy over the measured window, from the power readings.
 //! - [`units`]: ns/ms/s conversions, used across the workspace.
 //! - [`slices`]: every statistic per time window (`--slice-duration`).
 //! - [`result`]: the result files (`*.servebench.json`, `experiment.json`) as types.
 
 pub mod connections;
 mod derived;
+pub mod energy;
 mod io;
 pub mod lora;
 pub mod per_pool;
@@ -37,6 +39,7 @@ pub mod validity;
 pub mod vllm;
 
 pub use connections::{ConnectionSummary, ConnectionTiming};
+pub use energy::{energy, EnergySummary};
 pub use io::{read_jsonl, read_jsonl_counted, JsonlRecords, MetricsError};
 pub use lora::{by_lora, LoraStats};
 pub use phases::{phase_summary, PhaseStat, PhaseSummary};

@@ -405,6 +405,11 @@ pub struct RunSummary {
     /// connection stamped them (virtual time, older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phases: Option<crate::PhaseSummary>,
+    /// GPU energy over the measured window (J per output token, output tokens per J, mean
+    /// power), from the power readings of `nvidia-smi` or a DCGM exporter; absent without
+    /// power readings (virtual time, no GPU source) and from older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<crate::EnergySummary>,
 }
 
 impl RunSummary {
@@ -578,6 +583,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         per_pool: crate::per_pool::per_pool(records, p),
         connections: None,
         phases: crate::phases::phase_summary(records),
+        energy: None,
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary

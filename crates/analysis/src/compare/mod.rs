@@ -10,4 +10,4 @@ mod welch;
 pub use clock::{clock_warning, Clock};
 pub use gate::{parse_gates, Gate, GateBound, GateOp, GateOutcome};
 pub use mann_whitney::{mann_whitney_u, MannWhitney, PValueMethod, EXACT_MAX_TOTAL};
-pub use welch::{welch_t_test, Welch};
+pub use welch::{prediction_t_test, welch_t_test, Welch};

@@ -80,6 +80,56 @@ pub fn welch_t_test(a: &[f64], b: &[f64]) -> Result<Welch, AnalysisError> {
     })
 }
 
+/// Does one new value `x` fit the run-to-run noise of earlier values `earlier` (at least two,
+/// all finite)? The two-sided prediction-interval t-test: `t = (x − mean) / (s·√(1 + 1/n))`
+/// with `n − 1` degrees of freedom, `s` the earlier values' sample standard deviation. It is
+/// the test a trend needs for its newest run, where Welch's test needs two values a side.
+/// The result is reported in [`Welch`]'s terms: `n1 = n`, `n2 = 1`, `difference = x − mean`.
+///
+/// Earlier values without any spread leave nothing to explain a difference by: `x` equal to
+/// them gives p = 1, any other value p = 0.
+pub fn prediction_t_test(earlier: &[f64], x: f64) -> Result<Welch, AnalysisError> {
+    if earlier.len() < 2 {
+        return Err(AnalysisError::Invalid(
+            "a prediction test needs at least two earlier values".into(),
+        ));
+    }
+    if !x.is_finite() || earlier.iter().any(|v| !v.is_finite()) {
+        return Err(AnalysisError::Invalid(
+            "a prediction test needs finite values".into(),
+        ));
+    }
+    let n = earlier.len() as f64;
+    let (mean, var) = mean_var(earlier);
+    let difference = x - mean;
+    let df = n - 1.0;
+    let se = (var * (1.0 + 1.0 / n)).sqrt();
+    if se <= 0.0 {
+        let same = difference == 0.0;
+        return Ok(Welch {
+            n1: earlier.len(),
+            n2: 1,
+            difference,
+            t: if same {
+                0.0
+            } else {
+                difference.signum() * f64::INFINITY
+            },
+            df,
+            p_value: if same { 1.0 } else { 0.0 },
+        });
+    }
+    let t = difference / se;
+    Ok(Welch {
+        n1: earlier.len(),
+        n2: 1,
+        difference,
+        t,
+        df,
+        p_value: (2.0 * student_t_sf(t.abs(), df)).min(1.0),
+    })
+}
+
 /// `P(T > t)` for Student's t with `df` degrees of freedom (`t ≥ 0`), through the regularized
 /// incomplete beta function: `P(|T| > t) = I_x(df/2, 1/2)` with `x = df / (df + t²)`.
 fn student_t_sf(t: f64, df: f64) -> f64 {
@@ -193,6 +243,23 @@ mod tests {
         assert!((student_t_sf(1.96, 1e6) - 0.024_997_9).abs() < 1e-5);
         // One degree of freedom is Cauchy: P(T > 1) = 1/4.
         assert!((student_t_sf(1.0, 1.0) - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_new_value_is_judged_against_the_noise_of_earlier_ones() {
+        // Earlier 9, 10, 11 (mean 10, s = 1, n = 3): x = 14 gives t = 4 / √(4/3) = 3.464 on
+        // 2 degrees of freedom; with 2 the two-sided p has a closed form, 1 − t/√(t² + 2),
+        // = 0.0741799.
+        let r = prediction_t_test(&[9.0, 10.0, 11.0], 14.0).unwrap();
+        assert!((r.t - 3.464_101_6).abs() < 1e-6, "{r:?}");
+        assert!((r.p_value - 0.074_179_9).abs() < 1e-6, "{r:?}");
+        assert_eq!((r.n1, r.n2, r.df), (3, 1, 2.0));
+        // Within the noise: large p; without any noise: all or nothing.
+        assert!(prediction_t_test(&[9.0, 10.0, 11.0], 10.1).unwrap().p_value > 0.9);
+        assert_eq!(prediction_t_test(&[5.0, 5.0], 5.0).unwrap().p_value, 1.0);
+        assert_eq!(prediction_t_test(&[5.0, 5.0], 5.1).unwrap().p_value, 0.0);
+        assert!(prediction_t_test(&[5.0], 5.0).is_err());
+        assert!(prediction_t_test(&[5.0, 6.0], f64::NAN).is_err());
     }
 
     #[test]

@@ -72,6 +72,8 @@ pub struct MatrixArgs {
     pub run_flags: Vec<String>,
     #[command(flatten)]
     pub server: crate::server_proc::managed::ServerCmdArgs,
+    #[command(flatten)]
+    pub db: crate::results_index::DbFlags,
 }
 
 /// The plan the flags and the file describe together (flags win), as saved in `plan.toml`.
@@ -174,6 +176,7 @@ pub fn target_args(plan: &MatrixPlan, api_key: Option<String>) -> TargetArgs {
 
 /// `servebench matrix`.
 pub async fn matrix(mut args: MatrixArgs, command_line: Vec<String>) -> Result<ExitCode> {
+    crate::results_index::configure(&args.db);
     let server =
         crate::server_proc::managed::start(&args.server, &mut args.target, &args.results_dir)
             .await?;
@@ -403,6 +406,7 @@ pub async fn run_matrix(
         notes: notes.clone(),
     };
     layout::write_json(&dir.join("experiment.json"), &experiment)?;
+    crate::results_index::experiment_written(&dir);
 
     let lines: Vec<table::Line<'_>> = results
         .iter()

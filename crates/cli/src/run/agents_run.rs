@@ -250,6 +250,7 @@ async fn measure(
         start,
         max_concurrency: plan.traffic.max_concurrency,
         progress: plan.report.progress.then(|| Progress {
+            ui: plan.report.ui.view().unwrap_or_default(),
             total: Some(total_turns),
             label: plan
                 .report

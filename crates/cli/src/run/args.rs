@@ -600,6 +600,9 @@ pub struct RunArgs {
     /// schedule); the result records why and when. Off by default; `sweep --search` sets it.
     #[arg(long, help_heading = "Traffic")]
     pub stop_when_saturated: bool,
+    // ---- results database ----
+    #[command(flatten)]
+    pub db: crate::results_index::DbFlags,
 }
 
 /// `--lora-assignment`.

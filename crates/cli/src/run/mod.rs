@@ -147,6 +147,7 @@ pub struct RunOutcome {
 /// `servebench run`: validate the flags into a plan, resolve the target (starting a
 /// simulator when none is given), wire Ctrl-C, measure, report.
 pub async fn run(args: RunArgs, command_line: Vec<String>) -> Result<ExitCode> {
+    crate::results_index::configure(&args.db);
     let plan = RunPlan::from_args(&args)?;
     let (target, _guard) = resolve_target(&plan.target).await?;
     let stop = interrupt_on_ctrl_c();
@@ -293,9 +294,23 @@ pub fn load_tokenizer(spec: Option<&str>, say: bool) -> Result<Tokenizer> {
     })
 }
 
-/// Measure one workload against `target` and write its results. `print` shows the terminal
-/// report and progress notes.
+/// Measure one workload against `target` and write its results, then index them in the
+/// results database (a failure to index only warns). `print` shows the terminal report and
+/// progress notes.
 pub async fn execute(
+    plan: &RunPlan,
+    target: &RunTarget,
+    command_line: Vec<String>,
+    stop: &StopSignal,
+    print: bool,
+) -> Result<RunOutcome> {
+    let out = measure(plan, target, command_line, stop, print).await?;
+    crate::results_index::run_written(&out.native_path);
+    Ok(out)
+}
+
+/// Measure one workload against `target` and write its results.
+async fn measure(
     plan: &RunPlan,
     target: &RunTarget,
     command_line: Vec<String>,

@@ -411,6 +411,10 @@ pub fn write_results(
         super::pooling::clear_generation_metrics(&mut summary);
     }
     summary.connections = f.connections.clone();
+    // Energy over the window throughputs are divided by: the run's time zero to its last end.
+    summary.energy = load
+        .and_then(|o| o.gpu.as_ref())
+        .and_then(|g| servebench_metrics::energy(g, 0, duration_ns, summary.total_output_tokens));
     let info = VllmRunInfo {
         date: f.names.date.clone(),
         backend: args.backend.as_str().to_owned(),
@@ -485,6 +489,9 @@ pub fn write_results(
                 .unwrap_or_default();
         let pools = servebench_report::pools::pool_block(&summary.per_pool);
         let _ = write!(stdout, "{block}{extras}{turns}{pools}{verdict}");
+        if let Some(e) = &summary.energy {
+            let _ = writeln!(stdout, "Energy: {}", e.describe());
+        }
         if let Some(p) = &prefix_hit {
             let _ = writeln!(stdout, "Prefix hit rate: {}", p.describe());
             if let Some(w) = &p.warning {

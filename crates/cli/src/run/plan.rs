@@ -629,6 +629,7 @@ impl RunPlan {
                 DatasetChoice::Agentic(a) => a.flags.clone(),
                 _ => Default::default(),
             },
+            db: Default::default(),
         };
         super::transport_plan::set_flags(&mut args, &self.transport);
         args

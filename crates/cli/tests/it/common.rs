@@ -7,10 +7,13 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 /// The `servebench` binary, without any API key the developer's environment may hold, so a
-/// test never sends (or writes) a real one.
+/// test never sends (or writes) a real one, and with the results database off, so a test never
+/// indexes into the developer's own (tests of the database give theirs with `--db` or
+/// `SERVEBENCH_DB`).
 pub fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_servebench"));
     c.env_remove("OPENAI_API_KEY");
+    c.env("SERVEBENCH_DB", "off");
     c
 }
 

@@ -22,6 +22,7 @@ const SUBCOMMANDS: &[&str] = &[
     "trace",
     "merge",
     "k8s",
+    "results",
     "reference",
     "man",
     "completions",

@@ -39,6 +39,7 @@ mod real_engine;
 mod realtime_priority;
 mod reasoning_streams;
 mod report_cli;
+mod results_db;
 mod run_cli;
 mod shard_merge;
 mod sim_cli;

@@ -311,6 +311,16 @@ pub fn render_html(report: &ExperimentReport) -> String {
         out.push_str("</section>\n");
     }
 
+    if let Some(t) = super::energy::energy_table(report) {
+        section(&mut out, "energy", "Energy");
+        out.push_str(&t.to_html("energy-table"));
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">{}</p>\n</section>",
+            esc(super::energy::ENERGY_NOTE)
+        );
+    }
+
     let gs = groups(report);
     if !gs.is_empty() {
         section(&mut out, "latency", "Latency distributions");

@@ -87,6 +87,11 @@ pub fn render_markdown(report: &ExperimentReport) -> String {
             let _ = writeln!(out, "Stopped early: {r}\n");
         }
     }
+    if let Some(t) = super::energy::energy_table(report) {
+        out.push_str("## Energy\n\n");
+        out.push_str(&t.to_markdown());
+        let _ = writeln!(out, "\n{}\n", super::energy::ENERGY_NOTE);
+    }
     for (heading, body) in &report.extra_sections {
         let _ = writeln!(out, "## {heading}\n\n{}\n", body.trim_end());
     }

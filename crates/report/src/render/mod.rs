@@ -7,6 +7,7 @@
 pub mod agents;
 pub mod charts;
 pub mod csv;
+pub mod energy;
 pub mod figures;
 pub mod format;
 pub mod html;

@@ -462,6 +462,9 @@ pub fn run_facts(run: &RunData) -> Vec<(String, String)> {
             ),
         ));
     }
+    if let Some(e) = &s.energy {
+        out.push(("energy".into(), e.describe()));
+    }
     if let Some(c) = &s.connections {
         out.push((
             "connections".into(),
