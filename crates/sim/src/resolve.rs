@@ -239,6 +239,7 @@ impl SimArgs {
             enable_prefix_caching: self.prefix_caching(),
             enable_chunked_prefill: chunked,
             long_prefill_token_threshold: self.long_prefill_token_threshold,
+            prompt_tokens_per_step_cap: profile.prompt_token_cap(self, chunked),
             kv_watermark: self.kv_watermark,
             full_sequence_must_fit,
             seed: self.seed,

@@ -31,6 +31,7 @@ pub(crate) fn engine_config() -> EngineConfig {
         enable_prefix_caching: true,
         enable_chunked_prefill: true,
         long_prefill_token_threshold: 0,
+        prompt_tokens_per_step_cap: 0,
         kv_watermark: 0.0,
         full_sequence_must_fit: false,
         seed: 0,

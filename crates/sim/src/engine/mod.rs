@@ -42,6 +42,10 @@ pub struct EngineConfig {
     pub enable_chunked_prefill: bool,
     /// 0 = off.
     pub long_prefill_token_threshold: u32,
+    /// Without chunked prefill: prompt tokens one step may take once it holds a prompt (a
+    /// prompt longer than this still runs, alone); 0 = only the step budget limits them.
+    /// TensorRT-LLM's `max_num_tokens` (§13).
+    pub prompt_tokens_per_step_cap: u32,
     /// Fraction of blocks kept free when admitting (0 = off, vLLM's default).
     pub kv_watermark: f64,
     pub full_sequence_must_fit: bool,

@@ -129,6 +129,8 @@ impl EngineCore {
         let watermark_blocks = (cfg.kv_watermark * f64::from(self.pool.capacity())).ceil() as u64;
         let full_must_fit = cfg.full_sequence_must_fit;
         let max_num_seqs = cfg.max_num_seqs as usize;
+        let prompt_cap = cfg.prompt_tokens_per_step_cap;
+        let mut prompt_tokens = 0u32;
         // Requests whose adapter does not fit this step; back at the head afterwards.
         let mut skipped = Vec::new();
 
@@ -179,6 +181,11 @@ impl EngineCore {
             }
             if !chunked && n > *budget {
                 // The rest must fit at once.
+                break;
+            }
+            if !chunked && prompt_cap > 0 && prompt_tokens > 0 && prompt_tokens + n > prompt_cap {
+                // TensorRT-LLM's max_num_tokens: a step already holding a prompt takes another
+                // only within it (a longer prompt runs alone).
                 break;
             }
             n = n.min(*budget);
@@ -235,6 +242,7 @@ impl EngineCore {
                 context: hit,
             });
             *budget -= n;
+            prompt_tokens += n;
         }
         for slot in skipped.into_iter().rev() {
             self.waiting.push_front(slot);

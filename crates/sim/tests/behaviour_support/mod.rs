@@ -60,6 +60,7 @@ pub fn config(setup: &Setup) -> EngineConfig {
         enable_prefix_caching: setup.enable_prefix_caching,
         enable_chunked_prefill: true,
         long_prefill_token_threshold: 0,
+        prompt_tokens_per_step_cap: 0,
         kv_watermark: 0.0,
         full_sequence_must_fit: false,
         seed: 0,
