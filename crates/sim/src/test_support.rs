@@ -22,6 +22,7 @@ pub(crate) fn engine_config() -> EngineConfig {
     .unwrap();
     EngineConfig {
         lora: Default::default(),
+        spec: None,
         deployment,
         max_num_seqs: 64,
         max_num_batched_tokens: 2048,

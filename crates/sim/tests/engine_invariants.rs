@@ -77,6 +77,7 @@ fn config(k: &Knobs) -> EngineConfig {
     };
     EngineConfig {
         lora: Default::default(),
+        spec: None,
         deployment: deployment(),
         max_num_seqs: k.max_num_seqs,
         max_num_batched_tokens: budget,

@@ -60,9 +60,18 @@ impl EngineCore {
             if thr > 0 {
                 n = n.min(thr);
             }
+            // A decoding request verifies the drafts proposed after its last step: 1 + k
+            // tokens, as budget and max_model_len allow (vLLM trims the drafts so).
+            let decoding = !r.output.is_empty() && n == 1;
+            if decoding {
+                if let Some(spec) = &self.config.spec {
+                    n += spec.num_speculative_tokens;
+                }
+            }
             n = n
                 .min(budget)
                 .min(max_model_len.saturating_sub(1 + r.num_computed));
+            let drafts = if decoding { n.saturating_sub(1) } else { 0 };
             if n == 0 {
                 i += 1;
                 continue;
@@ -100,6 +109,7 @@ impl EngineCore {
                 id,
                 new_tokens: n,
                 context,
+                drafts,
             });
             budget -= n;
             i += 1;
@@ -240,6 +250,7 @@ impl EngineCore {
                 id,
                 new_tokens: n,
                 context: hit,
+                drafts: 0,
             });
             *budget -= n;
             prompt_tokens += n;
@@ -281,9 +292,10 @@ impl EngineCore {
     fn step_duration_ns(&mut self, items: &[PlannedItem]) -> u64 {
         self.work.clear();
         for it in items {
+            // Verified drafts run past the known tokens; the step samples at their end.
             let samples = self.slots[it.slot]
                 .as_ref()
-                .is_some_and(|r| it.context + it.new_tokens == r.num_tokens());
+                .is_some_and(|r| it.context + it.new_tokens - it.drafts == r.num_tokens());
             self.work.push(SeqWork {
                 new_tokens: it.new_tokens,
                 context: it.context,
@@ -291,6 +303,9 @@ impl EngineCore {
             });
         }
         let mut secs = self.config.deployment.step_time(&self.work).total;
+        if let Some(spec) = &self.config.spec {
+            secs += spec.draft_seconds(&self.work);
+        }
         secs += self.lora_step_secs(items, secs);
         if self.config.jitter_sigma > 0.0 {
             let z: f64 = StandardNormal.sample(&mut self.jitter_rng);

@@ -51,6 +51,7 @@ pub fn config(setup: &Setup) -> EngineConfig {
     let max_model_len = 32_768;
     EngineConfig {
         lora: Default::default(),
+        spec: None,
         deployment,
         max_num_seqs: setup.max_num_seqs,
         max_num_batched_tokens: setup.max_num_batched_tokens,
