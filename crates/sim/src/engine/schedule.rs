@@ -305,6 +305,8 @@ impl EngineCore {
         let mut secs = self.config.deployment.step_time(&self.work).total;
         if let Some(spec) = &self.config.spec {
             secs += spec.draft_seconds(&self.work);
+            let drafts: u64 = items.iter().map(|it| u64::from(it.drafts)).sum();
+            secs += super::spec::verify_logits_seconds(&self.config.deployment, drafts);
         }
         secs += self.lora_step_secs(items, secs);
         if self.config.jitter_sigma > 0.0 {

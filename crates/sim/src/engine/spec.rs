@@ -153,6 +153,27 @@ impl SpecDecodeConfig {
     }
 }
 
+/// Compute time of the target's logits at `drafts` verified draft positions (seconds). The
+/// roofline charges the LM head once per sampling request, but verification needs the target's
+/// distribution at every draft position too (vLLM's rejection sampler compares each draft token
+/// with it). Added as compute, not hidden under the step's memory time: at small batches it is
+/// a few microseconds either way, at large ones the step is compute-bound.
+pub(crate) fn verify_logits_seconds(target: &Deployment, drafts: u64) -> f64 {
+    if drafts == 0 {
+        return 0.0;
+    }
+    let one = |samples| {
+        target
+            .step_time(&[SeqWork {
+                new_tokens: 1,
+                context: 0,
+                samples,
+            }])
+            .t_c
+    };
+    drafts as f64 * (one(true) - one(false)).max(0.0)
+}
+
 /// The per-position rates of a geometric acceptance whose mean over `k` positions is `rate`:
 /// `q^i` with `mean(q, q², …, q^k) = rate` (bisection on `q`).
 pub fn geometric_rates(rate: f64, k: u32) -> Vec<f64> {
@@ -256,6 +277,15 @@ mod tests {
         let mut c = config(vec![0.5]);
         c.num_speculative_tokens = 2;
         assert!(c.validate().unwrap_err().contains("1 per-position"));
+    }
+
+    #[test]
+    fn verifying_drafts_pays_the_lm_head_per_draft_position() {
+        let d = crate::test_support::engine_config().deployment;
+        assert_eq!(verify_logits_seconds(&d, 0), 0.0);
+        let one = verify_logits_seconds(&d, 1);
+        assert!(one > 0.0);
+        assert!((verify_logits_seconds(&d, 300) / one - 300.0).abs() < 1e-6);
     }
 
     #[test]
