@@ -279,6 +279,39 @@ pub struct SimArgs {
     /// `mbu_kv`, else --mbu).
     #[arg(long, value_name = "FRACTION")]
     pub mbu_kv: Option<f64>,
+    /// Speculative decoding as vLLM's JSON, e.g. `{"method": "eagle3", "model": "…",
+    /// "num_speculative_tokens": 3}` (keys used: method, num_speculative_tokens, model); the
+    /// --speculative-method, --num-speculative-tokens and --speculative-model flags override it.
+    /// The acceptance is not something the simulator can know: give --spec-acceptance-rate or
+    /// --spec-acceptance-rates.
+    #[arg(long, value_name = "JSON", help_heading = "Speculative decoding")]
+    pub speculative_config: Option<String>,
+    /// How drafts are proposed: ngram (on the CPU, no GPU cost), eagle, eagle3, mtp (one
+    /// extra decoder layer of the target's shape per draft token) or draft_model
+    /// (--speculative-model, a whole forward pass per draft token).
+    #[arg(long, value_name = "METHOD", help_heading = "Speculative decoding")]
+    pub speculative_method: Option<String>,
+    /// Draft tokens proposed per request and step (vLLM's num_speculative_tokens).
+    #[arg(long, value_name = "K", help_heading = "Speculative decoding")]
+    pub num_speculative_tokens: Option<u32>,
+    /// The draft model of --speculative-method draft_model (catalog id or Hugging Face name).
+    #[arg(long, value_name = "MODEL", help_heading = "Speculative decoding")]
+    pub speculative_model: Option<String>,
+    /// Mean draft acceptance rate, as vLLM's counters measure it (accepted / drafted tokens):
+    /// position i of a draft is accepted with probability q^i, q chosen so the mean over the
+    /// positions is this rate.
+    #[arg(long, value_name = "RATE", help_heading = "Speculative decoding")]
+    pub spec_acceptance_rate: Option<f64>,
+    /// Per-position acceptance rates, comma-separated and non-increasing (vLLM's
+    /// num_accepted_tokens_per_pos / num_drafts); their count sets the number of speculative
+    /// tokens when that is not given.
+    #[arg(
+        long,
+        value_name = "R1,R2,…",
+        value_delimiter = ',',
+        help_heading = "Speculative decoding"
+    )]
+    pub spec_acceptance_rates: Vec<f64>,
     /// Run without CUDA graphs, as vLLM's flag does: decode batches are not padded up to a
     /// captured size (an engine profile's graph list is ignored). TensorRT-LLM's C++ engines
     /// (before its PyTorch backend) run so unless CUDA graphs are turned on.

@@ -227,6 +227,16 @@ impl ProfileChoice {
         }
     }
 
+    /// Prompt tokens a step takes once it holds one prompt, without chunked prefill: the
+    /// profile's own budget (TensorRT-LLM's `max_num_tokens`, 8192) when the budget was only
+    /// raised to fit one `max_model_len` prompt; 0 (no cap) otherwise.
+    pub(crate) fn prompt_token_cap(&self, args: &SimArgs, chunked: bool) -> u32 {
+        match self.profile.as_ref().and_then(|p| p.batch_limits) {
+            Some((budget, _)) if !chunked && args.max_num_batched_tokens.is_none() => budget,
+            _ => 0,
+        }
+    }
+
     /// `--mfu-fp8` in effect: the flag, else the GPU's FP8 MFU scaled by the profile, else
     /// `None` (the deployment's own default).
     pub(crate) fn mfu_fp8(&self, args: &SimArgs, gpu: &GpuSpec) -> Option<f64> {

@@ -388,6 +388,37 @@ pub fn encode_labelled(
         "Tokens scheduled per engine step.",
         &m.step_scheduled_tokens,
     );
+    if let Some(s) = &m.spec_decode {
+        // vLLM's SpecDecodingProm (vllm/v1/spec_decode/metrics.py), only with speculation.
+        e.counter(
+            "vllm:spec_decode_num_drafts_total",
+            "Number of spec decoding drafts.",
+            s.num_drafts,
+        );
+        e.counter(
+            "vllm:spec_decode_num_draft_tokens_total",
+            "Number of draft tokens.",
+            s.num_draft_tokens,
+        );
+        e.counter(
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "Number of accepted tokens.",
+            s.num_accepted_tokens,
+        );
+        e.header(
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+            "counter",
+            "Accepted tokens per draft position.",
+        );
+        for (pos, &n) in s.num_accepted_tokens_per_pos.iter().enumerate() {
+            let pos = pos.to_string();
+            e.sample(
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                &[("position", &pos)],
+                n as f64,
+            );
+        }
+    }
     e.counter("sim:steps_total", "Engine steps executed.", m.steps_total);
     e.gauge(
         "sim:engine_lag_seconds",

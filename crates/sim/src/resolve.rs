@@ -226,10 +226,12 @@ impl SimArgs {
             Some(sizes) => builder.cuda_graph_sizes(sizes).build()?,
             None => deployment,
         };
+        let spec = self.spec_decode(&catalog, &deployment)?;
         let full_sequence_must_fit = profile.full_sequence_must_fit(self);
         let lora_names = crate::lora_args::adapter_names(&self.lora_modules)?;
         let engine = EngineConfig {
             lora: crate::lora_args::engine_config(self, &lora_names)?,
+            spec: spec.clone(),
             deployment: deployment.clone(),
             max_num_seqs,
             max_num_batched_tokens,
@@ -239,6 +241,7 @@ impl SimArgs {
             enable_prefix_caching: self.prefix_caching(),
             enable_chunked_prefill: chunked,
             long_prefill_token_threshold: self.long_prefill_token_threshold,
+            prompt_tokens_per_step_cap: profile.prompt_token_cap(self, chunked),
             kv_watermark: self.kv_watermark,
             full_sequence_must_fit,
             seed: self.seed,
@@ -352,6 +355,18 @@ impl SimArgs {
         if let (Some(base), serde_json::Value::Object(more)) = (config_json.as_object_mut(), more) {
             base.extend(more);
         }
+        if let (Some(base), Some(s)) = (config_json.as_object_mut(), &spec) {
+            base.insert(
+                "speculative_config".into(),
+                serde_json::json!({
+                    "method": s.method,
+                    "num_speculative_tokens": s.num_speculative_tokens,
+                    "per_position_acceptance": s.per_position,
+                    "acceptance_rate": s.acceptance_rate(),
+                    "draft_model": s.drafter.as_ref().map(|d| d.model().id.clone()),
+                }),
+            );
+        }
         // TensorRT-LLM's sizing rule names itself; vLLM's (the default) adds no key.
         if let (Some(base), servebench_roofline::KvBudgetRule::FreeFraction { .. }) =
             (config_json.as_object_mut(), kv_rule)
@@ -446,6 +461,174 @@ impl SimArgs {
             return Err(SimError::Config("--block-size must be at least 1".into()));
         }
         Ok(())
+    }
+}
+
+impl SimArgs {
+    /// Speculative decoding from `--speculative-config` and the flags that override its keys;
+    /// `None` when none of them is given (docs/simulator.md §16).
+    fn spec_decode(
+        &self,
+        catalog: &Catalog,
+        target: &Deployment,
+    ) -> Result<Option<crate::engine::SpecDecodeConfig>, SimError> {
+        use crate::engine::{geometric_rates, SpecDecodeConfig, SpecMethod};
+        let err = |m: String| SimError::Config(m);
+        let (mut method, mut k, mut model) = (None::<String>, None::<u32>, None::<String>);
+        if let Some(json) = &self.speculative_config {
+            let v: serde_json::Value = serde_json::from_str(json)
+                .map_err(|e| err(format!("--speculative-config is not JSON ({e}): {json}")))?;
+            let obj = v.as_object().ok_or_else(|| {
+                err(format!(
+                    "--speculative-config must be a JSON object: {json}"
+                ))
+            })?;
+            method = obj
+                .get("method")
+                .and_then(|m| m.as_str())
+                .map(str::to_string);
+            model = obj
+                .get("model")
+                .and_then(|m| m.as_str())
+                .map(str::to_string);
+            if let Some(n) = obj.get("num_speculative_tokens") {
+                k = Some(n.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| {
+                    err(format!(
+                        "--speculative-config: num_speculative_tokens must be a whole number, got {n}"
+                    ))
+                })?);
+            }
+        }
+        method = self.speculative_method.clone().or(method);
+        k = self.num_speculative_tokens.or(k);
+        model = self.speculative_model.clone().or(model);
+        let rates_given = !self.spec_acceptance_rates.is_empty();
+        if rates_given && self.spec_acceptance_rate.is_some() {
+            return Err(err(
+                "give --spec-acceptance-rate (one mean) or --spec-acceptance-rates (one per \
+                 position), not both"
+                    .into(),
+            ));
+        }
+        if method.is_none()
+            && k.is_none()
+            && model.is_none()
+            && self.spec_acceptance_rate.is_none()
+            && !rates_given
+        {
+            return Ok(None);
+        }
+        // vLLM infers an EAGLE or draft-model method from the draft model's name.
+        let method = match (method, &model) {
+            (Some(m), _) => m,
+            (None, Some(name)) if name.to_ascii_lowercase().contains("eagle3") => "eagle3".into(),
+            (None, Some(name)) if name.to_ascii_lowercase().contains("eagle") => "eagle".into(),
+            (None, Some(_)) => "draft_model".into(),
+            (None, None) => {
+                return Err(err(
+                    "speculative decoding needs a method: --speculative-method ngram, eagle, \
+                     eagle3, mtp or draft_model"
+                        .into(),
+                ))
+            }
+        };
+        let method = SpecMethod::parse(&method).ok_or_else(|| {
+            err(format!(
+                "speculative method '{method}' is not ngram, eagle, eagle3, mtp or draft_model"
+            ))
+        })?;
+        let k = match (k, rates_given) {
+            (Some(k), _) => k,
+            (None, true) => self.spec_acceptance_rates.len() as u32,
+            (None, false) => {
+                return Err(err(
+                    "speculative decoding needs --num-speculative-tokens (or \
+                     --spec-acceptance-rates, one rate per draft position)"
+                        .into(),
+                ))
+            }
+        };
+        if !(1..=64).contains(&k) {
+            return Err(err(format!(
+                "--num-speculative-tokens must be between 1 and 64, got {k}"
+            )));
+        }
+        let per_position = if rates_given {
+            self.spec_acceptance_rates.clone()
+        } else if let Some(rate) = self.spec_acceptance_rate {
+            if !(0.0..=1.0).contains(&rate) {
+                return Err(err(format!(
+                    "--spec-acceptance-rate must be in [0, 1], got {rate}"
+                )));
+            }
+            geometric_rates(rate, k)
+        } else {
+            return Err(err(
+                "speculative decoding needs an acceptance: --spec-acceptance-rate (vLLM's \
+                 accepted / drafted tokens) or --spec-acceptance-rates (per position); the \
+                 simulator cannot know how well a drafter guesses your traffic"
+                    .into(),
+            ));
+        };
+        let draft_spec = match method {
+            SpecMethod::Ngram => None,
+            SpecMethod::DraftModel => {
+                let name = model.ok_or_else(|| {
+                    err("--speculative-method draft_model needs --speculative-model".into())
+                })?;
+                Some(catalog.model(&name)?.clone())
+            }
+            SpecMethod::Eagle | SpecMethod::Eagle3 | SpecMethod::Mtp => {
+                // One decoder layer of the target's shape; EAGLE heads are dense, an MTP layer
+                // is the model's own (MoE if the model is). EAGLE-3 drafts over a 32,000-token
+                // vocabulary (its speculators' draft_vocab_size).
+                let mut m = target.model().clone();
+                m.id = format!("{}-{}-draft", m.id, method.as_str());
+                m.aliases.clear();
+                m.num_hidden_layers = 1;
+                if method != SpecMethod::Mtp {
+                    m.num_experts = None;
+                    m.num_experts_per_tok = None;
+                    m.moe_intermediate_size = None;
+                }
+                if method == SpecMethod::Eagle3 {
+                    m.vocab_size = m.vocab_size.min(32_000);
+                }
+                Some(m)
+            }
+        };
+        let drafter = match draft_spec {
+            None => None,
+            Some(m) => {
+                let e = target.efficiency();
+                let o = target.overheads();
+                Some(
+                    Deployment::builder(target.gpu().clone(), m)
+                        .dtype(target.dtype())
+                        .kv_dtype(target.kv_dtype())
+                        .tensor_parallel(target.tp())
+                        .mfu(e.mfu)
+                        .mfu_fp8(e.mfu_fp8)
+                        .mbu(e.mbu)
+                        .mbu_kv(e.mbu_kv)
+                        .softroof_p(e.softroof_p)
+                        .layer_overhead_us(o.layer_overhead_us)
+                        .allreduce_latency_us(o.allreduce_latency_us)
+                        .link_gbps(o.link_gbps)
+                        .allreduce_step_us(o.allreduce_step_us)
+                        .build()
+                        .map_err(|e| err(format!("speculative draft model: {e}")))?,
+                )
+            }
+        };
+        let spec = SpecDecodeConfig {
+            method,
+            num_speculative_tokens: k,
+            per_position,
+            drafter,
+        };
+        spec.validate().map_err(err)?;
+        Ok(Some(spec))
     }
 }
 

@@ -22,6 +22,7 @@ pub(crate) fn engine_config() -> EngineConfig {
     .unwrap();
     EngineConfig {
         lora: Default::default(),
+        spec: None,
         deployment,
         max_num_seqs: 64,
         max_num_batched_tokens: 2048,
@@ -31,6 +32,7 @@ pub(crate) fn engine_config() -> EngineConfig {
         enable_prefix_caching: true,
         enable_chunked_prefill: true,
         long_prefill_token_threshold: 0,
+        prompt_tokens_per_step_cap: 0,
         kv_watermark: 0.0,
         full_sequence_must_fit: false,
         seed: 0,

@@ -77,6 +77,7 @@ fn config(k: &Knobs) -> EngineConfig {
     };
     EngineConfig {
         lora: Default::default(),
+        spec: None,
         deployment: deployment(),
         max_num_seqs: k.max_num_seqs,
         max_num_batched_tokens: budget,
@@ -86,6 +87,7 @@ fn config(k: &Knobs) -> EngineConfig {
         enable_prefix_caching: k.prefix_caching,
         enable_chunked_prefill: k.chunked,
         long_prefill_token_threshold: k.threshold,
+        prompt_tokens_per_step_cap: 0,
         kv_watermark: k.watermark,
         full_sequence_must_fit: k.full_sequence_must_fit,
         seed: k.seed,

@@ -28,8 +28,22 @@ impl EngineCore {
                 continue;
             }
             r.num_computed += it.new_tokens;
+            // Verification: a prefix of the drafts is accepted and keeps its KV; the rejected
+            // rest is discarded. The step then yields the accepted drafts and one token more.
+            let mut emit = 1u32;
+            if it.drafts > 0 {
+                if let Some(spec) = &self.config.spec {
+                    let accepted = spec.draw_accepted(&mut self.spec_rng, it.drafts);
+                    r.num_computed -= it.drafts - accepted;
+                    emit += accepted;
+                    if let Some(m) = self.metrics.spec_decode.as_mut() {
+                        m.observe_draft(it.drafts, accepted);
+                    }
+                }
+            }
             if caching {
-                let full = r.num_computed / bs;
+                // Only blocks of known tokens have hashes (accepted drafts become known below).
+                let full = r.num_computed.min(r.num_tokens()) / bs;
                 if full > r.num_registered {
                     r.update_hashes(bs);
                     for b in r.num_registered..full {
@@ -43,11 +57,7 @@ impl EngineCore {
                 // Only part of the prompt was covered: nothing to sample yet.
                 continue;
             }
-            let token = r.draw_token(&self.config.output_vocab);
-            r.output.push(token);
             let m = &mut self.metrics;
-            m.generation_tokens_total += 1;
-            iteration_tokens += 1;
             match r.last_token_ns {
                 None => {
                     r.first_token_ns = Some(t1_ns);
@@ -57,21 +67,33 @@ impl EngineCore {
                     iteration_tokens += r.prompt.len() as u64;
                 }
                 Some(last) => {
+                    // One observation per step, however many tokens it yields (vLLM's
+                    // iteration stats).
                     let itl = ns_to_s(t1_ns.saturating_sub(last));
                     m.inter_token_latency.observe(itl);
                     m.inter_token_latency_fine.observe(itl);
                 }
             }
             r.last_token_ns = Some(t1_ns);
-            let index = r.output.len() as u32;
-            let finish = (index >= r.target_len).then_some(r.target_reason);
-            out.tokens.push(TokenOutput {
-                id: r.id,
-                token,
-                index,
-                finish,
-                cached_tokens: r.num_cached,
-            });
+            let mut finish = None;
+            for _ in 0..emit {
+                let token = r.draw_token(&self.config.output_vocab);
+                r.output.push(token);
+                m.generation_tokens_total += 1;
+                iteration_tokens += 1;
+                let index = r.output.len() as u32;
+                finish = (index >= r.target_len).then_some(r.target_reason);
+                out.tokens.push(TokenOutput {
+                    id: r.id,
+                    token,
+                    index,
+                    finish,
+                    cached_tokens: r.num_cached,
+                });
+                if finish.is_some() {
+                    break;
+                }
+            }
             if let Some(reason) = finish {
                 let mut r = match self.slots[it.slot].take() {
                     Some(r) => r,

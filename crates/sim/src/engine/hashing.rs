@@ -15,6 +15,8 @@ pub const PREFIX_HASH_ROOT: u64 = 0x7362_7072_6566_6978;
 pub const STREAM_JITTER: u64 = 1;
 /// RNG stream reserved for fault injection (the server's), so faults never shift engine draws.
 pub const STREAM_FAULTS: u64 = 2;
+/// RNG stream of speculative-decoding acceptance, so drafts never shift the output or jitter.
+pub const STREAM_SPEC: u64 = 3;
 
 /// Hash of the first block: root, optional salt, then the block's token ids.
 pub fn first_block_hash(cache_salt: Option<&str>, tokens: &[u32]) -> u64 {

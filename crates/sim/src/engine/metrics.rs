@@ -64,6 +64,9 @@ pub struct EngineMetrics {
     pub preempted_prefix_queries_total: u64,
     pub preempted_prefix_hits_total: u64,
     pub steps_total: u64,
+    /// `vllm:spec_decode_*` counters, present only with speculative decoding (as vLLM
+    /// registers them only then).
+    pub spec_decode: Option<super::SpecDecodeMetrics>,
 }
 
 fn one_two_five(max: u32) -> Vec<f64> {
@@ -137,6 +140,7 @@ impl EngineMetrics {
             preempted_prefix_queries_total: 0,
             preempted_prefix_hits_total: 0,
             steps_total: 0,
+            spec_decode: None,
         }
     }
 }

@@ -11,11 +11,13 @@ mod lora;
 mod metrics;
 mod request;
 mod schedule;
+mod spec;
 mod types;
 
 pub use lora::LoraConfig;
 pub use metrics::{EngineMetrics, Histogram};
 pub use request::{choice_seed, planned_output_len};
+pub use spec::{geometric_rates, SpecDecodeConfig, SpecDecodeMetrics, SpecMethod};
 pub use types::{FinishReason, Finished, NewRequest, StepOutputs, TokenOutput};
 
 use std::collections::{HashMap, VecDeque};
@@ -42,6 +44,10 @@ pub struct EngineConfig {
     pub enable_chunked_prefill: bool,
     /// 0 = off.
     pub long_prefill_token_threshold: u32,
+    /// Without chunked prefill: prompt tokens one step may take once it holds a prompt (a
+    /// prompt longer than this still runs, alone); 0 = only the step budget limits them.
+    /// TensorRT-LLM's `max_num_tokens` (§13).
+    pub prompt_tokens_per_step_cap: u32,
     /// Fraction of blocks kept free when admitting (0 = off, vLLM's default).
     pub kv_watermark: f64,
     pub full_sequence_must_fit: bool,
@@ -58,6 +64,8 @@ pub struct EngineConfig {
     pub vocab_size: u32,
     /// LoRA adapters (`--max-loras`, `--max-lora-rank`, `--lora-load-ms`).
     pub lora: LoraConfig,
+    /// Speculative decoding (`--speculative-config`, `--speculative-method`, …); `None` = off.
+    pub spec: Option<SpecDecodeConfig>,
 }
 
 impl EngineConfig {
@@ -134,6 +142,9 @@ impl EngineConfig {
                 self.eos_len_sigma
             ));
         }
+        if let Some(spec) = &self.spec {
+            spec.validate().map_err(crate::SimError::Config)?;
+        }
         if self.output_vocab.is_empty() {
             return err("output_vocab must name at least one filler token".into());
         }
@@ -179,6 +190,8 @@ pub(crate) struct PlannedItem {
     pub(crate) id: u64,
     pub(crate) new_tokens: u32,
     pub(crate) context: u32,
+    /// Draft tokens verified in this step (included in `new_tokens`); 0 without speculation.
+    pub(crate) drafts: u32,
 }
 
 /// Why `try_add` refused a request.
@@ -210,6 +223,8 @@ pub struct EngineCore {
     waiting: VecDeque<usize>,
     running: Vec<usize>,
     jitter_rng: ChaCha8Rng,
+    /// Acceptance draws of speculative decoding.
+    spec_rng: ChaCha8Rng,
     /// Aborted requests not yet reported.
     aborted: Vec<Finished>,
     /// Reused per step so planning allocates nothing in steady state.
@@ -224,7 +239,12 @@ impl EngineCore {
     /// Validates the configuration (budget ≥ 1, at least one `max_model_len` request fits).
     pub fn new(config: EngineConfig) -> Result<Self, crate::SimError> {
         config.validate()?;
-        let metrics = EngineMetrics::new(config.max_model_len);
+        let mut metrics = EngineMetrics::new(config.max_model_len);
+        metrics.spec_decode = config
+            .spec
+            .as_ref()
+            .map(|s| SpecDecodeMetrics::new(s.num_speculative_tokens));
+        let spec_rng = hashing::stream_rng(config.seed, hashing::STREAM_SPEC);
         let pool = BlockPool::new(config.num_gpu_blocks);
         let jitter_rng = hashing::stream_rng(config.seed, hashing::STREAM_JITTER);
         Ok(EngineCore {
@@ -237,6 +257,7 @@ impl EngineCore {
             waiting: VecDeque::new(),
             running: Vec::new(),
             jitter_rng,
+            spec_rng,
             aborted: Vec::new(),
             work: Vec::new(),
             spare_items: Vec::new(),

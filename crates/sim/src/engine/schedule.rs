@@ -60,9 +60,18 @@ impl EngineCore {
             if thr > 0 {
                 n = n.min(thr);
             }
+            // A decoding request verifies the drafts proposed after its last step: 1 + k
+            // tokens, as budget and max_model_len allow (vLLM trims the drafts so).
+            let decoding = !r.output.is_empty() && n == 1;
+            if decoding {
+                if let Some(spec) = &self.config.spec {
+                    n += spec.num_speculative_tokens;
+                }
+            }
             n = n
                 .min(budget)
                 .min(max_model_len.saturating_sub(1 + r.num_computed));
+            let drafts = if decoding { n.saturating_sub(1) } else { 0 };
             if n == 0 {
                 i += 1;
                 continue;
@@ -100,6 +109,7 @@ impl EngineCore {
                 id,
                 new_tokens: n,
                 context,
+                drafts,
             });
             budget -= n;
             i += 1;
@@ -129,6 +139,8 @@ impl EngineCore {
         let watermark_blocks = (cfg.kv_watermark * f64::from(self.pool.capacity())).ceil() as u64;
         let full_must_fit = cfg.full_sequence_must_fit;
         let max_num_seqs = cfg.max_num_seqs as usize;
+        let prompt_cap = cfg.prompt_tokens_per_step_cap;
+        let mut prompt_tokens = 0u32;
         // Requests whose adapter does not fit this step; back at the head afterwards.
         let mut skipped = Vec::new();
 
@@ -179,6 +191,11 @@ impl EngineCore {
             }
             if !chunked && n > *budget {
                 // The rest must fit at once.
+                break;
+            }
+            if !chunked && prompt_cap > 0 && prompt_tokens > 0 && prompt_tokens + n > prompt_cap {
+                // TensorRT-LLM's max_num_tokens: a step already holding a prompt takes another
+                // only within it (a longer prompt runs alone).
                 break;
             }
             n = n.min(*budget);
@@ -233,8 +250,10 @@ impl EngineCore {
                 id,
                 new_tokens: n,
                 context: hit,
+                drafts: 0,
             });
             *budget -= n;
+            prompt_tokens += n;
         }
         for slot in skipped.into_iter().rev() {
             self.waiting.push_front(slot);
@@ -273,9 +292,10 @@ impl EngineCore {
     fn step_duration_ns(&mut self, items: &[PlannedItem]) -> u64 {
         self.work.clear();
         for it in items {
+            // Verified drafts run past the known tokens; the step samples at their end.
             let samples = self.slots[it.slot]
                 .as_ref()
-                .is_some_and(|r| it.context + it.new_tokens == r.num_tokens());
+                .is_some_and(|r| it.context + it.new_tokens - it.drafts == r.num_tokens());
             self.work.push(SeqWork {
                 new_tokens: it.new_tokens,
                 context: it.context,
@@ -283,6 +303,11 @@ impl EngineCore {
             });
         }
         let mut secs = self.config.deployment.step_time(&self.work).total;
+        if let Some(spec) = &self.config.spec {
+            secs += spec.draft_seconds(&self.work);
+            let drafts: u64 = items.iter().map(|it| u64::from(it.drafts)).sum();
+            secs += super::spec::verify_logits_seconds(&self.config.deployment, drafts);
+        }
         secs += self.lora_step_secs(items, secs);
         if self.config.jitter_sigma > 0.0 {
             let z: f64 = StandardNormal.sample(&mut self.jitter_rng);

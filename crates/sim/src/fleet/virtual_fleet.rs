@@ -469,6 +469,18 @@ fn merged_counters<'a>(mut all: impl Iterator<Item = &'a EngineMetrics>) -> Engi
         m.preempted_prefix_queries_total += o.preempted_prefix_queries_total;
         m.preempted_prefix_hits_total += o.preempted_prefix_hits_total;
         m.steps_total += o.steps_total;
+        if let (Some(a), Some(b)) = (m.spec_decode.as_mut(), o.spec_decode.as_ref()) {
+            a.num_drafts += b.num_drafts;
+            a.num_draft_tokens += b.num_draft_tokens;
+            a.num_accepted_tokens += b.num_accepted_tokens;
+            for (x, y) in a
+                .num_accepted_tokens_per_pos
+                .iter_mut()
+                .zip(&b.num_accepted_tokens_per_pos)
+            {
+                *x += y;
+            }
+        }
     }
     m
 }

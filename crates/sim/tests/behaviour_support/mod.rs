@@ -51,6 +51,7 @@ pub fn config(setup: &Setup) -> EngineConfig {
     let max_model_len = 32_768;
     EngineConfig {
         lora: Default::default(),
+        spec: None,
         deployment,
         max_num_seqs: setup.max_num_seqs,
         max_num_batched_tokens: setup.max_num_batched_tokens,
@@ -60,6 +61,7 @@ pub fn config(setup: &Setup) -> EngineConfig {
         enable_prefix_caching: setup.enable_prefix_caching,
         enable_chunked_prefill: true,
         long_prefill_token_threshold: 0,
+        prompt_tokens_per_step_cap: 0,
         kv_watermark: 0.0,
         full_sequence_must_fit: false,
         seed: 0,
