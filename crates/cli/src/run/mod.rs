@@ -23,6 +23,9 @@ pub mod trace_replay;
 pub mod transport_plan;
 pub mod virtual_fleet;
 pub mod virtual_run;
+pub mod vllm_extras;
+pub mod vllm_probe;
+pub mod timeline;
 
 use std::process::ExitCode;
 use std::sync::Mutex;

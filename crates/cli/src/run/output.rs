@@ -279,6 +279,8 @@ pub struct Finish<'a> {
     pub connections: Option<servebench_metrics::ConnectionSummary>,
     /// The run stopped itself as over-saturated (`--stop-when-saturated`).
     pub stopped_early: Option<servebench_metrics::result::StoppedEarly>,
+    /// `--probe-request-rate`: what the probes beside the run measured.
+    pub probes: Option<super::vllm_probe::ProbeStats>,
 }
 
 impl<'a> Finish<'a> {
@@ -314,6 +316,7 @@ impl<'a> Finish<'a> {
             merged: None,
             connections: None,
             stopped_early: None,
+            probes: None,
         };
         Ok((finish, sink))
     }
@@ -435,7 +438,10 @@ pub fn write_results(
         goodput: f.goodput.to_vec(),
         detailed: args.save_detailed,
     };
-    let vllm = vllm_result(&info, records);
+    let mut vllm = vllm_result(&info, records);
+    if let Some(p) = &f.probes {
+        p.insert_into(&mut vllm);
+    }
     let health = match (load, &f.merged) {
         // A schedule with a rate (a finite one, a ramp, a trace's own clock) is what a late
         // release falls behind; all due at once, it is only the burst's length.
@@ -461,7 +467,11 @@ pub fn write_results(
         let turns = servebench_report::render::turn_block(&by_turn)
             + &servebench_report::render::lora_block(&by_lora);
         let pools = servebench_report::pools::pool_block(&summary.per_pool);
-        let _ = write!(stdout, "{block}{extras}{turns}{pools}{verdict}");
+        let probes = f.probes.as_ref().map(|p| p.block()).unwrap_or_default();
+        let _ = write!(
+            stdout,
+            "{block}{probes}{extras}{turns}{pools}{verdict}"
+        );
         if let Some(p) = &prefix_hit {
             let _ = writeln!(stdout, "Prefix hit rate: {}", p.describe());
             if let Some(w) = &p.warning {
@@ -508,6 +518,14 @@ pub fn write_results(
             eprintln!("vLLM-compatible result: {}", written.display());
         }
         vllm_path = Some(written);
+    }
+    // vLLM writes its plots beside the result file, saved or not.
+    for p in super::timeline::write_plots(&args.vllm, &f.names.vllm_path, records)
+        .context(super::OutputFailed)?
+    {
+        if f.print {
+            eprintln!("vLLM plot: {}", p.display());
+        }
     }
     let native_path = args
         .output_dir

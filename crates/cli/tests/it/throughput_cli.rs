@@ -157,9 +157,10 @@ fn bad_flags_exit_2_with_a_clear_message() {
                 "throughput",
                 "--input-len",
                 "8",
-                "--disable-frontend-multiprocessing",
+                "--hf-max-batch-size",
+                "4",
             ],
-            "--disable-frontend-multiprocessing is a `vllm bench throughput` flag",
+            "--hf-max-batch-size is a `vllm bench throughput` flag",
         ),
         (
             &[
@@ -178,6 +179,15 @@ fn bad_flags_exit_2_with_a_clear_message() {
         (
             &["throughput", "--input-len", "8", "--backend", "hf"],
             "--backend",
+        ),
+        // What would give a wrong number is refused, saying why (issue 28).
+        (
+            &["throughput", "--input-len", "8", "--speculative-config", "{}"],
+            "does not model speculative decoding",
+        ),
+        (
+            &["throughput", "--input-len", "8", "--quantization", "awq"],
+            "--quantization awq",
         ),
     ];
     for (args, message) in cases {
