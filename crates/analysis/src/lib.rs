@@ -6,8 +6,8 @@
 //! configuration meets a latency contract at the lowest cost ([`decision`]). Pure functions
 //! over plain data; callers do the I/O.
 //!
-//! The diagnosis is layered one way: borrowed results ([`view`]) → each group's figures
-//! ([`figures`]) → the bandwidth check ([`bandwidth`]) → the rules ([`rules`], with every
+//! The diagnosis is layered one way: borrowed results (`view`) → each group's figures
+//! (`figures`) → the bandwidth check ([`bandwidth`]) → the rules (`rules`, with every
 //! threshold in [`thresholds`]) → the diagnosis and its report ([`diagnose`]).
 
 pub mod bandwidth;

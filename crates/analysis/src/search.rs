@@ -323,6 +323,7 @@ mod tests {
         let first = (intended_ms + ttft_ms) * ms;
         let done = first + dur_ms * ms;
         RequestRecord {
+            phases: None,
             id,
             intended: intended_ms * ms,
             released: intended_ms * ms,

@@ -1,4 +1,4 @@
-//! Every threshold the diagnosis applies, in one place: the rules of [`crate::rules`] and the
+//! Every threshold the diagnosis applies, in one place: the rules of `crate::rules` and the
 //! bandwidth classification of [`crate::bandwidth`]. Each constant says what it guards
 //! against; a rule's unit tests sit on both sides of the thresholds it reads.
 //!

@@ -97,6 +97,8 @@ pub fn load_run(path: &Path, label: &str) -> Result<RunData> {
         validity: result.validity,
         prefix_hit: result.prefix_hit,
         gpu: result.gpu_telemetry,
+        agents: result.agents,
+        slices: result.slices,
     })
 }
 

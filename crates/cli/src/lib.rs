@@ -1,6 +1,10 @@
 //! The `servebench` binary: clap definitions, validation into plans, wiring of the library
 //! crates, progress and exit codes. No measurement logic lives here.
 
+// Flag doc comments are clap's help text, where `<DIR>`-style placeholders are the convention;
+// rustdoc would read them as HTML tags.
+#![allow(rustdoc::invalid_html_tags)]
+
 mod batch_run;
 mod calibrate_cmd;
 mod compare_cmd;
@@ -28,6 +32,7 @@ mod sweep_search;
 mod sweep_serve;
 mod throughput_cmd;
 mod trace_cmd;
+mod users_cmd;
 mod vllm_argv;
 
 use std::process::ExitCode;
@@ -104,6 +109,9 @@ pub enum Command {
     /// Decide between configurations (one or more sweep/matrix directories) against a latency
     /// contract: accepted and rejected with their figures, cost, versions; writes decision.md.
     Decide(Box<decide_cmd::DecideArgs>),
+    /// The most concurrent users of an agent workload (--dataset-name agentic) that still meet
+    /// each SLO tier: probes of `run --num-users N`, doubled then bisected per tier.
+    Users(Box<users_cmd::UsersArgs>),
     /// Look at a production trace before replaying it: `trace inspect FILE` shows its
     /// arrival rate and burstiness, length percentiles and ideal prefix reuse.
     Trace(Box<trace_cmd::TraceArgs>),
@@ -198,6 +206,7 @@ pub fn main() -> ExitCode {
             Command::Compare(args) => compare_cmd::run(*args),
             Command::Diagnose(args) => diagnose_cmd::diagnose(*args),
             Command::Decide(args) => decide_cmd::decide(*args),
+            Command::Users(args) => users_cmd::users(*args, redact_argv(&argv)).await,
             Command::Trace(args) => trace_cmd::trace(*args),
             Command::Merge(args) => merge_cmd::merge(*args, redact_argv(&argv)),
             Command::K8s(args) => k8s_cmd::k8s(*args),

@@ -201,6 +201,7 @@ pub fn merge(args: MergeArgs, command_line: Vec<String>) -> Result<ExitCode> {
         connections: None,
         stopped_early: None,
         probes: None,
+        agent_nodes: None,
     };
     let duration_ns = records
         .iter()
@@ -399,6 +400,7 @@ fn merged_health(shards: &[ShardFile]) -> ClientHealth {
             h.dispatch_lag_p50_ms = max_opt(h.dispatch_lag_p50_ms, m.dispatch_lag_p50_ms);
             h.dispatch_lag_p99_ms = max_opt(h.dispatch_lag_p99_ms, m.dispatch_lag_p99_ms);
             h.dispatch_lag_max_ms = max_opt(h.dispatch_lag_max_ms, m.dispatch_lag_max_ms);
+            h.load_average = max_opt(h.load_average, m.load_average);
         }
     }
     ClientHealth::Measured(h)

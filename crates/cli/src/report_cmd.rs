@@ -231,6 +231,8 @@ pub fn rebuild_from_records(records_path: &Path, dir: Option<&Path>) -> Result<R
         by_lora: Vec::new(),
         gpu_telemetry: None,
         stopped_early: None,
+        agents: None,
+        slices: None,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the rebuilt result")?;
     std::fs::write(&paths.native, text)

@@ -286,7 +286,7 @@ impl Sweep {
 
     /// What one run of the row, with `row` adjusted for the point, sets on the user's
     /// flags: the row's workload, then the run's percentiles, seed, warm-ups and label.
-    fn overrides(
+    pub(crate) fn overrides(
         &self,
         row: &RowSpec,
         args: &SweepArgs,
@@ -341,11 +341,34 @@ pub async fn sweep(mut args: SweepArgs, command_line: Vec<String>) -> Result<Exi
     let server =
         crate::server_proc::managed::start(&args.server, &mut args.target, &args.results_dir)
             .await?;
+    let (sweep, plan) = sweep_plan(&args)?;
+
+    let mut target = target_args(&plan, args.target.api_key.clone());
+    target.tls = args.target.tls.clone();
+    let bench = Bench::start(&target).await?;
+    let stop = crate::run::interrupt_on_ctrl_c();
+    let result = if args.search.search {
+        crate::sweep_search::run_search(&sweep, &args, &plan, &bench, &command_line, &stop).await
+    } else {
+        run_sweep(&sweep, &args, &plan, &bench, &command_line, &stop).await
+    };
+    bench.shutdown().await;
+    crate::server_proc::managed::stop(server).await?;
+    let (dir, exit) = result?;
+    println!("experiment: {}", dir.display());
+    // Interrupted (Ctrl-C, SIGTERM) or stopped by a failing records file: the same exit
+    // codes as `run`, so a script never mistakes a cut-short experiment for a finished one.
+    Ok(crate::run::final_exit(exit))
+}
+
+/// What the sweep's flags describe, checked: the row, the swept variable, the statistic and
+/// the SLOs, and the matrix plan with the command line's target over it.
+pub(crate) fn sweep_plan(args: &SweepArgs) -> Result<(Sweep, MatrixPlan)> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
-    let (mut row, mut plan) = sweep_row(&args)?;
-    let variable = parse_variable(&args, &mut row)?;
+    let (mut row, mut plan) = sweep_row(args)?;
+    let variable = parse_variable(args, &mut row)?;
     row.validate()?;
     let stat = crate::matrix::frontier::parse_stat(&args.latency_metric)?;
     let slo_text: Vec<String> = args
@@ -370,23 +393,7 @@ pub async fn sweep(mut args: SweepArgs, command_line: Vec<String>) -> Result<Exi
         slo_text,
         common,
     };
-
-    let mut target = target_args(&plan, args.target.api_key.clone());
-    target.tls = args.target.tls.clone();
-    let bench = Bench::start(&target).await?;
-    let stop = crate::run::interrupt_on_ctrl_c();
-    let result = if args.search.search {
-        crate::sweep_search::run_search(&sweep, &args, &plan, &bench, &command_line, &stop).await
-    } else {
-        run_sweep(&sweep, &args, &plan, &bench, &command_line, &stop).await
-    };
-    bench.shutdown().await;
-    crate::server_proc::managed::stop(server).await?;
-    let (dir, exit) = result?;
-    println!("experiment: {}", dir.display());
-    // Interrupted (Ctrl-C, SIGTERM) or stopped by a failing records file: the same exit
-    // codes as `run`, so a script never mistakes a cut-short experiment for a finished one.
-    Ok(crate::run::final_exit(exit))
+    Ok((sweep, plan))
 }
 
 /// A sweep's experiment directory, created and announced, with its `plan.toml` and
@@ -908,5 +915,70 @@ mod tests {
     #[test]
     fn auto_rates_reach_past_saturation() {
         assert_eq!(auto_rates(8.0, 4), vec![2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
+    }
+}
+
+/// Every flag of `servebench sweep` that takes a value, given generated hostile numbers: the
+/// sweep's plan and its first run's plan end in a plan or a clear error, never a panic; the
+/// swept values an accepted plan holds are usable (positive rates and caps) and a run never
+/// asks for more requests than one run holds.
+#[cfg(test)]
+mod hostile_numbers {
+    use super::*;
+    use crate::run::overrides::RunBase;
+    use crate::run::plan::hostile_numbers::{hostile, valued_flags_of};
+    use crate::run::plan::MAX_RUN_REQUESTS;
+    use clap::Parser;
+    use proptest::prelude::*;
+
+    fn sweep_args(flag: &str) -> Option<SweepArgs> {
+        // The swept variable is given, so that every other flag is reached.
+        match crate::Cli::try_parse_from(["servebench", "sweep", "--max-concurrency", "1,4", flag])
+            .ok()?
+            .command
+        {
+            crate::Command::Sweep(a) => Some(*a),
+            _ => None,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_valued_flag_survives_hostile_numbers(
+            which in any::<prop::sample::Index>(),
+            value in hostile(),
+        ) {
+            let flags = valued_flags_of("sweep");
+            prop_assume!(!flags.is_empty());
+            let flag = format!("--{}={value}", flags[which.index(flags.len())]);
+            let Some(args) = sweep_args(&flag) else { return Ok(()) };
+            let Ok((sweep, _plan)) = sweep_plan(&args) else { return Ok(()) };
+            match &sweep.variable {
+                Variable::Rates(v) => prop_assert!(v.iter().all(|r| *r > 0.0 && !r.is_nan()), "{flag}: {v:?}"),
+                Variable::Concurrency(v) => prop_assert!(v.iter().all(|c| *c > 0), "{flag}: {v:?}"),
+                Variable::AutoRates => {}
+            }
+            let (workload, run) = sweep.overrides(&sweep.row, &args, 0, 0);
+            let Ok(base) = RunBase::parse(&sweep.common, &sweep.row.flags) else { return Ok(()) };
+            if let Ok((p, _)) = base.plan(&workload, &run, &std::env::temp_dir(), None) {
+                prop_assert!(p.num_prompts <= MAX_RUN_REQUESTS, "{flag}: {}", p.num_prompts);
+            }
+        }
+    }
+
+    #[test]
+    fn the_flags_are_found() {
+        let flags = valued_flags_of("sweep");
+        for f in [
+            "request-rate",
+            "max-concurrency",
+            "input-len",
+            "output-len",
+            "num-prompts",
+        ] {
+            assert!(flags.iter().any(|x| x == f), "{f} in {flags:?}");
+        }
     }
 }

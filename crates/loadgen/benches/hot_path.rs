@@ -64,6 +64,7 @@ fn feed_all<'a>(api: ApiKind, pieces: impl Iterator<Item = &'a [u8]>) -> StreamS
 fn record(state: StreamState) -> RequestRecord {
     let acc = state.acc;
     RequestRecord {
+        phases: None,
         images: None,
         id: 7,
         intended: 0,

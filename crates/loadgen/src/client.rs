@@ -9,7 +9,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use servebench_answer::{AnswerChecks, Expected};
 use servebench_metrics::{
-    CountSource, Failure, FailureKind, ImageUsage, RequestRecord, StampClock,
+    CountSource, Failure, FailureKind, ImageUsage, RequestPhases, RequestRecord, StampClock,
 };
 use servebench_tokenizer::Tokenizer;
 use servebench_wire::protocol::{request_id, REQUEST_ID_HEADER};
@@ -229,6 +229,7 @@ impl BackendClient {
         for (name, value) in &self.headers {
             headers.append(name.clone(), value.clone());
         }
+        crate::agents::add_session_header(&mut headers);
         let mut req = Request::new(Full::new(body));
         *req.method_mut() = Method::POST;
         *req.uri_mut() = self.uri.clone();
@@ -315,6 +316,7 @@ impl BackendClient {
             result,
         );
         record.resent = attempt - 1;
+        record.phases = outcome.phases;
         record.stamp_clock = outcome.stamp_clock();
         record.served_by = outcome.served_by.take();
         // vLLM's `st`: taken before the pool hands out a connection, so a wait for one (or for
@@ -388,14 +390,18 @@ impl BackendClient {
                 message,
             }
         })?;
+        // The answer's headers are parsed: one clock reading per request.
+        let headers_at = clock.now_ns();
         let conn = resp.extensions().get::<WriteStamp>().cloned();
-        if let Some(t) = conn.as_ref().and_then(WriteStamp::first_write) {
+        let (first_write, conn_phases) = conn.as_ref().map(WriteStamp::phases).unzip();
+        if let Some(t) = first_write.flatten() {
             outcome.written = Some(clock.ns_at(t));
         } else if let Some(ready) = resp.extensions().get::<crate::connector::ConnReady>() {
             // HTTP/2: the request went out once its connection was ready (or at once, on a
             // connection already open: `sent` is then later and stays).
             outcome.written = Some(clock.ns_at(ready.0.into()));
         }
+        outcome.phases = Some(request_phases(clock, conn_phases.as_ref(), headers_at));
         let status = resp.status();
         outcome.served_by = crate::served_by::from_headers(resp.headers());
         let content_type = resp
@@ -523,6 +529,7 @@ impl BackendClient {
         };
         let output_split = acc.output_split(output_tokens);
         RequestRecord {
+            phases: None,
             images: p.images,
             id: p.id,
             intended,
@@ -576,6 +583,37 @@ struct Exchange {
     last: u64,
     /// A simulated fleet's `x-servebench-pool` / `x-servebench-replica` headers.
     served_by: Option<servebench_metrics::ServedBy>,
+    /// Where the request's time went on its connection.
+    phases: Option<RequestPhases>,
+}
+
+/// A request's phases from its connection's stamps (`None`: a multiplexed HTTP/2 stream,
+/// which has only its headers' time). Connect and handshake belong to the connection's first
+/// request; later ones reused it.
+fn request_phases(
+    clock: &RunClock,
+    conn: Option<&crate::stamped::ConnPhases>,
+    headers: u64,
+) -> RequestPhases {
+    let Some(c) = conn else {
+        return RequestPhases {
+            headers,
+            ..RequestPhases::default()
+        };
+    };
+    let first = c.requests <= 1;
+    let ns = |d: Option<Duration>| {
+        d.filter(|_| first)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+    };
+    RequestPhases {
+        connect_ns: ns(c.connect),
+        tls_ns: ns(c.handshake),
+        written: c.last_write.map_or(0, |t| clock.ns_at(t)),
+        first_byte: c.first_read.map_or(0, |t| clock.ns_at(t)),
+        headers,
+        reused: Some(!first),
+    }
 }
 
 impl Exchange {

@@ -168,6 +168,7 @@ mod tests {
 
     fn record(id: u64) -> RequestRecord {
         RequestRecord {
+            phases: None,
             images: None,
             id,
             intended: 0,

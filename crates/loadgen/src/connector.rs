@@ -197,6 +197,7 @@ impl TransportConnector {
             if h2c {
                 stream.stop_kernel_stamps();
             }
+            stream.stamp().set_opened(tcp_connect, None);
             self.log.push(NewConnection {
                 tcp_connect,
                 tls_handshake: None,
@@ -243,7 +244,11 @@ impl TransportConnector {
             protocol: if h2 { "h2" } else { "http/1.1" },
             tls_version,
         });
-        Ok(Conn::Tls(Box::new(TlsConn::new(io, h2))))
+        let conn = TlsConn::new(io, h2);
+        if let Some(stamp) = &conn.stamp {
+            stamp.set_opened(tcp_connect, Some(tls_handshake));
+        }
+        Ok(Conn::Tls(Box::new(conn)))
     }
 }
 

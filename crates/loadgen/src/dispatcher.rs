@@ -521,6 +521,7 @@ mod tests {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
             let end = clock.now_ns();
             RequestRecord {
+                phases: None,
                 images: None,
                 id: *id,
                 intended,

@@ -41,6 +41,20 @@ pub fn process_cpu_times() -> CpuTimes {
     }
 }
 
+/// The one-minute load average (`/proc/loadavg`); `None` where there is none.
+pub fn load_average() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    parse_load_average(&text)
+}
+
+fn parse_load_average(text: &str) -> Option<f64> {
+    text.split_whitespace()
+        .next()?
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+}
+
 /// Number of CPUs this process may use.
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism()
@@ -51,6 +65,16 @@ pub fn available_cpus() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn load_average_is_the_first_field() {
+        assert_eq!(
+            parse_load_average("6.21 3.10 1.00 3/420 12345\n"),
+            Some(6.21)
+        );
+        assert_eq!(parse_load_average(""), None);
+        assert_eq!(parse_load_average("nan 1 1"), None);
+    }
 
     #[test]
     fn cpu_time_grows_with_work() {

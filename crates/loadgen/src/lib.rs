@@ -2,6 +2,7 @@
 //! drives (the HTTP + SSE client, a timestamp on every chunk), collector (JSONL as records arrive) and client
 //! health.
 
+pub mod agents;
 mod backend;
 pub mod client;
 mod clock;
@@ -27,6 +28,7 @@ pub mod telemetry;
 mod tls_errors;
 pub mod transport;
 
+pub use agents::{run_agents, AgentOutcome, AgentSpec, AgentStart};
 pub use backend::Backend;
 pub use client::{BackendClient, ClientOptions, Prepared};
 pub use clock::RunClock;

@@ -146,6 +146,7 @@ pub(crate) async fn execute(
         None => (p.input_tokens, CountSource::Dataset),
     };
     RequestRecord {
+        phases: None,
         id: p.id,
         intended,
         released,

@@ -336,6 +336,7 @@ mod tests {
             let end = clock.now_ns();
             let fail = history.last().is_some_and(|m| m.text.contains("FAIL"));
             RequestRecord {
+                phases: None,
                 images: None,
                 id: *id,
                 intended,

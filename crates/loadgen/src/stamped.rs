@@ -39,6 +39,24 @@ struct StampState {
     rx: RxLog,
     /// Under TLS: the kernel stamp of the newest TCP read (`None` when it had none).
     latest_rx: Option<Instant>,
+    /// Where the latest request's time went (its last write, its answer's first byte), and
+    /// what opening the connection cost.
+    phases: ConnPhases,
+}
+
+/// What a connection knows of its latest request's phases: a few instants and counts, kept
+/// in the state every write and read already locks (no allocation, no extra system call).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ConnPhases {
+    /// Requests begun on this connection, the latest included.
+    pub requests: u32,
+    /// When the latest request's last write was handed to the socket.
+    pub last_write: Option<Instant>,
+    /// When the first byte of its answer arrived (the kernel's receive time where stamped).
+    pub first_read: Option<Instant>,
+    /// The connection's TCP connect and TLS handshake.
+    pub connect: Option<std::time::Duration>,
+    pub handshake: Option<std::time::Duration>,
 }
 
 /// Shared with every response of the connection (through the response extensions).
@@ -54,7 +72,28 @@ impl WriteStamp {
             read_at_write: 0,
             rx: RxLog::default(),
             latest_rx: None,
+            phases: ConnPhases::default(),
         })))
+    }
+
+    /// Notes what opening the connection took (at connect, before any request).
+    pub(crate) fn set_opened(
+        &self,
+        connect: std::time::Duration,
+        handshake: Option<std::time::Duration>,
+    ) {
+        if let Ok(mut s) = self.0.lock() {
+            s.phases.connect = Some(connect);
+            s.phases.handshake = handshake;
+        }
+    }
+
+    /// The latest request's first write and phases, read together.
+    pub fn phases(&self) -> (Option<Instant>, ConnPhases) {
+        self.0
+            .lock()
+            .map(|s| (s.first_write, s.phases))
+            .unwrap_or_default()
     }
 
     /// When the latest request on this connection started to be written.
@@ -86,11 +125,15 @@ impl WriteStamp {
 
     pub(crate) fn on_write(&self) {
         if let Ok(mut s) = self.0.lock() {
+            let now = Instant::now();
             if s.armed {
                 s.armed = false;
-                s.first_write = Some(Instant::now());
+                s.first_write = Some(now);
                 s.read_at_write = s.read_bytes;
+                s.phases.requests = s.phases.requests.saturating_add(1);
+                s.phases.first_read = None;
             }
+            s.phases.last_write = Some(now);
         }
     }
 
@@ -117,6 +160,10 @@ impl WriteStamp {
             return;
         }
         if let Ok(mut s) = self.0.lock() {
+            if !s.armed && s.phases.first_read.is_none() {
+                // The answer's first byte: its kernel stamp, else now (once per request).
+                s.phases.first_read = Some(rx.unwrap_or_else(Instant::now));
+            }
             s.armed = true;
             s.read_bytes += data.len() as u64;
             match rx {

@@ -144,6 +144,7 @@ pub(crate) mod tests {
             })
             .collect();
         RequestRecord {
+            phases: None,
             images: None,
             id,
             intended: sent_ms * MS,

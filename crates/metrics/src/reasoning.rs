@@ -100,6 +100,7 @@ mod tests {
 
     fn rec(first: u64, split: Option<OutputSplit>, output: u64) -> RequestRecord {
         RequestRecord {
+            phases: None,
             images: None,
             id: 0,
             intended: 0,

@@ -193,6 +193,84 @@ pub struct RequestRecord {
     /// `intended_input_tokens`); absent for a text-only request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<ImageUsage>,
+
+    /// Where the request's time went on its connection before the answer: connect and TLS
+    /// handshake when it opened one, its last byte written, the answer's first byte and
+    /// headers, and whether the connection was reused. Absent where no socket was read
+    /// (virtual time) and in older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<RequestPhases>,
+}
+
+/// A request's clock points on its connection (docs/metrics.md "Where a request's time
+/// went"): instants in ns from the run start like the record's others, durations in ns;
+/// 0 where not measured. A handful of integers per request, filled from the stamps the
+/// connection already takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestPhases {
+    /// TCP connect of the connection, when this request was its first (ns, a duration).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub connect_ns: u64,
+    /// TLS handshake of that connection (ns, a duration); 0 on plain HTTP or a reused one.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub tls_ns: u64,
+    /// The request's last byte handed to the socket (its first is the record's `sent`).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub written: u64,
+    /// The answer's first byte received (the kernel's receive time where stamped).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub first_byte: u64,
+    /// The answer's status line and headers parsed by the client.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub headers: u64,
+    /// The connection had carried an earlier request; `None` on HTTP/2, whose streams
+    /// share one connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reused: Option<bool>,
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+impl RequestRecord {
+    /// A copy with no token events (`events` empty): for a view of the record that reads the
+    /// events from the record itself. Every field is named, so a new one cannot be left out.
+    pub fn clone_without_events(&self) -> RequestRecord {
+        RequestRecord {
+            id: self.id,
+            intended: self.intended,
+            released: self.released,
+            sent: self.sent,
+            started: self.started,
+            first_token: self.first_token,
+            end: self.end,
+            done: self.done,
+            waited_for_slot: self.waited_for_slot,
+            events: Vec::new(),
+            bare_events: self.bare_events.clone(),
+            input_tokens: self.input_tokens,
+            input_source: self.input_source,
+            output_tokens: self.output_tokens,
+            output_source: self.output_source,
+            intended_input_tokens: self.intended_input_tokens,
+            max_tokens: self.max_tokens,
+            cached_tokens: self.cached_tokens,
+            finish_reason: self.finish_reason.clone(),
+            text: self.text.clone(),
+            failure: self.failure.clone(),
+            resent: self.resent,
+            answer_checked: self.answer_checked,
+            output_split: self.output_split,
+            session_id: self.session_id.clone(),
+            turn: self.turn,
+            stamp_clock: self.stamp_clock,
+            lora: self.lora.clone(),
+            served_by: self.served_by.clone(),
+            images: self.images,
+            phases: self.phases,
+        }
+    }
 }
 
 /// Where in a fleet a request was served.
@@ -304,6 +382,7 @@ impl RequestRecord {
             lora: None,
             served_by: None,
             images: None,
+            phases: None,
         }
     }
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::record::RequestRecord;
+use crate::record::{RequestRecord, TokenEvent};
 use crate::stats::{self, PercentileStat};
 
 use crate::units::{ms_to_ns, ns_f64_to_ms, ns_to_ms, ns_to_s, NS_PER_S};
@@ -121,6 +121,17 @@ impl Slo {
 }
 
 impl Slo {
+    /// [`Slo::is_met_by`] for a record whose token events are given beside it (a view made
+    /// by `vllm::view_sharing_events`, whose own `events` may be left empty).
+    pub fn is_met_by_with_events(&self, r: &RequestRecord, events: &[TokenEvent]) -> bool {
+        match self.metric {
+            SloMetric::Itl => events
+                .windows(2)
+                .all(|w| self.admits(ns_to_ms(w[1].t.saturating_sub(w[0].t)))),
+            _ => self.is_met_by(r),
+        }
+    }
+
     /// Does a completed request meet this objective as its user saw it? TTFT and E2EL count
     /// from the intended send time (queue time included): a request that waited in the
     /// client queue kept its user waiting too. Without queueing this is [`Slo::is_met_by`].
@@ -390,6 +401,10 @@ pub struct RunSummary {
     /// plain HTTP/1.1 runs and older files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connections: Option<crate::ConnectionSummary>,
+    /// Where the requests' time went, phase by phase, and connection reuse; absent where no
+    /// connection stamped them (virtual time, older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phases: Option<crate::PhaseSummary>,
 }
 
 impl RunSummary {
@@ -562,6 +577,7 @@ pub fn summarize(records: &[RequestRecord], opts: &SummaryOptions) -> RunSummary
         stamp_clocks: stamp_clocks(records),
         per_pool: crate::per_pool::per_pool(records, p),
         connections: None,
+        phases: crate::phases::phase_summary(records),
     };
     summary.warnings = warnings(records, &ok, &summary, duration_ns);
     summary
@@ -593,20 +609,18 @@ fn weighted_events(ok: &[&RequestRecord]) -> Vec<(u64, f64)> {
 /// event, so only those windows are tried. Each event weighs its request's token share.
 pub fn peak_output_tokens_per_s(ok: &[&RequestRecord]) -> f64 {
     let ev = weighted_events(ok);
-    let mut prefix = Vec::with_capacity(ev.len() + 1);
-    prefix.push(0.0f64);
-    for &(_, w) in &ev {
-        let last = prefix.last().copied().unwrap_or(0.0);
-        prefix.push(last + w);
-    }
+    // `at_i` and `at_j` are the prefix sums of the weights before events i and j, added in
+    // event order as a prefix array would hold them, without holding one (8 bytes a token).
     let mut best = 0.0f64;
-    let mut j = 0;
+    let (mut j, mut at_i, mut at_j) = (0, 0.0f64, 0.0f64);
     for i in 0..ev.len() {
         let limit = ev[i].0.saturating_add(NS_PER_S);
         while j < ev.len() && ev[j].0 < limit {
+            at_j += ev[j].1;
             j += 1;
         }
-        best = best.max(prefix[j] - prefix[i]);
+        best = best.max(at_j - at_i);
+        at_i += ev[i].1;
     }
     best
 }
@@ -645,8 +659,6 @@ fn time_series(
     });
     let mut completions = vec![0u64; len];
     let mut output_tokens = vec![0.0f64; len];
-    let mut in_flight_mean = vec![0.0f64; len];
-    let mut in_flight_max = vec![0u64; len];
     if len == 0 {
         return TimeSeries {
             origin_ns,
@@ -666,37 +678,9 @@ fn time_series(
         }
     }
 
-    // Time-weighted occupancy: each interval adds its overlap with every bucket it spans.
-    for (s, e) in records.iter().filter_map(RequestRecord::in_flight_ns) {
-        let (s, e) = (s.max(origin_ns), e.max(origin_ns));
-        let mut t = s;
-        while t < e {
-            let b = bucket_of(t);
-            if b >= len {
-                break;
-            }
-            let bucket_end = origin_ns + (b as u64 + 1) * NS_PER_S;
-            let stop = e.min(bucket_end);
-            in_flight_mean[b] += ns_to_s(stop - t);
-            t = stop;
-        }
-    }
-
-    // Instantaneous maximum per bucket: sweep, starting each bucket from the level it
-    // inherits from the previous one.
-    let ev = flight_events(records);
-    let mut cur = 0i64;
-    let mut k = 0;
-    for (b, slot) in in_flight_max.iter_mut().enumerate() {
-        let bucket_end = origin_ns + (b as u64 + 1) * NS_PER_S;
-        let mut max = cur;
-        while k < ev.len() && ev[k].0 < bucket_end {
-            cur += ev[k].1;
-            max = max.max(cur);
-            k += 1;
-        }
-        *slot = u64::try_from(max).unwrap_or(0);
-    }
+    // Time-weighted occupancy and the instantaneous maximum, as the slices compute them.
+    let (in_flight_mean, in_flight_max) =
+        crate::slices::occupancy(records, origin_ns, NS_PER_S, len);
 
     TimeSeries {
         origin_ns,

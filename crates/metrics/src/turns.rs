@@ -81,6 +81,7 @@ mod tests {
     ) -> RequestRecord {
         let ms = 1_000_000;
         RequestRecord {
+            phases: None,
             images: None,
             id: 0,
             intended: 0,

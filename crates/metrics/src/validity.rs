@@ -287,7 +287,7 @@ impl fmt::Display for Reason {
             }
             Reason::DispatchLag { p99_ms, max_p99_ms } => write!(
                 f,
-                "dispatch lag p99 {p99_ms:.1} ms exceeds {max_p99_ms:.0} ms: the client limited the run"
+                "dispatch lag p99 {p99_ms:.1} ms exceeds {max_p99_ms:.0} ms: requests left late, so the server was not driven as planned"
             ),
             Reason::ClientCpu { share, max_share } => write!(
                 f,

@@ -51,6 +51,32 @@ pub fn view(r: &RequestRecord) -> RequestRecord {
     v
 }
 
+/// [`view`] without copying the token events where vLLM sees the record's own: the view's
+/// `events` are left empty unless bare events were merged into them. [`view_events`] gives
+/// the events that go with it. A run's events are a number per token; copying them for the
+/// view doubled the memory of the result.
+pub fn view_sharing_events(r: &RequestRecord) -> RequestRecord {
+    if !r.bare_events.is_empty() {
+        return view(r);
+    }
+    let mut v = r.clone_without_events();
+    if let Some(st) = r.started {
+        v.sent = st;
+    }
+    v.started = None;
+    v
+}
+
+/// The token events vLLM sees for `original`, whose view `shared` was made by
+/// [`view_sharing_events`].
+pub fn view_events<'a>(original: &'a RequestRecord, shared: &'a RequestRecord) -> &'a [TokenEvent] {
+    if original.bare_events.is_empty() {
+        &original.events
+    } else {
+        &shared.events
+    }
+}
+
 /// [`view`] of every record, in the given order.
 pub fn views(records: &[RequestRecord]) -> Vec<RequestRecord> {
     records.iter().map(view).collect()
@@ -219,13 +245,22 @@ impl SpecDecodeStats {
 ///
 /// Unlike servebench's sliding-window peak, a burst straddling a bucket boundary is split.
 pub fn max_output_tokens_per_s(records: &[RequestRecord]) -> f64 {
-    let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.is_success()).collect();
-    let Some(start) = ok.iter().map(|r| r.sent).min() else {
+    max_output_tokens_per_s_of(records.iter().map(|r| (r, &r.events[..])))
+}
+
+/// [`max_output_tokens_per_s`] of records whose token events are given beside them (a view
+/// made by [`view_sharing_events`] and its [`view_events`]).
+pub fn max_output_tokens_per_s_of<'a, I>(records: I) -> f64
+where
+    I: Iterator<Item = (&'a RequestRecord, &'a [TokenEvent])> + Clone,
+{
+    let ok = records.filter(|(r, _)| r.is_success());
+    let Some(start) = ok.clone().map(|(r, _)| r.sent).min() else {
         return 0.0;
     };
     let max_end = ok
-        .iter()
-        .filter_map(|r| r.end_ns())
+        .clone()
+        .filter_map(|(r, _)| r.end_ns())
         .max()
         .unwrap_or(start)
         .max(start);
@@ -235,8 +270,8 @@ pub fn max_output_tokens_per_s(records: &[RequestRecord]) -> f64 {
         return 0.0;
     };
     let mut counts = vec![0u64; buckets];
-    for r in &ok {
-        for e in &r.events {
+    for (_, events) in ok {
+        for e in events {
             let Some(offset) = e.t.checked_sub(start) else {
                 continue;
             };
@@ -364,6 +399,47 @@ mod tests {
 
     /// A chat stream as vLLM's client sees it: the role-only chunk at 10 ms and the closing
     /// chunk at 50 ms are token events; the clock starts at `started` (2 ms), not `sent`.
+    /// The view that shares its record's events is the view, once its events are put back;
+    /// vLLM's peak throughput and an ITL objective read the same events through it.
+    #[test]
+    fn a_view_sharing_events_is_the_view() {
+        let mut plain = record(0, 5, &[30, 40, 55], 3);
+        plain.started = Some(2 * MS);
+        let mut chat = record(1, 5, &[30, 40], 2);
+        chat.started = Some(2 * MS);
+        chat.bare_events = vec![10 * MS, 50 * MS];
+        let records = [plain, chat];
+        let shared: Vec<RequestRecord> = records.iter().map(view_sharing_events).collect();
+        assert!(
+            shared[0].events.is_empty(),
+            "no copy of a plain record's events"
+        );
+        for (r, s) in records.iter().zip(&shared) {
+            let mut whole = s.clone();
+            whole.events = view_events(r, s).to_vec();
+            assert_eq!(whole, view(r));
+        }
+        let views = views(&records);
+        assert_eq!(
+            max_output_tokens_per_s_of(
+                records
+                    .iter()
+                    .zip(&shared)
+                    .map(|(r, s)| (s, view_events(r, s)))
+            ),
+            max_output_tokens_per_s(&views)
+        );
+        let itl = crate::Slo::per_request(crate::SloMetric::Itl, 12.0);
+        for ((r, s), v) in records.iter().zip(&shared).zip(&views) {
+            assert_eq!(
+                itl.is_met_by_with_events(s, view_events(r, s)),
+                itl.is_met_by(v)
+            );
+        }
+        // 15 ms gaps in the plain record miss a 12 ms ITL objective: the shared view must see them.
+        assert!(!itl.is_met_by_with_events(&shared[0], view_events(&records[0], &shared[0])));
+    }
+
     #[test]
     fn view_counts_bare_events_and_starts_the_clock_early() {
         let mut r = record(0, 5, &[30, 40], 2);

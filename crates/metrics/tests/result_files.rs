@@ -28,6 +28,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         .collect();
     let end = events.last().map(|e| e.t);
     RequestRecord {
+        phases: None,
         images: None,
         id,
         intended: sent_ms * MS,
@@ -153,6 +154,7 @@ fn run_result() -> RunResult {
             client_limited: false,
             not_dispatched: 0,
             resent: 0,
+            load_average: Some(0.5),
         })),
         server_telemetry: Some(ServerTelemetry {
             samples: vec![TelemetrySample {
@@ -183,6 +185,8 @@ fn run_result() -> RunResult {
         by_lora: Vec::new(),
         gpu_telemetry: None,
         stopped_early: None,
+        agents: None,
+        slices: None,
     }
 }
 

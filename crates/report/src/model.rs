@@ -60,6 +60,12 @@ pub struct RunData {
     /// The result file's `gpu_telemetry`, when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<servebench_metrics::result::GpuTelemetry>,
+    /// The result file's `agents` section, for agent runs (`--dataset-name agentic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<servebench_metrics::AgentStats>,
+    /// The result file's metrics per time window (`--slice-duration`), when it has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slices: Option<servebench_metrics::Slices>,
 }
 
 /// One workload row of a matrix (or the sole row of a single-run report).

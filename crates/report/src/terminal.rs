@@ -367,6 +367,9 @@ pub fn servebench_block(
     if let Some(c) = &s.connections {
         let _ = writeln!(out, "{}", c.line());
     }
+    if let Some(p) = &s.phases {
+        let _ = writeln!(out, "{}", p.line());
+    }
     if let Some(h) = health.measured() {
         header(&mut out, "Client health", '-');
         let _ = writeln!(
@@ -387,11 +390,7 @@ pub fn servebench_block(
             opt(Some(h.cpu_percent))
         );
         if h.client_limited {
-            let _ = writeln!(
-                out,
-                "WARNING: the CLIENT limited this run (late dispatch or saturated CPU): the server was \
-                 not driven as planned; use a bigger client machine or fewer streams"
-            );
+            let _ = writeln!(out, "{}", client_limited_warning(h));
         }
     }
     for w in &s.warnings {
@@ -400,6 +399,30 @@ pub fn servebench_block(
     out.push_str(&"=".repeat(50));
     out.push('\n');
     out
+}
+
+/// Why the client limited a run, in the words that fit what was measured: its own CPU filled
+/// the cores, or requests left late while it used little (other work held the machine).
+pub fn client_limited_warning(h: &servebench_metrics::result::MeasuredHealth) -> String {
+    if h.cpu_saturated() {
+        return format!(
+            "WARNING: the CLIENT limited this run: servebench used {:.0} % of one core on {} cores, \
+             so requests left late; the server was not driven as planned: use a bigger client \
+             machine or fewer streams",
+            h.cpu_percent, h.cpus
+        );
+    }
+    let load = h
+        .load_average
+        .map(|l| format!(" (load average {l:.1} on {} cores)", h.cpus))
+        .unwrap_or_default();
+    format!(
+        "WARNING: requests left late (dispatch lag p99 {} ms) while servebench used only {:.0} % \
+         of one core: other work on this machine held the CPU{load}, so the server was not \
+         driven as planned; measure on a quieter machine",
+        opt(h.dispatch_lag_p99_ms),
+        h.cpu_percent
+    )
 }
 
 /// `--repeat N`: every headline figure as mean ± std across runs, then the per-run values.
@@ -446,6 +469,7 @@ mod tests {
                     .collect();
                 let end = events.last().map(|e| e.t);
                 RequestRecord {
+                    phases: None,
                     images: None,
                     id: i,
                     intended: sent,
@@ -488,6 +512,35 @@ mod tests {
             .skip_while(|l| !l.starts_with("metric (ms)"))
             .take_while(|l| !l.starts_with('='))
             .collect()
+    }
+
+    fn health(cpu_percent: f64, load: Option<f64>) -> servebench_metrics::result::MeasuredHealth {
+        servebench_metrics::result::MeasuredHealth {
+            dispatch_lag_p99_ms: Some(15.3),
+            cpu_percent,
+            cpus: 2,
+            client_limited: true,
+            load_average: load,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_busy_machine_is_not_blamed_on_the_client() {
+        let w = client_limited_warning(&health(5.4, Some(6.2)));
+        assert!(w.contains("other work on this machine"), "{w}");
+        assert!(w.contains("load average 6.2 on 2 cores"), "{w}");
+        assert!(w.contains("15.30 ms") || w.contains("15.3"), "{w}");
+        assert!(!w.contains("bigger client machine"), "{w}");
+        let w = client_limited_warning(&health(5.4, None));
+        assert!(!w.contains("load average"), "{w}");
+    }
+
+    #[test]
+    fn a_saturated_client_is_told_to_get_a_bigger_machine() {
+        let w = client_limited_warning(&health(185.0, Some(2.0)));
+        assert!(w.contains("the CLIENT limited this run"), "{w}");
+        assert!(w.contains("bigger client machine"), "{w}");
     }
 
     #[test]

@@ -90,14 +90,27 @@ pub fn percentile_word(p: f64) -> String {
 
 /// numpy's `mean/median/std/percentile` of `xs or 0`, in ms.
 pub(crate) fn ms_stats(xs: &[f64], percentiles: &[f64]) -> (f64, f64, f64, Vec<(f64, f64)>) {
-    let zero = [0.0];
-    let xs = if xs.is_empty() { &zero[..] } else { xs };
-    let mut sorted = xs.to_vec();
+    ms_stats_of(xs.to_vec(), percentiles)
+}
+
+/// [`ms_stats`] of values the caller gives up: sorted in place, so a run's ITLs (a number per
+/// token) are not copied for their percentiles. Mean and standard deviation are summed in the
+/// given order first, as numpy sums them.
+pub(crate) fn ms_stats_of(
+    mut xs: Vec<f64>,
+    percentiles: &[f64],
+) -> (f64, f64, f64, Vec<(f64, f64)>) {
+    if xs.is_empty() {
+        xs.push(0.0);
+    }
+    let mean = stats::mean(&xs).unwrap_or(0.0);
+    let std = stats::std_dev(&xs).unwrap_or(0.0);
+    let mut sorted = xs;
     sorted.sort_by(f64::total_cmp);
     (
-        s_to_ms(stats::mean(xs).unwrap_or(0.0)),
+        s_to_ms(mean),
         s_to_ms(stats::median_sorted(&sorted).unwrap_or(0.0)),
-        s_to_ms(stats::std_dev(xs).unwrap_or(0.0)),
+        s_to_ms(std),
         percentiles
             .iter()
             .map(|&p| {
@@ -116,9 +129,24 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     if crate::vllm_pooling::is_pooling_backend(&info.backend) {
         return crate::vllm_pooling::pooling_result(info, records);
     }
-    // Everything below sees the requests as vLLM's client would have.
-    let records = vllm_metrics::views(records);
-    let records = &records[..];
+    // Everything below sees the requests as vLLM's client would have; the views share the
+    // records' token events rather than copy them (`events_of`).
+    let originals = records;
+    let views: Vec<RequestRecord> = originals
+        .iter()
+        .map(vllm_metrics::view_sharing_events)
+        .collect();
+    let records = &views[..];
+    let events_of = |i: usize| vllm_metrics::view_events(&originals[i], &views[i]);
+    // ITLs of the view at `i`: one gap per token-bearing event after the first.
+    let itls_of = |i: usize| {
+        events_of(i)
+            .windows(2)
+            .map(|w| ns_to_s(w[1].t.saturating_sub(w[0].t)))
+    };
+    let ok_index: Vec<usize> = (0..records.len())
+        .filter(|&i| records[i].is_success())
+        .collect();
     // vLLM's per-request values: seconds, and 0 / empty for a failed request.
     let secs_or_zero = |v: Option<u64>| v.map(ns_to_s).unwrap_or(0.0);
     let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.is_success()).collect();
@@ -139,17 +167,21 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
     let queue = of_ok(RequestRecord::queue_ns);
     let user_ttft = of_ok(RequestRecord::user_ttft_ns);
     let user_e2el = of_ok(RequestRecord::user_e2el_ns);
-    let itls: Vec<f64> = ok.iter().flat_map(|r| r.itls_ns().map(ns_to_s)).collect();
+    let mut itls: Vec<f64> = ok_index.iter().flat_map(|&i| itls_of(i)).collect();
     let tpots: Vec<f64> = ok
         .iter()
         .filter_map(|r| r.tpot_ns())
         .map(ns_f64_to_s)
         .collect();
     let good = (!info.goodput.is_empty()).then(|| {
-        let n = ok
+        let n = ok_index
             .iter()
             // On a view, TTFT, TPOT and E2EL are vLLM's; `itl` is servebench's own objective.
-            .filter(|r| info.goodput.iter().all(|slo| slo.is_met_by(r)))
+            .filter(|&&i| {
+                info.goodput
+                    .iter()
+                    .all(|slo| slo.is_met_by_with_events(&records[i], events_of(i)))
+            })
             .count();
         n as f64 / dur
     });
@@ -167,14 +199,20 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
         "total_token_throughput",
         (total_input + total_output) as f64 / dur,
     );
-    o.insert(
-        "input_lens",
-        records.iter().map(|r| r.input_tokens).collect::<Vec<_>>(),
-    );
-    o.insert(
-        "output_lens",
-        records.iter().map(output_len).collect::<Vec<_>>(),
-    );
+    // vLLM drops its per-request lists without --save-detailed (only `latencies` and
+    // `queue_times` stay): they are not built at all then, as the ITL lists alone hold a
+    // number per token of the run.
+    let detailed = info.detailed;
+    if detailed {
+        o.insert(
+            "input_lens",
+            records.iter().map(|r| r.input_tokens).collect::<Vec<_>>(),
+        );
+        o.insert(
+            "output_lens",
+            records.iter().map(output_len).collect::<Vec<_>>(),
+        );
+    }
     // Per-request arrays cover every request, a failed one with vLLM's zeros.
     let per_request = |f: fn(&RequestRecord) -> Option<u64>| -> Vec<f64> {
         records
@@ -188,25 +226,28 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
             })
             .collect()
     };
-    o.insert("ttfts", per_request(RequestRecord::ttft_ns));
-    o.insert(
-        "itls",
-        records
-            .iter()
-            .map(|r| {
-                if r.is_success() {
-                    r.itls_ns().map(ns_to_s).collect()
-                } else {
-                    Vec::new()
-                }
-            })
-            .collect::<Vec<Vec<f64>>>(),
-    );
+    if detailed {
+        o.insert("ttfts", per_request(RequestRecord::ttft_ns));
+        o.insert(
+            "itls",
+            (0..records.len())
+                .map(|i| {
+                    if records[i].is_success() {
+                        itls_of(i).collect()
+                    } else {
+                        Vec::new()
+                    }
+                })
+                .collect::<Vec<Vec<f64>>>(),
+        );
+    }
     o.insert("latencies", per_request(RequestRecord::e2el_ns));
-    o.insert(
-        "start_times",
-        records.iter().map(|r| ns_to_s(r.sent)).collect::<Vec<_>>(),
-    );
+    if detailed {
+        o.insert(
+            "start_times",
+            records.iter().map(|r| ns_to_s(r.sent)).collect::<Vec<_>>(),
+        );
+    }
     o.insert(
         "queue_times",
         records
@@ -214,28 +255,32 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
             .map(|r| secs_or_zero(r.queue_ns()))
             .collect::<Vec<_>>(),
     );
-    o.insert(
-        "generated_texts",
-        records
-            .iter()
-            .map(|r| r.text.clone().unwrap_or_default())
-            .collect::<Vec<_>>(),
-    );
-    o.insert(
-        "errors",
-        records
-            .iter()
-            .map(|r| {
-                r.failure
-                    .as_ref()
-                    .map(|f| f.message.clone())
-                    .unwrap_or_default()
-            })
-            .collect::<Vec<_>>(),
-    );
+    if detailed {
+        o.insert(
+            "generated_texts",
+            records
+                .iter()
+                .map(|r| r.text.clone().unwrap_or_default())
+                .collect::<Vec<_>>(),
+        );
+        o.insert(
+            "errors",
+            records
+                .iter()
+                .map(|r| {
+                    r.failure
+                        .as_ref()
+                        .map(|f| f.message.clone())
+                        .unwrap_or_default()
+                })
+                .collect::<Vec<_>>(),
+        );
+    }
     o.insert(
         "max_output_tokens_per_s",
-        vllm_metrics::max_output_tokens_per_s(records),
+        vllm_metrics::max_output_tokens_per_s_of(
+            (0..records.len()).map(|i| (&records[i], events_of(i))),
+        ),
     );
     o.insert(
         "max_concurrent_requests",
@@ -273,17 +318,18 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
         info.max_concurrency,
         info.request_rate,
     ) {
-        let values: &[f64] = match metric {
-            "ttft" => &ttfts,
-            "tpot" => &tpots,
-            "itl" => &itls,
-            "e2el" => &e2els,
-            "queue" | "client_queue_time" => &queue,
-            "user_ttft" => &user_ttft,
-            "user_e2el" | "e2el_including_client_queue" => &user_e2el,
+        let values: Vec<f64> = match metric {
+            "ttft" => ttfts.clone(),
+            "tpot" => tpots.clone(),
+            // A number per token: handed over, not copied (the block is written once).
+            "itl" => std::mem::take(&mut itls),
+            "e2el" => e2els.clone(),
+            "queue" | "client_queue_time" => queue.clone(),
+            "user_ttft" => user_ttft.clone(),
+            "user_e2el" | "e2el_including_client_queue" => user_e2el.clone(),
             _ => continue,
         };
-        let (mean, median, std, pcts) = ms_stats(values, &info.percentiles);
+        let (mean, median, std, pcts) = ms_stats_of(values, &info.percentiles);
         o.insert(format!("mean_{metric}_ms"), mean);
         o.insert(format!("median_{metric}_ms"), median);
         o.insert(format!("std_{metric}_ms"), std);
@@ -292,19 +338,6 @@ pub fn vllm_result(info: &VllmRunInfo, records: &[RequestRecord]) -> OrderedObje
         }
     }
 
-    if !info.detailed {
-        for k in [
-            "input_lens",
-            "output_lens",
-            "start_times",
-            "ttfts",
-            "itls",
-            "generated_texts",
-            "errors",
-        ] {
-            o.remove(k);
-        }
-    }
     o
 }
 

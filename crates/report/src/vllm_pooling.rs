@@ -139,6 +139,7 @@ mod tests {
 
     fn record(id: u64, head: u64, end: u64, input: u64) -> RequestRecord {
         RequestRecord {
+            phases: None,
             id,
             intended: 0,
             released: 0,

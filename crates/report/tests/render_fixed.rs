@@ -23,6 +23,7 @@ fn record(id: u64, sent_ms: u64, ttft_ms: u64, gap_ms: u64, tokens: u64) -> Requ
         .collect();
     let end = events.last().map(|e| e.t);
     RequestRecord {
+        phases: None,
         images: None,
         id,
         intended: sent_ms * MS,
@@ -77,6 +78,8 @@ fn run(path: &str, n: u64, ttft_ms: u64, gap_ms: u64) -> RunData {
         validity: None,
         prefix_hit: None,
         gpu: None,
+        agents: None,
+        slices: None,
     }
 }
 

@@ -19,6 +19,7 @@ fn record(id: u64, started_ms: u64, sent_ms: u64, role_ms: u64, token_ms: &[u64]
         })
         .collect();
     RequestRecord {
+        phases: None,
         images: None,
         id,
         intended: 0,

@@ -125,6 +125,20 @@ impl KvCapacity {
     }
 }
 
+/// How an engine turns GPU memory into a KV-cache budget (docs/simulator.md §4).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "rule", rename_all = "snake_case")]
+pub enum KvBudgetRule {
+    /// vLLM and SGLang: a fraction of the GPU's whole memory (`gpu_memory_utilization`, SGLang's
+    /// `mem_fraction_static`) holds weights, activations and the cache; the cache gets the rest.
+    TotalFraction,
+    /// TensorRT-LLM: the cache gets this fraction of the memory still free after the weights,
+    /// the runtime's activation buffers and the non-torch memory are allocated
+    /// (`KvCacheConfig.free_gpu_memory_fraction`, default 0.9; `trtllm-bench
+    /// --kv_cache_free_gpu_mem_fraction`).
+    FreeFraction { fraction: f64 },
+}
+
 /// Sizes the KV cache of a deployment (§4):
 /// `avail = usable·gmu − W_res/tp − act_peak − non_torch` with
 /// `act_peak = max_num_batched_tokens·(4d + 2·F_act)·2 + max_num_seqs·V·4` and non-torch
@@ -134,7 +148,21 @@ pub fn kv_capacity(
     deployment: &Deployment,
     sizing: &KvSizing,
 ) -> Result<KvCapacity, RooflineError> {
-    let gmu = sizing.gpu_memory_utilization;
+    kv_capacity_with_rule(deployment, sizing, KvBudgetRule::TotalFraction)
+}
+
+/// [`kv_capacity`] under `rule`. With [`KvBudgetRule::FreeFraction`] the budget is
+/// `fraction · (usable − W_res/tp − act_peak − non_torch)` and `gpu_memory_utilization` is not
+/// used: TensorRT-LLM sizes its pool from what is free after the model is loaded.
+pub fn kv_capacity_with_rule(
+    deployment: &Deployment,
+    sizing: &KvSizing,
+    rule: KvBudgetRule,
+) -> Result<KvCapacity, RooflineError> {
+    let gmu = match rule {
+        KvBudgetRule::TotalFraction => sizing.gpu_memory_utilization,
+        KvBudgetRule::FreeFraction { fraction } => fraction,
+    };
     if !(gmu > 0.0 && gmu <= 1.0) {
         return Err(RooflineError::Invalid(format!(
             "gpu_memory_utilization must be in (0, 1], got {gmu}"
@@ -177,7 +205,16 @@ pub fn kv_capacity(
     } else {
         NON_TORCH_BYTES_SINGLE
     };
-    let avail_bytes = budget_bytes - weights_bytes - activation_bytes - non_torch_bytes;
+    let (budget_bytes, avail_bytes) = match rule {
+        KvBudgetRule::TotalFraction => (
+            budget_bytes,
+            budget_bytes - weights_bytes - activation_bytes - non_torch_bytes,
+        ),
+        KvBudgetRule::FreeFraction { fraction } => {
+            let free = usable_gib * GIB - weights_bytes - activation_bytes - non_torch_bytes;
+            (usable_gib * GIB, fraction * free)
+        }
+    };
     if avail_bytes <= 0.0 {
         return Err(RooflineError::NoKvMemory {
             gpu: deployment.gpu().id.clone(),
@@ -263,6 +300,39 @@ mod tests {
     );
 
     /// Every row of the §4 capacity table, block for block.
+    #[test]
+    fn tensorrt_llm_sizes_its_pool_from_free_memory() {
+        // 70B FP8 on one H100: vLLM's rule leaves 0.9·79.2 GiB minus the weights for
+        // everything else; TensorRT-LLM takes 0.9 of what the weights and buffers leave.
+        let d = dep("h100", "llama-3.1-70b", Dtype::Fp8, KvDtype::Fp8, 1);
+        let sizing = KvSizing {
+            block_size: 32,
+            max_num_batched_tokens: 8192,
+            max_num_seqs: 2048,
+            ..KvSizing::server_defaults(&d)
+        };
+        let vllm = kv_capacity(&d, &sizing).unwrap();
+        let trt = kv_capacity_with_rule(&d, &sizing, KvBudgetRule::FreeFraction { fraction: 0.9 })
+            .unwrap();
+        let free = 79.2 * GIB - trt.weights_bytes - trt.activation_bytes - trt.non_torch_bytes;
+        assert!((trt.avail_bytes - 0.9 * free).abs() < 1.0);
+        assert!(
+            (vllm.avail_bytes - (free - 0.1 * 79.2 * GIB)).abs() < 1.0,
+            "{}",
+            vllm.avail_bytes
+        );
+        // About 2.3 GiB against about 9.4 GiB: four times the blocks.
+        assert!(
+            trt.num_gpu_blocks > 3 * vllm.num_gpu_blocks,
+            "{trt:?} {vllm:?}"
+        );
+        // The fraction is validated as gpu_memory_utilization is.
+        assert!(
+            kv_capacity_with_rule(&d, &sizing, KvBudgetRule::FreeFraction { fraction: 1.5 })
+                .is_err()
+        );
+    }
+
     #[test]
     fn capacity_table_rows() {
         use Dtype::{Bf16, Fp8};

@@ -50,8 +50,8 @@ pub use calibration::{
     CalibrationFactors, CalibrationProfile, CalibrationTarget, FitNotes, CALIBRATION_SCHEMA,
 };
 pub use capacity::{
-    kv_capacity, largest_fitting_max_model_len, KvCapacity, KvSizing, NON_TORCH_BYTES_SINGLE,
-    NON_TORCH_BYTES_TP,
+    kv_capacity, kv_capacity_with_rule, largest_fitting_max_model_len, KvBudgetRule, KvCapacity,
+    KvSizing, NON_TORCH_BYTES_SINGLE, NON_TORCH_BYTES_TP,
 };
 pub use catalog::{Catalog, BUILTIN_CATALOG};
 pub use deployment::{

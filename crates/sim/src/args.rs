@@ -251,7 +251,7 @@ pub struct SimArgs {
     #[arg(long, value_name = "MS", default_value_t = 2000.0, value_parser = servebench_metrics::units::non_negative_ms)]
     pub fault_stall_ms: f64,
 
-    /// Per request: probability the stream is closed after a random token, without [DONE].
+    /// Per request: probability the stream is closed after a random token, without `[DONE]`.
     #[arg(long, value_name = "P", default_value_t = 0.0)]
     pub fault_disconnect_prob: f64,
 
@@ -279,6 +279,17 @@ pub struct SimArgs {
     /// `mbu_kv`, else --mbu).
     #[arg(long, value_name = "FRACTION")]
     pub mbu_kv: Option<f64>,
+    /// Run without CUDA graphs, as vLLM's flag does: decode batches are not padded up to a
+    /// captured size (an engine profile's graph list is ignored). TensorRT-LLM's C++ engines
+    /// (before its PyTorch backend) run so unless CUDA graphs are turned on.
+    #[arg(long)]
+    pub enforce_eager: bool,
+    /// Size the KV cache as TensorRT-LLM does: this fraction of the memory still free after
+    /// weights and activation buffers (its `free_gpu_memory_fraction`, `trtllm-bench
+    /// --kv_cache_free_gpu_mem_fraction`), instead of --gpu-memory-utilization of the whole GPU.
+    /// Default with --engine trtllm: 0.9 (TensorRT-LLM's default).
+    #[arg(long, value_name = "FRACTION")]
+    pub kv_cache_free_gpu_mem_fraction: Option<f64>,
     /// LoRA adapters served beside the base model (vLLM's flag; `NAME` or `NAME=PATH`, the
     /// path unused): /v1/models lists them and a request may name one as its `model`.
     #[arg(long, value_name = "NAME[=PATH]", num_args = 1.., help_heading = "LoRA")]

@@ -52,6 +52,9 @@ pub struct EngineProfile {
     pub fp8_mfu_scale: f64,
     /// Bandwidth utilisation of its decode-attention kernels' KV reads (`None` = the GPU's).
     pub mbu_kv: Option<f64>,
+    /// The KV cache is this fraction of the memory free after loading the model (TensorRT-LLM's
+    /// rule); `None` = vLLM's rule, a fraction of the whole GPU (`--gpu-memory-utilization`).
+    pub kv_free_fraction: Option<f64>,
 }
 
 /// vLLM's default capture list: 1, 2, 4, multiples of 8 below 256, then multiples of 16 up to
@@ -75,6 +78,9 @@ const TRTLLM_CUDA_GRAPH_SIZES: [u32; 15] = [
 const TRTLLM_FP8_MFU_SCALE: f64 = 1.3;
 /// TensorRT-LLM's KV-read bandwidth utilisation (fitted, §12).
 const TRTLLM_MBU_KV: f64 = 0.90;
+/// TensorRT-LLM's default `KvCacheConfig.free_gpu_memory_fraction`: "90% of free GPU memory
+/// for KV cache" (its documentation, "How to Change KV Cache Behavior"; docs/simulator.md §4).
+pub const TRTLLM_KV_FREE_FRACTION: f64 = 0.9;
 
 impl EngineProfile {
     /// The profile of `kind`; `max_num_seqs` is the resolved limit (vLLM sizes its graph list
@@ -90,6 +96,7 @@ impl EngineProfile {
                 cuda_graph_sizes: vllm_cuda_graph_sizes(max_num_seqs),
                 fp8_mfu_scale: 1.0,
                 mbu_kv: None,
+                kv_free_fraction: None,
             },
             // SGLang chunks prefill and admits incrementally as vLLM does, with one-token
             // pages; its graph list is not modelled (no padding).
@@ -102,6 +109,7 @@ impl EngineProfile {
                 cuda_graph_sizes: Vec::new(),
                 fp8_mfu_scale: 1.0,
                 mbu_kv: None,
+                kv_free_fraction: None,
             },
             // TensorRT-LLM's PyTorch backend: no chunked prefill unless enabled, the
             // "guaranteed no evict" capacity scheduler (a request enters only when its whole
@@ -118,6 +126,7 @@ impl EngineProfile {
                 cuda_graph_sizes: TRTLLM_CUDA_GRAPH_SIZES.to_vec(),
                 fp8_mfu_scale: TRTLLM_FP8_MFU_SCALE,
                 mbu_kv: Some(TRTLLM_MBU_KV),
+                kv_free_fraction: Some(TRTLLM_KV_FREE_FRACTION),
             },
         }
     }
@@ -151,6 +160,8 @@ impl EngineProfile {
 #[derive(Debug, Clone)]
 pub(crate) struct ProfileChoice {
     profile: Option<EngineProfile>,
+    /// `--enforce-eager`: no captured graphs, so no padding.
+    enforce_eager: bool,
 }
 
 /// vLLM's default block size: a profile replaces it, any other `--block-size` wins.
@@ -163,6 +174,7 @@ impl ProfileChoice {
             profile: args
                 .engine
                 .map(|kind| EngineProfile::of(kind, 1).with_factors(args.profile_factors)),
+            enforce_eager: args.enforce_eager,
         }
     }
 
@@ -231,6 +243,18 @@ impl ProfileChoice {
         Some((base * scale).min(1.0))
     }
 
+    /// How the KV cache is sized: `--kv-cache-free-gpu-mem-fraction`, else the profile's free
+    /// fraction, else vLLM's fraction of the whole GPU.
+    pub(crate) fn kv_budget_rule(&self, args: &SimArgs) -> servebench_roofline::KvBudgetRule {
+        match args
+            .kv_cache_free_gpu_mem_fraction
+            .or_else(|| self.profile.as_ref().and_then(|p| p.kv_free_fraction))
+        {
+            Some(fraction) => servebench_roofline::KvBudgetRule::FreeFraction { fraction },
+            None => servebench_roofline::KvBudgetRule::TotalFraction,
+        }
+    }
+
     /// `--mbu-kv` in effect: the flag, else the profile's, else `None` (the GPU's).
     pub(crate) fn mbu_kv(&self, args: &SimArgs) -> Option<f64> {
         args.mbu_kv
@@ -239,6 +263,9 @@ impl ProfileChoice {
 
     /// The captured batch sizes to pad decode steps to, when a profile asks for padding.
     pub(crate) fn cuda_graph_sizes(&self, max_num_seqs: u32) -> Option<Vec<u32>> {
+        if self.enforce_eager {
+            return None;
+        }
         let p = self.profile.as_ref()?;
         let sizes = EngineProfile::of(p.kind, max_num_seqs).cuda_graph_sizes;
         (!sizes.is_empty()).then_some(sizes)
@@ -287,6 +314,53 @@ mod tests {
             (8192, 2048)
         );
         assert_eq!(trt.config_json["engine_profile"], "trtllm");
+    }
+
+    #[test]
+    fn trtllm_sizes_its_kv_cache_from_free_memory() {
+        let spec = "llama-3.1-70b --dtype fp8 --kv-cache-dtype fp8 --max-model-len 2176";
+        let vllm = SimArgs::parse_spec(spec).unwrap().resolve().unwrap();
+        let trt = SimArgs::parse_spec(&format!("{spec} --engine trtllm"))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(trt.config_json["kv_budget_rule"]["rule"], "free_fraction");
+        assert_eq!(trt.config_json["kv_budget_rule"]["fraction"], 0.9);
+        assert!(vllm.config_json.get("kv_budget_rule").is_none());
+        // About three times the KV tokens of vLLM's rule (with vLLM's own batch defaults) for
+        // 70B FP8 on one H100 (§4).
+        let tokens = |r: &crate::ResolvedSim| {
+            u64::from(r.engine.num_gpu_blocks) * u64::from(r.engine.block_size)
+        };
+        assert!(
+            2 * tokens(&trt) > 5 * tokens(&vllm),
+            "{} {}",
+            tokens(&trt),
+            tokens(&vllm)
+        );
+        // The flag sets the fraction, for any engine.
+        let half = SimArgs::parse_spec(&format!("{spec} --kv-cache-free-gpu-mem-fraction 0.45"))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(half.config_json["kv_budget_rule"]["fraction"], 0.45);
+        assert!(tokens(&half) < tokens(&trt));
+        assert!(
+            SimArgs::parse_spec(&format!("{spec} --kv-cache-free-gpu-mem-fraction 0"))
+                .unwrap()
+                .resolve()
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn enforce_eager_turns_graph_padding_off() {
+        let r = SimArgs::parse_spec("--engine vllm --enforce-eager")
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(r.engine.deployment.padded_tokens(3, 3), 3);
+        assert!(r.engine.deployment.cuda_graph_sizes().is_empty());
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use servebench_metrics::units::{ms_to_s, s_to_ms};
 use servebench_roofline::{
-    kv_capacity, resolve_scheduler_limits, Catalog, Deployment, GpuSpec, KvCapacity, KvSizing,
-    ModelSpec,
+    kv_capacity_with_rule, resolve_scheduler_limits, Catalog, Deployment, GpuSpec, KvCapacity,
+    KvSizing, ModelSpec,
 };
 use servebench_tokenizer::Tokenizer;
 
@@ -166,6 +166,7 @@ impl SimArgs {
             Some(MaxModelLen::Tokens(len)) => len,
             Some(MaxModelLen::Auto) | None => derived_len,
         };
+        let kv_rule = profile.kv_budget_rule(self);
         let chunked = profile.chunked_prefill(self);
         let block_size = profile.block_size(self);
         let size_for = |max_model_len: u32| -> Result<_, SimError> {
@@ -183,7 +184,7 @@ impl SimArgs {
             Ok((
                 max_num_batched_tokens,
                 max_num_seqs,
-                kv_capacity(&deployment, &sizing)?,
+                kv_capacity_with_rule(&deployment, &sizing, kv_rule)?,
             ))
         };
         let (mut max_num_batched_tokens, mut max_num_seqs, mut kv) = size_for(requested_len)?;
@@ -351,6 +352,15 @@ impl SimArgs {
         if let (Some(base), serde_json::Value::Object(more)) = (config_json.as_object_mut(), more) {
             base.extend(more);
         }
+        // TensorRT-LLM's sizing rule names itself; vLLM's (the default) adds no key.
+        if let (Some(base), servebench_roofline::KvBudgetRule::FreeFraction { .. }) =
+            (config_json.as_object_mut(), kv_rule)
+        {
+            base.insert(
+                "kv_budget_rule".into(),
+                serde_json::to_value(kv_rule).unwrap_or_default(),
+            );
+        }
         // Only an explicit engine profile adds its keys, so a plain configuration reads as before.
         if let (Some(base), Some(kind)) = (config_json.as_object_mut(), self.engine) {
             base.insert("engine_profile".into(), kind.as_str().into());
@@ -402,6 +412,13 @@ impl SimArgs {
         check_fraction("--fault-malformed-prob", self.fault_malformed_prob, true)?;
         if let Some(f) = self.reasoning_fraction {
             check_fraction("--reasoning-fraction", f, true)?;
+        }
+        if let Some(f) = self.kv_cache_free_gpu_mem_fraction {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(SimError::Config(format!(
+                    "--kv-cache-free-gpu-mem-fraction must be in (0, 1], got {f}"
+                )));
+            }
         }
         for (name, v) in [
             ("--jitter-sigma", self.jitter_sigma),

@@ -41,7 +41,7 @@ pub struct RequestLog {
     pub max_tokens: Option<u64>,
     /// Tokens the script meant to send.
     pub planned_tokens: u64,
-    /// The fault applied, by [`Fault::name`].
+    /// The fault applied, by [`crate::Fault::name`].
     #[serde(default)]
     pub fault: Option<String>,
     /// Token-bearing events written.
@@ -64,7 +64,7 @@ pub struct RequestLog {
 }
 
 impl RequestLog {
-    /// The arrival instant, given the server's start ([`ScriptedServer::started`]).
+    /// The arrival instant, given the server's start ([`crate::ScriptedServer::started`]).
     pub fn arrival(&self, server_started: Instant) -> Instant {
         server_started + Duration::from_nanos(self.arrival_ns)
     }

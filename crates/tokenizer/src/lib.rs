@@ -15,6 +15,7 @@
 mod error;
 mod filler;
 mod locate;
+mod o200k;
 
 use std::fmt;
 use std::path::Path;
@@ -28,7 +29,7 @@ pub use locate::{hf_cache_root_from_env, looks_like_model_id, TOKENIZER_FILE};
 pub const BUILTIN_NAME: &str = "builtin:o200k_base";
 
 /// Number of ordinary (non-special) tokens in `o200k_base`: ids `0..199_998`.
-const O200K_ORDINARY: u32 = 199_998;
+const O200K_ORDINARY: u32 = o200k::ORDINARY;
 /// Special tokens of `o200k_base`: `<|endoftext|>` and `<|endofprompt|>`.
 const O200K_SPECIAL: [u32; 2] = [199_999, 200_018];
 
@@ -45,15 +46,45 @@ struct Inner {
     /// Sorted ids of special tokens.
     special_ids: Vec<u32>,
     /// Sorted ids of every token that is not special.
-    ordinary_ids: Vec<u32>,
+    ordinary: Ordinary,
     filler: OnceLock<Vec<(String, u32)>>,
     sampling: OnceLock<Vec<u32>>,
     words: OnceLock<Vec<u32>>,
 }
 
 enum Backend {
-    Tiktoken(&'static tiktoken_rs::CoreBPE),
+    /// The built-in `o200k_base` (see the `o200k` module).
+    O200k(Box<o200k::O200k>),
     HuggingFace(Box<tokenizers::Tokenizer>),
+}
+
+/// The ordinary ids of a vocabulary.
+enum Ordinary {
+    /// Every id of a Hugging Face vocabulary that is not special, in order.
+    Listed(Vec<u32>),
+    /// `0..end`, the ordinary ids of `o200k_base`: a list of them is only made if a
+    /// caller asks for [`Tokenizer::ordinary_ids`] (800 kB that encoding never needs).
+    Range {
+        end: u32,
+        listed: OnceLock<Vec<u32>>,
+    },
+}
+
+impl Ordinary {
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            Self::Listed(ids) => ids,
+            Self::Range { end, listed } => listed.get_or_init(|| (0..*end).collect()),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        let (listed, range) = match self {
+            Self::Listed(ids) => (ids.as_slice(), 0..0),
+            Self::Range { end, .. } => (&[][..], 0..*end),
+        };
+        listed.iter().copied().chain(range)
+    }
 }
 
 impl fmt::Debug for Tokenizer {
@@ -66,19 +97,23 @@ impl fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
-    /// The built-in tokenizer: OpenAI's `o200k_base`, from tables embedded in the
-    /// binary. The tables are parsed once per process; later calls are a clone.
+    /// The built-in tokenizer: OpenAI's `o200k_base`, from a vocabulary embedded in the
+    /// binary. Its lookup tables and pattern are built once per process (about 6.5 MB
+    /// resident, docs/benchmarks.md); later calls are a clone. Gives exactly tiktoken's
+    /// ids.
     pub fn builtin() -> Self {
         static BUILTIN: OnceLock<Tokenizer> = OnceLock::new();
         BUILTIN
             .get_or_init(|| {
-                let bpe = tiktoken_rs::o200k_base_singleton();
                 Tokenizer::from_inner(Inner {
-                    backend: Backend::Tiktoken(bpe),
+                    backend: Backend::O200k(Box::new(o200k::O200k::new())),
                     name: BUILTIN_NAME.to_owned(),
                     vocab_size: O200K_SPECIAL[1] as usize + 1,
                     special_ids: O200K_SPECIAL.to_vec(),
-                    ordinary_ids: (0..O200K_ORDINARY).collect(),
+                    ordinary: Ordinary::Range {
+                        end: O200K_ORDINARY,
+                        listed: OnceLock::new(),
+                    },
                     filler: OnceLock::new(),
                     sampling: OnceLock::new(),
                     words: OnceLock::new(),
@@ -173,7 +208,7 @@ impl Tokenizer {
             name,
             vocab_size,
             special_ids,
-            ordinary_ids,
+            ordinary: Ordinary::Listed(ordinary_ids),
             filler: OnceLock::new(),
             sampling: OnceLock::new(),
             words: OnceLock::new(),
@@ -201,7 +236,10 @@ impl Tokenizer {
     /// Token ids of `text`, with no special tokens added, or the model's error.
     pub fn try_encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         match &self.inner.backend {
-            Backend::Tiktoken(bpe) => Ok(bpe.encode_ordinary(text)),
+            Backend::O200k(bpe) => bpe.encode(text).map_err(|e| TokenizerError::Encode {
+                name: self.inner.name.clone(),
+                message: e.0,
+            }),
             Backend::HuggingFace(hf) => hf
                 .encode_fast(text, false)
                 .map(|enc| enc.get_ids().to_vec())
@@ -235,13 +273,8 @@ impl Tokenizer {
     /// become U+FFFD.
     pub fn decode(&self, ids: &[u32]) -> String {
         match &self.inner.backend {
-            Backend::Tiktoken(bpe) => {
-                let ordinary: Vec<u32> = ids
-                    .iter()
-                    .copied()
-                    .filter(|&id| id < O200K_ORDINARY)
-                    .collect();
-                let bytes = bpe.decode_bytes(&ordinary).unwrap_or_default();
+            Backend::O200k(bpe) => {
+                let bytes = bpe.decode_bytes(ids);
                 match String::from_utf8(bytes) {
                     Ok(s) => s,
                     Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
@@ -263,7 +296,7 @@ impl Tokenizer {
     /// Number of tokens in `text` (as [`Tokenizer::encode`] would produce).
     pub fn count(&self, text: &str) -> usize {
         match &self.inner.backend {
-            Backend::Tiktoken(bpe) => bpe.count_ordinary(text),
+            Backend::O200k(bpe) => bpe.count(text).unwrap_or_else(|_| self.encode(text).len()),
             Backend::HuggingFace(_) => self.encode(text).len(),
         }
     }
@@ -280,7 +313,7 @@ impl Tokenizer {
 
     /// Whether this is the built-in `o200k_base` tokenizer.
     pub fn is_builtin(&self) -> bool {
-        matches!(self.inner.backend, Backend::Tiktoken(_))
+        matches!(self.inner.backend, Backend::O200k(_))
     }
 
     /// Sorted ids of the special tokens (BOS, EOS, chat markers, ...).
@@ -295,7 +328,7 @@ impl Tokenizer {
 
     /// Sorted ids of every non-special token: what random prompts are built from.
     pub fn ordinary_ids(&self) -> &[u32] {
-        &self.inner.ordinary_ids
+        self.inner.ordinary.as_slice()
     }
 
     /// Ordinary ids that synthetic prompts are built from: those whose own text is
@@ -307,9 +340,8 @@ impl Tokenizer {
         self.inner.sampling.get_or_init(|| {
             let usable: Vec<u32> = self
                 .inner
-                .ordinary_ids
+                .ordinary
                 .iter()
-                .copied()
                 .filter(|&id| {
                     let text = self.decode(&[id]);
                     !text.is_empty()
@@ -319,7 +351,7 @@ impl Tokenizer {
                 })
                 .collect();
             if usable.is_empty() {
-                self.inner.ordinary_ids.clone()
+                self.ordinary_ids().to_vec()
             } else {
                 usable
             }
@@ -397,7 +429,9 @@ mod tests {
         assert!(a.is_builtin());
         assert_eq!(a.vocab_size(), 200_019);
         assert_eq!(a.special_token_ids(), &[199_999, 200_018]);
+        assert_eq!(a.inner.ordinary.iter().count(), 199_998);
         assert_eq!(a.ordinary_ids().len(), 199_998);
+        assert!(a.ordinary_ids().iter().copied().eq(0..199_998));
     }
 
     #[test]

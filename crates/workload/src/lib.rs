@@ -3,16 +3,17 @@
 //! - Datasets turn into [`RequestSpec`]s: [`random`] (vLLM's random dataset, with
 //!   prompts of exact token length and a shared or per-request prefix), [`sharegpt`]
 //!   and [`custom`] (files, with vLLM's selection rules), [`sonnet`] (poem lines with a
-//!   shared prefix), [`prefix_repetition`] (groups of prompts sharing exact-length
+//!   shared prefix), `prefix_repetition` (groups of prompts sharing exact-length
 //!   prefixes), [`hf`] (local copies of the Hugging Face datasets vLLM knows by name), and
 //!   [`trace`] replay; [`random_mm`] adds synthetic images to the random dataset.
-//! - [`synth`] builds text of an exact token count under a [`Tokenizer`].
-//! - [`arrival`] computes intended send offsets from a rate, burstiness and ramp.
+//! - `synth` builds text of an exact token count under a [`Tokenizer`].
+//! - `arrival` computes intended send offsets from a rate, burstiness and ramp.
 //!
 //! Everything is deterministic in the seed.
 //!
 //! [`Tokenizer`]: servebench_tokenizer::Tokenizer
 
+pub mod agentic;
 mod arrival;
 pub mod custom;
 mod error;

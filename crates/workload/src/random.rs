@@ -4,7 +4,7 @@
 //! from `[floor(len·(1−r)), ceil(len·(1+r))]` and output lengths likewise (at least 1);
 //! a random prefix of `prefix_len` tokens is generated once and put before every
 //! prompt, so a request's prompt is `prefix_len + input_len_i` tokens. Unlike vLLM,
-//! every prompt encodes to exactly that many tokens (see [`crate::synth`]).
+//! every prompt encodes to exactly that many tokens (see the `synth` module).
 //!
 //! Draws come from seeded ChaCha streams, not numpy's generator, so the same seed
 //! does not give vLLM's byte-identical prompts; it gives the same lengths
@@ -199,7 +199,7 @@ pub fn sample_random_lengths(cfg: &RandomConfig) -> Result<Vec<RequestSpec>, Wor
 }
 
 /// [`sample_random_lengths`], also for `--prefix-hit-rate`: then each prompt carries its
-/// pool member's text (see [`crate::prefix_hit`]), which needs the tokenizer.
+/// pool member's text (see the `prefix_hit` module), which needs the tokenizer.
 pub fn sample_random_lengths_with(
     cfg: &RandomConfig,
     tok: &Tokenizer,

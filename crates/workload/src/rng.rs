@@ -23,6 +23,9 @@ pub(crate) enum Purpose {
     PoolPrefix = 12,
     MmItems = 13,
     MmPixels = 14,
+    AgentSystem = 15,
+    AgentText = 16,
+    AgentShape = 17,
 }
 
 /// The random stream for `purpose` and `index` under `seed`.

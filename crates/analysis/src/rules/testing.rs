@@ -93,6 +93,7 @@ pub fn record(id: u64, arrival_ms: u64, ttft_ms: u64) -> RequestRecord {
         },
     ];
     RequestRecord {
+        phases: None,
         images: None,
         id,
         intended: arrival_ms * MS,

@@ -460,3 +460,57 @@ pub async fn run_matrix(
     render::render_or_warn(&dir);
     Ok((dir, exit))
 }
+
+/// Every flag of `servebench matrix` that takes a value, given generated hostile numbers: the
+/// plan and every row's run plan end in a plan or a clear error, never a panic, and an
+/// accepted run never asks for more requests than one run holds.
+#[cfg(test)]
+mod hostile_numbers {
+    use super::*;
+    use crate::run::plan::hostile_numbers::{hostile, valued_flags_of};
+    use crate::run::plan::MAX_RUN_REQUESTS;
+    use clap::Parser;
+    use proptest::prelude::*;
+
+    fn matrix_args(flag: &str) -> Option<MatrixArgs> {
+        match crate::Cli::try_parse_from(["servebench", "matrix", flag])
+            .ok()?
+            .command
+        {
+            crate::Command::Matrix(a) => Some(*a),
+            _ => None,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_valued_flag_survives_hostile_numbers(
+            which in any::<prop::sample::Index>(),
+            value in hostile(),
+        ) {
+            let flags = valued_flags_of("matrix");
+            prop_assume!(!flags.is_empty());
+            let flag = format!("--{}={value}", flags[which.index(flags.len())]);
+            let Some(args) = matrix_args(&flag) else { return Ok(()) };
+            let Ok(plan) = effective_plan(&args) else { return Ok(()) };
+            let out = std::env::temp_dir();
+            for (i, row) in plan.rows.iter().enumerate() {
+                let (workload, run) = row_overrides(&plan, row, i, 0, None);
+                let Ok(base) = RunBase::parse(&plan.defaults.flags, &row.flags) else { continue };
+                if let Ok((p, _)) = base.plan(&workload, &run, &out, None) {
+                    prop_assert!(p.num_prompts <= MAX_RUN_REQUESTS, "{flag}: {}", p.num_prompts);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_flags_are_found() {
+        let flags = valued_flags_of("matrix");
+        for f in ["repeat", "num-warmups", "seed", "scale"] {
+            assert!(flags.iter().any(|x| x == f), "{f} in {flags:?}");
+        }
+    }
+}

@@ -81,6 +81,9 @@ pub enum DatasetName {
     /// NVIDIA's SPEED-Bench: refused, its prepared files are not read yet.
     #[value(name = "speed_bench")]
     SpeedBench,
+    /// Agent sessions (docs/agents.md): synthetic (--agent-preset, --agent-*), or replayed from
+    /// --dataset-path (servebench agent-trace JSON lines, or OpenTelemetry GenAI spans).
+    Agentic,
 }
 
 impl DatasetName {
@@ -101,6 +104,7 @@ impl DatasetName {
             DatasetName::CustomImage => "custom_image",
             DatasetName::CustomAudio => "custom_audio",
             DatasetName::SpeedBench => "speed_bench",
+            DatasetName::Agentic => "agentic",
         }
     }
 }
@@ -497,6 +501,11 @@ pub struct RunArgs {
     /// No live progress.
     #[arg(long, help_heading = "Output")]
     pub disable_tqdm: bool,
+    /// Also compute every statistic per time window of this many seconds (TTFT, ITL, TPOT,
+    /// E2EL percentiles, throughput, in flight, failures, server telemetry): saved in the
+    /// result file (`slices`) and in STEM.slices.csv, drawn over time in the HTML report.
+    #[arg(long, value_name = "SECS", value_parser = servebench_metrics::units::positive_secs, help_heading = "Output")]
+    pub slice_duration: Option<f64>,
     /// Run the whole measurement N times (each repeat in its own `repeat-K/` folder) and report
     /// each figure as mean ± std across runs, with the per-run values.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Output")]
@@ -578,6 +587,9 @@ pub struct RunArgs {
     // ---- images in chat ----
     #[command(flatten)]
     pub random_mm: super::random_mm::RandomMmArgs,
+    // ---- agent sessions ----
+    #[command(flatten)]
+    pub agents: super::agents_plan::AgentArgs,
     // ---- GPU telemetry ----
     /// Read GPU utilization, memory, power and SM clock during the run from a DCGM exporter's
     /// Prometheus endpoint (e.g. http://node:9400/metrics) instead of `nvidia-smi` on PATH.

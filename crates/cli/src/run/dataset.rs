@@ -27,7 +27,8 @@ pub fn config(plan: &RunPlan) -> DatasetConfig {
         prefix_hit: plan.random.prefix_hit,
     };
     match &plan.dataset {
-        DatasetChoice::Random => DatasetConfig::Random(random()),
+        // Agent sessions are built by the agent runner (`build_checked` refuses them).
+        DatasetChoice::Random | DatasetChoice::Agentic(_) => DatasetConfig::Random(random()),
         DatasetChoice::RandomMm(shape) => DatasetConfig::RandomMm(shape.config(random())),
         DatasetChoice::ShareGpt { path, output_len } => {
             let mut c = ShareGptConfig::new(path.clone());
@@ -142,6 +143,9 @@ pub fn build_checked(
     tokenizer: &Tokenizer,
     lengths_only: bool,
 ) -> Result<(Vec<RequestSpec>, Vec<Option<Expected>>)> {
+    if matches!(plan.dataset, DatasetChoice::Agentic(_)) {
+        anyhow::bail!("--dataset-name agentic gives session trees, not single prompts: use it with `servebench run`");
+    }
     let cfg = config(plan);
     if lengths_only {
         if let DatasetConfig::Random(c) = &cfg {

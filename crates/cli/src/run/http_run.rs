@@ -402,7 +402,9 @@ pub async fn connect(
         ClientOptions {
             request_timeout: plan.request_timeout,
             // A conversation's next turn carries the text of this one's answer.
-            keep_text: plan.report.save_detailed || plan.multi_turn.is_some(),
+            keep_text: plan.report.save_detailed
+                || plan.multi_turn.is_some()
+                || matches!(plan.dataset, super::plan::DatasetChoice::Agentic(_)),
             tokenizer: Some(tokenizer.clone()),
             checks: plan.answer.checks.clone(),
         },

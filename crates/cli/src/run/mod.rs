@@ -1,5 +1,8 @@
 //! `servebench run`: validate flags into a plan, drive the load, render the results.
 
+pub mod agents_plan;
+pub mod agents_run;
+pub mod agents_virtual;
 pub mod args;
 pub mod dataset;
 pub mod executor;
@@ -304,6 +307,12 @@ pub async fn execute(
 ) -> Result<RunOutcome> {
     // A run that could not keep its results must not send a single request.
     output_check::check_outputs(plan)?;
+    if let plan::DatasetChoice::Agentic(agents) = &plan.dataset {
+        if plan.stop_when_saturated {
+            eprintln!("note: --stop-when-saturated does not watch agent runs; this one goes to the end of its sessions");
+        }
+        return agents_run::execute(plan, agents, target, command_line, stop, print).await;
+    }
     if let Some(mt) = plan.multi_turn {
         if plan.stop_when_saturated {
             eprintln!("note: --stop-when-saturated does not watch --multi-turn runs; this one goes to the end of its schedule");

@@ -281,6 +281,8 @@ pub struct Finish<'a> {
     pub stopped_early: Option<servebench_metrics::result::StoppedEarly>,
     /// `--probe-request-rate`: what the probes beside the run measured.
     pub probes: Option<super::vllm_probe::ProbeStats>,
+    /// An agent run's agents as they ran (`--dataset-name agentic`).
+    pub agent_nodes: Option<Vec<servebench_metrics::AgentNode>>,
 }
 
 impl<'a> Finish<'a> {
@@ -317,6 +319,7 @@ impl<'a> Finish<'a> {
             connections: None,
             stopped_early: None,
             probes: None,
+            agent_nodes: None,
         };
         Ok((finish, sink))
     }
@@ -396,6 +399,7 @@ pub fn write_results(
             pcts.push(*p);
         }
     }
+    let slice_percentiles = pcts.clone();
     let mut summary: RunSummary = summarize(
         records,
         &SummaryOptions {
@@ -453,6 +457,21 @@ pub fn write_results(
     let prefix_hit = super::prefix_hit::check(args, records, telemetry);
     let by_turn = servebench_metrics::by_turn(records);
     let by_lora = servebench_metrics::by_lora(records, duration_ns);
+    let agents = f
+        .agent_nodes
+        .as_ref()
+        .map(|nodes| servebench_metrics::agent_stats(nodes, records));
+    let slices = args.slice_duration.map(|width_s| {
+        servebench_metrics::slices(
+            records,
+            telemetry,
+            &servebench_metrics::SliceOptions {
+                origin_ns: Some(summary.time_series.origin_ns),
+                percentiles: slice_percentiles,
+                ..servebench_metrics::SliceOptions::every(width_s)
+            },
+        )
+    });
 
     if f.print {
         let mut stdout = std::io::stdout().lock();
@@ -465,7 +484,11 @@ pub fn write_results(
         let extras = servebench_report::terminal::servebench_block(&summary, &health, simulated);
         let verdict = servebench_report::verdict::verdict_block(&validity);
         let turns = servebench_report::render::turn_block(&by_turn)
-            + &servebench_report::render::lora_block(&by_lora);
+            + &servebench_report::render::lora_block(&by_lora)
+            + &agents
+                .as_ref()
+                .map(servebench_report::render::agent_block)
+                .unwrap_or_default();
         let pools = servebench_report::pools::pool_block(&summary.per_pool);
         let probes = f.probes.as_ref().map(|p| p.block()).unwrap_or_default();
         let _ = write!(
@@ -566,6 +589,8 @@ pub fn write_results(
         by_lora,
         gpu_telemetry: load.and_then(|o| o.gpu.clone()),
         stopped_early: f.stopped_early.clone(),
+        agents,
+        slices,
     };
     let text = to_sorted_json_pretty(&native).context("serializing the servebench result")?;
     // The stem was claimed with the records file, so a file here is another run's: kept.
@@ -585,9 +610,32 @@ pub fn write_results(
             .with_context(|| format!("writing {}", native_path.display()))
             .context(super::OutputFailed);
     }
+    let slices_path = match &native.slices {
+        Some(s) => {
+            let path = args.output_dir.join(format!("{}.slices.csv", f.names.stem));
+            std::fs::write(&path, servebench_report::render::render_slices_csv(s))
+                .with_context(|| format!("writing {}", path.display()))
+                .context(super::OutputFailed)?;
+            Some(path)
+        }
+        None => None,
+    };
     if f.print {
         eprintln!("servebench result: {}", native_path.display());
         eprintln!("per-request records: {}", f.jsonl_path.display());
+        if let (Some(p), Some(s)) = (&slices_path, &native.slices) {
+            eprintln!("metrics per window: {}", p.display());
+            if args
+                .slice_duration
+                .is_some_and(|w| s.width_s > w * (1.0 + 1e-9))
+            {
+                eprintln!(
+                    "note: windows of {} s, not the --slice-duration asked for: a run is cut into at most {} windows",
+                    s.width_s,
+                    servebench_metrics::slices::MAX_SLICE_WINDOWS
+                );
+            }
+        }
     }
 
     let summary = native.summary;
@@ -812,9 +860,8 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary, paced: bool) -
     let cpu = outcome.cpu.total();
     let cpus = servebench_loadgen::health::available_cpus();
     let cpu_pct = if wall > 0.0 { 100.0 * cpu / wall } else { 0.0 };
-    let saturated_cpu = cpu_pct > 90.0 * cpus as f64;
     let lagging = paced && lag_p(99.0).map(|l| l > 10.0).unwrap_or(false);
-    ClientHealth::Measured(MeasuredHealth {
+    let mut health = MeasuredHealth {
         dispatch_lag_p50_ms: lag_p(50.0),
         dispatch_lag_p99_ms: lag_p(99.0),
         dispatch_lag_max_ms: lag.max,
@@ -822,10 +869,13 @@ pub fn client_health(outcome: &LoadOutcome, summary: &RunSummary, paced: bool) -
         cpu_system_s: outcome.cpu.system_s,
         cpu_percent: cpu_pct,
         cpus: cpus as u64,
-        client_limited: saturated_cpu || lagging,
+        client_limited: lagging,
         not_dispatched: outcome.not_dispatched as u64,
         resent: outcome.resent,
-    })
+        load_average: servebench_loadgen::health::load_average(),
+    };
+    health.client_limited |= health.cpu_saturated();
+    ClientHealth::Measured(health)
 }
 
 #[cfg(test)]

@@ -111,6 +111,8 @@ pub enum DatasetChoice {
     BurstGpt { path: PathBuf },
     /// Random prompts at the lengths of [`RandomShape`] with synthetic images.
     RandomMm(super::random_mm::RandomMmShape),
+    /// Agent session trees (docs/agents.md).
+    Agentic(Box<super::agents_plan::AgentPlan>),
 }
 
 /// How a timed trace is read and replayed (vLLM's `--timed-trace-*` flags and servebench's
@@ -143,6 +145,7 @@ impl DatasetChoice {
             DatasetChoice::BurstGpt { .. } => "burstgpt",
             DatasetChoice::RandomMm(_) => "random-mm",
             DatasetChoice::SpecBench { .. } => "spec_bench",
+            DatasetChoice::Agentic(_) => "agentic",
         }
     }
 
@@ -158,6 +161,7 @@ impl DatasetChoice {
             | DatasetChoice::TimedTrace { path, .. }
             | DatasetChoice::BurstGpt { path }
             | DatasetChoice::SpecBench { path } => Some(path),
+            DatasetChoice::Agentic(a) => a.path(),
         }
     }
 
@@ -235,6 +239,8 @@ pub struct ReportPlan {
     pub progress_label: Option<String>,
     pub output_dir: PathBuf,
     pub steady_state: args::SteadyStateArg,
+    /// `--slice-duration`: window width for metrics over time, s.
+    pub slice_duration: Option<f64>,
 }
 
 /// One measured run, validated.
@@ -363,6 +369,7 @@ impl RunPlan {
         check_images_backend(&dataset, &endpoint)?;
         let answer = AnswerPlan::from_args(a)?;
         let scale_out = ScaleOut::from_args(a, &target, &traffic)?;
+        super::agents_plan::check_run(a, &dataset, &endpoint, &traffic)?;
         let multi_turn = multi_turn(a, &dataset, &endpoint, &traffic)?;
         let pooling = super::pooling::plan(a, &endpoint, &dataset)?;
         let lora = super::lora::plan(a)?;
@@ -415,6 +422,7 @@ impl RunPlan {
                 progress_label: None,
                 output_dir: a.output_dir.clone(),
                 steady_state: a.steady_state,
+                slice_duration: a.slice_duration,
             },
             repeat: a.repeat,
             answer,
@@ -442,7 +450,12 @@ impl RunPlan {
 
     /// vLLM: the random dataset ignores EOS so generations run to the requested length.
     pub fn ignore_eos(&self) -> bool {
-        self.ignore_eos_flag || self.dataset == DatasetChoice::Random
+        // Agent sessions too: their contexts grow by the lengths the session gives.
+        self.ignore_eos_flag
+            || matches!(
+                self.dataset,
+                DatasetChoice::Random | DatasetChoice::Agentic(_)
+            )
     }
 
     pub fn is_virtual(&self) -> bool {
@@ -483,6 +496,7 @@ impl RunPlan {
                 DatasetChoice::SpecBench { path } => {
                     (DatasetName::SpecBench, Some(path.clone()), None, 256)
                 }
+                DatasetChoice::Agentic(a) => (DatasetName::Agentic, a.path().cloned(), None, 256),
             };
         let replay = match &self.dataset {
             DatasetChoice::TimedTrace { trace, .. } => Some(trace.clone()),
@@ -615,6 +629,7 @@ impl RunPlan {
             repeat: self.repeat,
             output_dir: r.output_dir.clone(),
             steady_state: r.steady_state,
+            slice_duration: r.slice_duration,
             expect_regex: self.answer.regexes.clone(),
             expect_json_schema: self.answer.schemas.clone(),
             start_at: self.scale_out.start_at.as_ref().map(|s| s.given.clone()),
@@ -640,6 +655,10 @@ impl RunPlan {
             gpu_metrics_url: self.gpu_metrics_url.clone(),
             stop_when_saturated: self.stop_when_saturated,
             vllm: self.vllm.clone(),
+            agents: match &self.dataset {
+                DatasetChoice::Agentic(a) => a.flags.clone(),
+                _ => Default::default(),
+            },
         };
         super::transport_plan::set_flags(&mut args, &self.transport);
         args
@@ -806,6 +825,7 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
     // vLLM's --output-len replaces the output length flag of random, sharegpt, sonnet and hf.
     check_trace_flags(a)?;
     super::random_mm::check_unused(&a.random_mm, a.dataset_name == DatasetName::RandomMm)?;
+    super::agents_plan::check_unused(a)?;
     let general_output_len = || -> Result<Option<u64>> {
         match a.output_len {
             Some(v) if v < 0 => bail!(
@@ -905,6 +925,7 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
             )?,
             trace: trace_replay(a)?,
         },
+        DatasetName::Agentic => DatasetChoice::Agentic(Box::new(super::agents_plan::plan(a)?)),
         DatasetName::Burstgpt => DatasetChoice::BurstGpt {
             path: a
                 .dataset_path
@@ -1077,7 +1098,8 @@ impl DatasetFlags {
             | DatasetChoice::TimedTrace { .. }
             | DatasetChoice::BurstGpt { .. }
             | DatasetChoice::SpecBench { .. }
-            | DatasetChoice::RandomMm(_) => {}
+            | DatasetChoice::RandomMm(_)
+            | DatasetChoice::Agentic(_) => {}
         }
     }
 }
@@ -1481,17 +1503,22 @@ mod tests {
 /// accepted never asks for more requests than one run holds.
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod hostile_numbers {
+pub(crate) mod hostile_numbers {
     use super::*;
     use clap::CommandFactory;
     use proptest::prelude::*;
 
     /// The long names of `run`'s flags that take a value.
     fn valued_flags() -> Vec<String> {
+        valued_flags_of("run")
+    }
+
+    /// The long names of a subcommand's flags that take a value.
+    pub(crate) fn valued_flags_of(subcommand: &str) -> Vec<String> {
         <crate::Cli as CommandFactory>::command()
-            .find_subcommand("run")
-            .map(|run| {
-                run.get_arguments()
+            .find_subcommand(subcommand)
+            .map(|cmd| {
+                cmd.get_arguments()
                     .filter(|a| a.get_action().takes_values() && !a.is_positional())
                     .filter_map(|a| a.get_long().map(str::to_owned))
                     .collect()
@@ -1499,7 +1526,8 @@ mod hostile_numbers {
             .unwrap_or_default()
     }
 
-    fn hostile() -> impl Strategy<Value = String> {
+    /// Numbers a careless or hostile user might give any numeric flag.
+    pub(crate) fn hostile() -> impl Strategy<Value = String> {
         prop_oneof![
             Just("nan".to_owned()),
             Just("inf".to_owned()),

@@ -510,6 +510,7 @@ pub fn record(t: &RequestTrace, spec: &RequestSpec, chat: bool) -> RequestRecord
         _ => None,
     };
     RequestRecord {
+        phases: None,
         images: spec.image_usage(),
         id: spec.id,
         intended: t.intended_ns,

@@ -18,6 +18,7 @@ const SUBCOMMANDS: &[&str] = &[
     "compare",
     "diagnose",
     "decide",
+    "users",
     "trace",
     "merge",
     "k8s",

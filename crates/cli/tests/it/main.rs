@@ -3,6 +3,7 @@
 
 mod common;
 
+mod agents;
 mod answer_checks;
 mod broken_servers;
 mod browser_report;
@@ -41,6 +42,7 @@ mod run_cli;
 mod shard_merge;
 mod sim_cli;
 mod sim_fidelity;
+mod slices_cli;
 mod sweep_cli;
 mod sweep_search;
 mod sweep_serve;

@@ -332,29 +332,52 @@ fn a_what_if_the_server_cannot_keep_up_with_is_overloaded_with_its_backlog() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The guide's row-D sweep (docs/sweep.md, its first command) shows what the guide says it
-/// shows: a frontier with a knee and a point meeting the SLOs, every rate below what the
-/// concurrency cap of 8 carries except the last, which is named as stopped by the cap.
+/// The row-D sweep of the README and of the guide (docs/sweep.md, its first command) shows
+/// what they say it shows: a frontier with a knee and a point meeting the SLOs, every rate
+/// below what the concurrency cap of 8 carries except the last, 1 req/s, which is named as
+/// stopped by the cap.
 #[test]
-fn the_guides_row_d_sweep_shows_a_frontier_and_its_knee() {
-    let doc =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/sweep.md"))
+fn the_documented_row_d_sweep_shows_a_frontier_its_knee_and_the_cap() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut lines = Vec::new();
+    for file in ["README.md", "docs/sweep.md"] {
+        let doc = std::fs::read_to_string(root.join(file)).unwrap();
+        let line = doc
+            .lines()
+            .find(|l| l.starts_with("servebench sweep --row D"))
+            .unwrap_or_else(|| panic!("the row-D example in {file}"))
+            .to_owned();
+        lines.push(line);
+    }
+    lines.dedup();
+    for line in lines {
+        let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+        let dir = tempdir("row-d-guide");
+        let o = bin()
+            .args(&words)
+            .args(["--virtual-time", "--results-dir"])
+            .arg(&dir)
+            .output()
             .unwrap();
-    let line = doc
-        .lines()
-        .find(|l| l.starts_with("servebench sweep --row D"))
-        .expect("the row-D example");
-    let words: Vec<&str> = line.split_whitespace().skip(1).collect();
-    let dir = tempdir("row-d-guide");
-    let o = bin()
-        .args(&words)
-        .args(["--virtual-time", "--results-dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let out = ok(&o);
-    assert!(out.contains("Knee: rate"), "{out}");
-    assert!(out.contains("output tok/s at p99 TTFT < 500 ms"), "{out}");
-    assert!(!out.contains("no load meets"), "{out}");
-    let _ = std::fs::remove_dir_all(&dir);
+        let out = ok(&o);
+        assert!(out.contains("Knee: rate 0.5 req/s"), "{line}\n{out}");
+        assert!(
+            out.contains("output tok/s at p99 TTFT < 500 ms"),
+            "{line}\n{out}"
+        );
+        assert!(!out.contains("no load meets"), "{line}\n{out}");
+        let overloaded = out
+            .lines()
+            .find(|l| l.starts_with("Overloaded: "))
+            .unwrap_or_else(|| panic!("{line}\n{out}"));
+        assert!(
+            overloaded.starts_with("Overloaded: rate 1 req/s"),
+            "{overloaded}"
+        );
+        assert!(
+            overloaded.contains("The concurrency cap of 8"),
+            "{overloaded}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -142,7 +142,7 @@ pub struct SearchPointEntry {
     pub over_saturated: Option<String>,
     /// Each SLO's percentile: mean over runs and the 95 % interval of that mean, ms.
     pub slo_values: Vec<(String, [f64; 3])>,
-    /// A run at this load stopped itself as over-saturated: "stopped early: <reason> at X s
+    /// A run at this load stopped itself as over-saturated: "stopped early: REASON at X s
     /// of Y s".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stopped_early: Option<String>,

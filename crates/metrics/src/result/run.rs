@@ -69,6 +69,13 @@ pub struct RunResult {
     /// when (absent for a run that went to the end).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped_early: Option<StoppedEarly>,
+    /// An agent run (`--dataset-name agentic`): per-session figures, the by-depth table and
+    /// every agent as it ran (absent for other runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agents: Option<crate::sessions_metrics::AgentStats>,
+    /// Every statistic per time window (`--slice-duration`); absent when not asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slices: Option<crate::slices::Slices>,
 }
 
 /// Why and when a run stopped itself before the end of its schedule.
@@ -83,7 +90,7 @@ pub struct StoppedEarly {
 }
 
 impl StoppedEarly {
-    /// "stopped early: <reason> at X s of Y s".
+    /// "stopped early: REASON at X s of Y s".
     pub fn describe(&self) -> String {
         format!(
             "stopped early: {} at {:.1} s of {:.1} s",
@@ -405,6 +412,18 @@ pub struct MeasuredHealth {
     /// the server had closed unread (absent when none).
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub resent: u64,
+    /// The machine's one-minute load average when the run ended (`/proc/loadavg`): late
+    /// dispatch with little client CPU means other work held the cores. Absent where the
+    /// platform has none and in files written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_average: Option<f64>,
+}
+
+impl MeasuredHealth {
+    /// Did the client's own CPU use fill the cores it had (rather than others' work)?
+    pub fn cpu_saturated(&self) -> bool {
+        self.cpu_percent > 90.0 * self.cpus.max(1) as f64
+    }
 }
 
 fn is_zero_u64(n: &u64) -> bool {

@@ -137,6 +137,8 @@ pub fn frontier_charts(sweep: &SweepReport) -> Vec<Chart> {
                 note: None,
                 x_max: None,
                 v_lines: Vec::new(),
+                bands: Vec::new(),
+                whiskers: Vec::new(),
             }
         })
         .collect()
@@ -155,7 +157,7 @@ pub fn samples_ms(records: &[RequestRecord], metric: &str) -> Vec<f64> {
     }
 }
 
-/// Empirical CDF points `(value, fraction ≤ value)`, reduced to at most [`CDF_POINTS`]
+/// Empirical CDF points `(value, fraction ≤ value)`, reduced to at most `CDF_POINTS`
 /// quantiles for large samples.
 pub fn cdf_points(mut samples: Vec<f64>) -> Vec<(f64, f64)> {
     samples.retain(|v| v.is_finite());

@@ -181,10 +181,23 @@ fn run_details(out: &mut String, label: &str, run: &RunData, id: &str, open: boo
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(&k), esc(&v));
     }
     out.push_str("</dl>\n");
+    if let Some(p) = &run.summary.phases {
+        out.push_str("<h3>Where the time went</h3>\n");
+        out.push_str(&super::phases::phase_table(p).to_html(&format!("{id}-phases")));
+        if let Some(n) = super::phases::reuse_note(p) {
+            let _ = writeln!(out, "<p class=\"note\">{}</p>", esc(&n));
+        }
+    }
     let turns = servebench_metrics::by_turn(&run.records);
     if !turns.is_empty() {
         out.push_str("<h3>By turn</h3>\n");
         out.push_str(&super::turns::turn_table(&turns).to_html(&format!("{id}-turns")));
+    }
+    if let Some(agents) = &run.agents {
+        out.push_str("<h3>Agent sessions by depth</h3>\n");
+        out.push_str(&super::agents::depth_table(agents).to_html(&format!("{id}-depths")));
+        out.push_str("<h3>Sessions over time</h3>\n");
+        out.push_str(&super::agents::swimlanes_svg(agents, &run.records));
     }
     if !run.summary.warnings.is_empty() {
         out.push_str("<ul class=\"notes\">");
@@ -312,7 +325,12 @@ pub fn render_html(report: &ExperimentReport) -> String {
         out.push_str(&in_flight_over_time(&gs).render());
         out.push_str(&latency_over_time(&gs, "ttft").render());
         out.push_str(&latency_over_time(&gs, "tpot").render());
-        out.push_str("</div>\n</section>\n");
+        out.push_str("</div>\n");
+        out.push_str("<h3 id=\"slices\">Per time window</h3>\n<p class=\"note\">Each window's percentiles of the samples observed in it (a TTFT at its first token, a gap at its later token, an E2EL or TPOT at the last token): the median as a line, p50–p90 and p90–p99 shaded.</p>\n");
+        for g in &gs {
+            out.push_str(&super::slices::group_slices_html(g, gs.len() == 1));
+        }
+        out.push_str("</section>\n");
 
         section(&mut out, "runs", "Every run");
         for g in &gs {

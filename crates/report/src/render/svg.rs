@@ -105,6 +105,39 @@ pub struct Chart {
     pub x_max: Option<f64>,
     /// Vertical reference lines (a threshold on the x axis).
     pub v_lines: Vec<VLine>,
+    /// Shaded ranges drawn beneath the series (percentile bands over time).
+    pub bands: Vec<Band>,
+    /// Uncertainty of single points (a CI, mean ± std across repeats), as whiskers.
+    pub whiskers: Vec<Whisker>,
+}
+
+/// A shaded range: at each `x` the area from `lo` to `hi`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Band {
+    /// Element id.
+    pub id: String,
+    /// Legend label.
+    pub label: String,
+    /// `(x, lo, hi)`, in x order; non-finite points split the band.
+    pub points: Vec<(f64, f64, f64)>,
+    /// Colour index into the palette.
+    pub color: usize,
+    /// Fill opacity (0–1): inner bands darker than outer ones.
+    pub opacity: f64,
+}
+
+/// Error bars around one point: `[x_lo, x_hi]` across and `[y_lo, y_hi]` up and down (equal
+/// bounds draw no bar on that axis).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Whisker {
+    pub x: f64,
+    pub y: f64,
+    pub x_lo: f64,
+    pub x_hi: f64,
+    pub y_lo: f64,
+    pub y_hi: f64,
+    /// Colour index into the palette.
+    pub color: usize,
 }
 
 /// A vertical reference line (an SLO threshold on the x axis).
@@ -242,6 +275,13 @@ impl Chart {
             .flat_map(|s| s.points.iter().filter(finite).map(|p| p.0))
             .chain(self.marks.iter().map(|m| m.x))
             .chain(self.x_max.filter(|x| x.is_finite()))
+            .chain(self.bands.iter().flat_map(|b| b.points.iter().map(|p| p.0)))
+            .chain(
+                self.whiskers
+                    .iter()
+                    .flat_map(|w| [w.x_lo, w.x_hi])
+                    .filter(|x| x.is_finite()),
+            )
             .chain(self.v_lines.iter().map(|v| v.x).filter(|x| x.is_finite()));
         let xs: Vec<f64> = xs.filter(|&x| !self.x_log || x > 0.0).collect();
         let (x_lo, x_hi) = range(xs.into_iter(), self.x_from_zero && !self.x_log);
@@ -249,7 +289,13 @@ impl Chart {
             .series
             .iter()
             .flat_map(|s| s.points.iter().filter(finite).map(|p| p.1))
-            .chain(self.marks.iter().map(|m| m.y));
+            .chain(self.marks.iter().map(|m| m.y))
+            .chain(
+                self.bands
+                    .iter()
+                    .flat_map(|b| b.points.iter().flat_map(|p| [p.1, p.2])),
+            )
+            .chain(self.whiskers.iter().flat_map(|w| [w.y_lo, w.y_hi]));
         let (y_lo, data_hi) = range(ys, self.y_from_zero);
         // A threshold far above the data would flatten the curve: such a line is named at
         // the top edge instead of stretching the axis to it.
@@ -337,6 +383,12 @@ impl Chart {
             cy = (TOP + HEIGHT - BOTTOM) / 2.0,
         );
 
+        for b in &self.bands {
+            draw_band(&mut o, b, &sx, &sy);
+        }
+        for w in &self.whiskers {
+            draw_whisker(&mut o, w, &sx, &sy);
+        }
         for s in &self.series {
             let c = color(s.color);
             let _ = write!(
@@ -447,6 +499,16 @@ impl Chart {
             );
         }
         o.push_str("</svg>\n<ul class=\"legend\">");
+        for b in &self.bands {
+            let _ = write!(
+                o,
+                "<li data-series=\"{}\" title=\"click to hide or show\"><span class=\"sw\" style=\"background:{};opacity:{:.2}\"></span>{}</li>",
+                esc(&b.id),
+                color(b.color),
+                b.opacity.clamp(0.1, 1.0),
+                esc(&b.label)
+            );
+        }
         for s in &self.series {
             let _ = write!(
                 o,
@@ -463,6 +525,85 @@ impl Chart {
         o.push_str("</figure>\n");
         o
     }
+}
+
+/// A band as one closed path per run of finite points: along `hi`, back along `lo`.
+fn draw_band(o: &mut String, b: &Band, sx: &Scale, sy: &Scale) {
+    let _ = write!(
+        o,
+        "<g class=\"series band\" id=\"{}\" data-label=\"{}\" data-points=\"{}\" style=\"--c:{}\">",
+        esc(&b.id),
+        esc(&b.label),
+        b.points.len(),
+        color(b.color)
+    );
+    let mapped: Vec<Option<(f64, f64, f64)>> = b
+        .points
+        .iter()
+        .map(|&(x, lo, hi)| {
+            let p = (sx.map(x), sy.map(lo), sy.map(hi));
+            (p.0.is_finite() && p.1.is_finite() && p.2.is_finite()).then_some(p)
+        })
+        .collect();
+    for run in mapped.split(Option::is_none) {
+        let pts: Vec<(f64, f64, f64)> = run.iter().flatten().copied().collect();
+        if pts.is_empty() {
+            continue;
+        }
+        o.push_str("<path d=\"");
+        for (k, (x, _, hi)) in pts.iter().enumerate() {
+            let _ = write!(o, "{}{x:.1} {hi:.1}", if k == 0 { "M" } else { " L" });
+        }
+        for (x, lo, _) in pts.iter().rev() {
+            let _ = write!(o, " L{x:.1} {lo:.1}");
+        }
+        let _ = write!(
+            o,
+            " Z\" style=\"fill:var(--c);fill-opacity:{:.2};stroke:none\"/>",
+            b.opacity.clamp(0.0, 1.0)
+        );
+    }
+    o.push_str("</g>\n");
+}
+
+/// Error bars with short caps, in the point's colour.
+fn draw_whisker(o: &mut String, w: &Whisker, sx: &Scale, sy: &Scale) {
+    let (x, y) = (sx.map(w.x), sy.map(w.y));
+    if !(x.is_finite() && y.is_finite()) {
+        return;
+    }
+    let _ = write!(
+        o,
+        "<g class=\"whisker\" style=\"stroke:{};stroke-width:1.2\">",
+        color(w.color)
+    );
+    let (y_lo, y_hi) = (sy.map(w.y_lo), sy.map(w.y_hi));
+    if y_lo.is_finite() && y_hi.is_finite() && (y_lo - y_hi).abs() > 0.5 {
+        let _ = write!(
+            o,
+            "<line x1=\"{x:.1}\" y1=\"{y_lo:.1}\" x2=\"{x:.1}\" y2=\"{y_hi:.1}\"/>\
+             <line x1=\"{:.1}\" y1=\"{y_lo:.1}\" x2=\"{:.1}\" y2=\"{y_lo:.1}\"/>\
+             <line x1=\"{:.1}\" y1=\"{y_hi:.1}\" x2=\"{:.1}\" y2=\"{y_hi:.1}\"/>",
+            x - 4.0,
+            x + 4.0,
+            x - 4.0,
+            x + 4.0
+        );
+    }
+    let (x_lo, x_hi) = (sx.map(w.x_lo), sx.map(w.x_hi));
+    if x_lo.is_finite() && x_hi.is_finite() && (x_hi - x_lo).abs() > 0.5 {
+        let _ = write!(
+            o,
+            "<line x1=\"{x_lo:.1}\" y1=\"{y:.1}\" x2=\"{x_hi:.1}\" y2=\"{y:.1}\"/>\
+             <line x1=\"{x_lo:.1}\" y1=\"{:.1}\" x2=\"{x_lo:.1}\" y2=\"{:.1}\"/>\
+             <line x1=\"{x_hi:.1}\" y1=\"{:.1}\" x2=\"{x_hi:.1}\" y2=\"{:.1}\"/>",
+            y - 4.0,
+            y + 4.0,
+            y - 4.0,
+            y + 4.0
+        );
+    }
+    o.push_str("</g>\n");
 }
 
 #[cfg(test)]

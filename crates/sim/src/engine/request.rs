@@ -65,7 +65,7 @@ fn target(
 }
 
 /// The output length the engine will give `req` if it runs to completion (not aborted): the
-/// same draw [`Request::new`] makes, so a server can know it before the first token (a
+/// same draw `Request::new` makes, so a server can know it before the first token (a
 /// reasoning split given as a share of the output needs it). `req.max_tokens` must already
 /// fit the context, as a validated request's does.
 pub fn planned_output_len(

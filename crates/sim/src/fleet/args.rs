@@ -17,6 +17,9 @@ pub enum RouterPolicy {
     LeastOutstanding,
     /// Equal prompt prefixes to the same replica (its prefix cache), else least-outstanding.
     PrefixAffinity,
+    /// Requests of one session (the same --session-header value) to the same replica, whose
+    /// prefix cache holds the session's context; without the header, least-outstanding.
+    Session,
 }
 
 impl RouterPolicy {
@@ -25,6 +28,7 @@ impl RouterPolicy {
             RouterPolicy::RoundRobin => "round-robin",
             RouterPolicy::LeastOutstanding => "least-outstanding",
             RouterPolicy::PrefixAffinity => "prefix-affinity",
+            RouterPolicy::Session => "session",
         }
     }
 }
@@ -80,6 +84,11 @@ pub struct FleetArgs {
     /// Fixed latency of one KV hand-off, µs.
     #[arg(long, value_name = "US", default_value_t = 20.0)]
     pub kv_link_latency_us: f64,
+
+    /// The request header whose value names a request's session, for --router session
+    /// [default: x-session-id, what `run --session-header` sends].
+    #[arg(long, value_name = "NAME")]
+    pub session_header: Option<String>,
 }
 
 impl FleetArgs {

@@ -132,7 +132,13 @@ impl FleetEngines {
         })
     }
 
-    fn pick(&self, routing: &mut PoolRouting, decode: bool, prompt: &[u32]) -> usize {
+    fn pick(
+        &self,
+        routing: &mut PoolRouting,
+        decode: bool,
+        prompt: &[u32],
+        session: Option<&str>,
+    ) -> usize {
         let range = if decode {
             routing.decode.clone()
         } else {
@@ -147,7 +153,12 @@ impl FleetEngines {
         } else {
             &mut routing.picker
         };
-        range.start + picker.pick(&load, prompt)
+        range.start + picker.pick_for(&load, prompt, session)
+    }
+
+    /// The header `--router session` keys on.
+    pub fn session_header(&self) -> &str {
+        &self.fleet.session_header
     }
 
     /// Routes and submits a request; its events come from whichever engine serves it.
@@ -155,6 +166,16 @@ impl FleetEngines {
         self: &Arc<Self>,
         request: NewRequest,
         received: Instant,
+    ) -> Result<(EngineHandle, Submitted, ServedLabels), FrontError> {
+        self.submit_for(request, received, None).await
+    }
+
+    /// [`FleetEngines::submit`] for a request of a session (`--router session`).
+    pub async fn submit_for(
+        self: &Arc<Self>,
+        request: NewRequest,
+        received: Instant,
+        session: Option<&str>,
     ) -> Result<(EngineHandle, Submitted, ServedLabels), FrontError> {
         let pool = self
             .fleet
@@ -170,7 +191,7 @@ impl FleetEngines {
                     return Err(FrontError::RateLimited { pool: pool_name });
                 }
             }
-            self.pick(r, false, &request.prompt)
+            self.pick(r, false, &request.prompt, session)
         };
         let e = &self.engines[ei];
         let label = e.label.clone();
@@ -279,7 +300,7 @@ impl FleetEngines {
         tokio::time::sleep(Duration::from_nanos(transfer as u64)).await;
         let di = {
             let mut routing = self.routing.lock().unwrap_or_else(|p| p.into_inner());
-            self.pick(&mut routing[pool], true, &request.prompt)
+            self.pick(&mut routing[pool], true, &request.prompt, None)
         };
         let de = &self.engines[di];
         de.outstanding.fetch_add(1, Ordering::Relaxed);

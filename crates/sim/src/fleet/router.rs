@@ -25,6 +25,16 @@ impl ReplicaPicker {
 
     /// The replica for a request with this prompt, given each replica's requests in flight.
     pub fn pick(&mut self, outstanding: &[usize], prompt: &[u32]) -> usize {
+        self.pick_for(outstanding, prompt, None)
+    }
+
+    /// [`ReplicaPicker::pick`] for a request of a session (`--router session` keys on it).
+    pub fn pick_for(
+        &mut self,
+        outstanding: &[usize],
+        prompt: &[u32],
+        session: Option<&str>,
+    ) -> usize {
         let n = outstanding.len();
         if n <= 1 {
             return 0;
@@ -36,6 +46,18 @@ impl ReplicaPicker {
                 r
             }
             RouterPolicy::LeastOutstanding => least(outstanding),
+            RouterPolicy::Session => match session {
+                Some(s) => {
+                    let r = (session_key(s) % n as u64) as usize;
+                    let idlest = least(outstanding);
+                    if outstanding[r] > outstanding[idlest] + AFFINITY_IMBALANCE {
+                        idlest
+                    } else {
+                        r
+                    }
+                }
+                None => least(outstanding),
+            },
             RouterPolicy::PrefixAffinity => {
                 let r = (prefix_key(prompt) % n as u64) as usize;
                 let idlest = least(outstanding);
@@ -66,6 +88,16 @@ pub fn prefix_key(prompt: &[u32]) -> u64 {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
+    }
+    h
+}
+
+/// FNV-1a over a session id.
+pub fn session_key(session: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in session.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
 }
@@ -146,6 +178,24 @@ mod tests {
         let mut load = [0usize; 4];
         load[ra] = AFFINITY_IMBALANCE + 5;
         assert_ne!(p.pick(&load, &a), ra);
+    }
+
+    #[test]
+    fn session_routing_keeps_a_session_on_one_replica() {
+        let mut p = ReplicaPicker::new(RouterPolicy::Session);
+        let r = p.pick_for(&[0; 4], &[1, 2], Some("fix-1"));
+        for load in [[3, 0, 0, 0], [0, 5, 2, 1], [1, 1, 1, 1]] {
+            assert_eq!(p.pick_for(&load, &[9; 100], Some("fix-1")), r);
+        }
+        let used: std::collections::HashSet<usize> = (0..40)
+            .map(|k| p.pick_for(&[0; 4], &[], Some(&format!("s{k}"))))
+            .collect();
+        assert!(used.len() > 1);
+        // No session: the idlest replica.
+        assert_eq!(p.pick_for(&[3, 0, 2, 1], &[], None), 1);
+        let mut load = [0usize; 4];
+        load[r] = AFFINITY_IMBALANCE + 5;
+        assert_ne!(p.pick_for(&load, &[], Some("fix-1")), r);
     }
 
     #[test]

@@ -22,7 +22,18 @@ pub async fn submit(
     request: NewRequest,
     received: Instant,
 ) -> Result<(EngineHandle, Submitted, Option<ServedLabels>), ApiError> {
-    match fleet.submit(request, received).await {
+    submit_for(fleet, request, received, None).await
+}
+
+/// [`submit`] for a request of a session (the `--session-header` value `--router session`
+/// keys on).
+pub async fn submit_for(
+    fleet: &Arc<FleetEngines>,
+    request: NewRequest,
+    received: Instant,
+    session: Option<&str>,
+) -> Result<(EngineHandle, Submitted, Option<ServedLabels>), ApiError> {
+    match fleet.submit_for(request, received, session).await {
         Ok((engine, submitted, served)) => Ok((engine, submitted, Some(served))),
         Err(FrontError::RateLimited { pool }) => Err(ApiError::with_status(
             StatusCode::TOO_MANY_REQUESTS,

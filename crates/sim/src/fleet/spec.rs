@@ -68,12 +68,17 @@ impl PoolSpec {
     }
 }
 
+/// The header `--router session` keys on unless `--session-header` names another.
+pub const DEFAULT_SESSION_HEADER: &str = "x-session-id";
+
 /// A validated fleet.
 #[derive(Debug, Clone)]
 pub struct ResolvedFleet {
     pub pools: Vec<PoolSpec>,
     pub rules: Vec<RouteRule>,
     pub default_pool: usize,
+    /// The header `--router session` keys on (lower case).
+    pub session_header: String,
 }
 
 impl ResolvedFleet {
@@ -93,6 +98,11 @@ impl ResolvedFleet {
             "gpus": self.gpus(),
             "default_pool": self.pools.get(self.default_pool).map(|p| p.name.clone()),
             "routes": self.rules.iter().map(|r| r.text.clone()).collect::<Vec<_>>(),
+            "session_header": self
+                .pools
+                .iter()
+                .any(|p| p.router == RouterPolicy::Session)
+                .then(|| self.session_header.clone()),
             "pools": self.pools.iter().map(|p| serde_json::json!({
                 "name": p.name,
                 "model": p.engine.deployment.model().id,
@@ -277,10 +287,21 @@ pub fn resolve(args: &SimArgs, top: &EngineConfig) -> Result<Option<ResolvedFlee
     }
     let limits: Vec<u32> = pools.iter().map(|p| p.engine.max_model_len).collect();
     rules::check(&rules, default_pool, &names, top.max_model_len, &limits)?;
+    let session_header = f
+        .session_header
+        .clone()
+        .unwrap_or_else(|| DEFAULT_SESSION_HEADER.to_owned())
+        .to_ascii_lowercase();
+    if http::HeaderName::try_from(session_header.as_str()).is_err() {
+        return Err(SimError::Config(format!(
+            "--session-header {session_header:?} is not an HTTP header name"
+        )));
+    }
     Ok(Some(ResolvedFleet {
         pools,
         rules,
         default_pool,
+        session_header,
     }))
 }
 

@@ -403,7 +403,12 @@ async fn generate(
         let mut new = first.clone();
         new.seed = engine::choice_seed(first.seed, &first.prompt, index);
         let (engine, sub, labels) = match &app.inner.fleet {
-            Some(fleet) => crate::fleet::server_hooks::submit(fleet, new, received).await?,
+            Some(fleet) => {
+                let session = headers
+                    .get(fleet.session_header())
+                    .and_then(|v| v.to_str().ok());
+                crate::fleet::server_hooks::submit_for(fleet, new, received, session).await?
+            }
             None => {
                 let engine = app.inner.engine.clone();
                 let sub = engine

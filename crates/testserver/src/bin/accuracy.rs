@@ -141,6 +141,7 @@ mod tests {
             ..RequestLog::default()
         };
         let record = RequestRecord {
+            phases: None,
             images: None,
             id: 3,
             intended: 0,

@@ -40,7 +40,7 @@ use stats::Accumulator;
 pub struct InspectOptions {
     /// The format; detected from the first line when `None`.
     pub format: Option<TraceFormat>,
-    /// Tokens per block id; [`MOONCAKE_BLOCK_TOKENS`] when `None`.
+    /// Tokens per block id; `MOONCAKE_BLOCK_TOKENS` (512) when `None`.
     pub block_size: Option<u64>,
 }
 
