@@ -150,7 +150,8 @@ impl BatchTargetArgs {
             Some(m) if catalog.model(m).is_ok() => Some(m.to_owned()),
             Some(m) => {
                 eprintln!(
-                    "note: the simulator's catalog has no model '{m}'; simulating its default                      ({}) instead (give --sim \"MODEL --gpu GPU\" for another)",
+                    "note: the simulator's catalog has no model '{m}'; simulating its default \
+                     ({}) instead (give --sim \"MODEL --gpu GPU\" for another)",
                     crate::run::target::DEFAULT_SIM_SPEC
                 );
                 None
@@ -334,7 +335,10 @@ impl BatchTarget {
                     .into_iter()
                     .flat_map(|ids| std::iter::repeat_n(ids, n));
                 let first_trace = driver.traces().len();
-                let assigned = plan.lora.as_ref().map(|l| (l, l.assign(requests.len(), seed)));
+                let assigned = plan
+                    .lora
+                    .as_ref()
+                    .map(|l| (l, l.assign(requests.len(), seed)));
                 let lora = crate::run::lora::engine_ids(sim, assigned.as_ref(), requests)?;
                 for ((r, prompt), lora) in requests.iter().zip(ids).zip(lora) {
                     driver.submit(VirtualArrival {
@@ -429,7 +433,11 @@ pub fn count_images(
                 sim.args.model
             )
         })?),
-        None => plan.model.as_deref().and_then(|m| catalog.vision(m)).cloned(),
+        None => plan
+            .model
+            .as_deref()
+            .and_then(|m| catalog.vision(m))
+            .cloned(),
     };
     match vision {
         Some(v) => {
