@@ -39,7 +39,12 @@ pub struct EngineArgs {
     #[arg(long, value_name = "DTYPE", help_heading = "vLLM engine arguments")]
     pub dtype: Option<String>,
     /// `fp8` simulates fp8 weights; other methods are noted.
-    #[arg(long, short = 'q', value_name = "METHOD", help_heading = "vLLM engine arguments")]
+    #[arg(
+        long,
+        short = 'q',
+        value_name = "METHOD",
+        help_heading = "vLLM engine arguments"
+    )]
     pub quantization: Option<String>,
     /// KV-cache data type of the simulated engine (auto or fp8).
     #[arg(long, value_name = "DTYPE", help_heading = "vLLM engine arguments")]
@@ -48,13 +53,21 @@ pub struct EngineArgs {
     #[arg(long, value_name = "N", help_heading = "vLLM engine arguments")]
     pub block_size: Option<String>,
     /// Prefix caching on (vLLM `latency` turns it off by default).
-    #[arg(long, overrides_with = "no_enable_prefix_caching", help_heading = "vLLM engine arguments")]
+    #[arg(
+        long,
+        overrides_with = "no_enable_prefix_caching",
+        help_heading = "vLLM engine arguments"
+    )]
     pub enable_prefix_caching: bool,
     /// Prefix caching off.
     #[arg(long, help_heading = "vLLM engine arguments")]
     pub no_enable_prefix_caching: bool,
     /// Chunked prefill on.
-    #[arg(long, overrides_with = "no_enable_chunked_prefill", help_heading = "vLLM engine arguments")]
+    #[arg(
+        long,
+        overrides_with = "no_enable_chunked_prefill",
+        help_heading = "vLLM engine arguments"
+    )]
     pub enable_chunked_prefill: bool,
     /// Chunked prefill off.
     #[arg(long, help_heading = "vLLM engine arguments")]
@@ -90,7 +103,12 @@ pub struct EngineArgs {
     #[arg(long, value_name = "REV", help_heading = "vLLM engine arguments")]
     pub revision: Option<String>,
     /// Noted.
-    #[arg(long, short = 'O', value_name = "JSON", help_heading = "vLLM engine arguments")]
+    #[arg(
+        long,
+        short = 'O',
+        value_name = "JSON",
+        help_heading = "vLLM engine arguments"
+    )]
     pub compilation_config: Option<String>,
     /// Noted.
     #[arg(long, value_name = "JSON", help_heading = "vLLM engine arguments")]
@@ -162,11 +180,20 @@ impl EngineArgs {
                 v.push(name);
             }
         };
-        add(self.pipeline_parallel_size.is_some_and(|n| n > 1), "--pipeline-parallel-size");
-        add(self.data_parallel_size.is_some_and(|n| n > 1), "--data-parallel-size");
+        add(
+            self.pipeline_parallel_size.is_some_and(|n| n > 1),
+            "--pipeline-parallel-size",
+        );
+        add(
+            self.data_parallel_size.is_some_and(|n| n > 1),
+            "--data-parallel-size",
+        );
         add(self.load_format.is_some(), "--load-format");
         add(self.enforce_eager, "--enforce-eager");
-        add(self.distributed_executor_backend.is_some(), "--distributed-executor-backend");
+        add(
+            self.distributed_executor_backend.is_some(),
+            "--distributed-executor-backend",
+        );
         add(self.download_dir.is_some(), "--download-dir");
         add(self.revision.is_some(), "--revision");
         add(self.compilation_config.is_some(), "--compilation-config");
@@ -194,17 +221,32 @@ impl EngineArgs {
                 v.push(name);
             }
         };
-        add(self.tensor_parallel_size.is_some(), "--tensor-parallel-size");
+        add(
+            self.tensor_parallel_size.is_some(),
+            "--tensor-parallel-size",
+        );
         add(self.max_model_len.is_some(), "--max-model-len");
-        add(self.gpu_memory_utilization.is_some(), "--gpu-memory-utilization");
+        add(
+            self.gpu_memory_utilization.is_some(),
+            "--gpu-memory-utilization",
+        );
         add(self.max_num_seqs.is_some(), "--max-num-seqs");
-        add(self.max_num_batched_tokens.is_some(), "--max-num-batched-tokens");
+        add(
+            self.max_num_batched_tokens.is_some(),
+            "--max-num-batched-tokens",
+        );
         add(self.dtype.is_some(), "--dtype");
         add(self.quantization.is_some(), "--quantization");
         add(self.kv_cache_dtype.is_some(), "--kv-cache-dtype");
         add(self.block_size.is_some(), "--block-size");
-        add(self.enable_prefix_caching || self.no_enable_prefix_caching, "--enable-prefix-caching");
-        add(self.enable_chunked_prefill || self.no_enable_chunked_prefill, "--enable-chunked-prefill");
+        add(
+            self.enable_prefix_caching || self.no_enable_prefix_caching,
+            "--enable-prefix-caching",
+        );
+        add(
+            self.enable_chunked_prefill || self.no_enable_chunked_prefill,
+            "--enable-chunked-prefill",
+        );
         add(self.async_scheduling, "--async-scheduling");
         add(self.enable_lora, "--enable-lora");
         add(self.max_loras.is_some(), "--max-loras");
@@ -345,7 +387,11 @@ mod tests {
             speculative_config: Some("{}".into()),
             ..EngineArgs::default()
         };
-        assert!(spec.check().unwrap_err().to_string().contains("speculative"));
+        assert!(spec
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("speculative"));
         let awq = EngineArgs {
             quantization: Some("awq".into()),
             ..EngineArgs::default()

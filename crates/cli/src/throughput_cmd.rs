@@ -266,7 +266,11 @@ pub fn plan(args: &ThroughputArgs) -> Result<RunPlan> {
     a.random_mm = args.random_mm.clone();
     let external = a.base_url.is_some() || a.host.is_some() || a.port.is_some();
     let notes = [
-        (args.disable_frontend_multiprocessing, "--disable-frontend-multiprocessing", true),
+        (
+            args.disable_frontend_multiprocessing,
+            "--disable-frontend-multiprocessing",
+            true,
+        ),
         (args.disable_detokenize, "--disable-detokenize", external),
     ];
     for (on, flag, say) in notes {
@@ -301,7 +305,9 @@ pub fn plan(args: &ThroughputArgs) -> Result<RunPlan> {
             }
             a.lora_modules = names;
         } else {
-            eprintln!("note: --lora-path ignored without --enable-lora (as vLLM's engine ignores it)");
+            eprintln!(
+                "note: --lora-path ignored without --enable-lora (as vLLM's engine ignores it)"
+            );
         }
     }
     a.num_prompts = usize::try_from(args.num_prompts).unwrap_or(usize::MAX);

@@ -169,12 +169,21 @@ impl ServerCertVerifier for PinnedOrWebPki {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let webpki =
-            self.verifier
-                .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now);
+        let webpki = self.verifier.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        );
         match webpki {
             Ok(v) => Ok(v),
-            Err(e) if self.pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) => {
+            Err(e)
+                if self
+                    .pinned
+                    .iter()
+                    .any(|p| p.as_ref() == end_entity.as_ref()) =>
+            {
                 let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
                 rustls::client::verify_server_name(&parsed, server_name)?;
                 match validity(end_entity.as_ref()) {
@@ -238,7 +247,9 @@ fn der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
         if n == 0 || n > 4 || rest.len() < n {
             return None;
         }
-        let len = rest[..n].iter().fold(0usize, |a, &x| (a << 8) | usize::from(x));
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |a, &x| (a << 8) | usize::from(x));
         (len, &rest[n..])
     };
     (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))

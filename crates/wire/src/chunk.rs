@@ -188,10 +188,15 @@ fn classify_response_event(data: &str) -> Result<ChunkInfo<'_>, WireError> {
                     u.output_tokens,
                     u.input_tokens_details.and_then(|d| d.cached_tokens),
                 );
-                if let Some(r) = u.output_tokens_details.as_ref().and_then(|d| d.reasoning_tokens) {
-                    usage.completion_tokens_details = Some(crate::openai::CompletionTokensDetails {
-                        reasoning_tokens: Some(r),
-                    });
+                if let Some(r) = u
+                    .output_tokens_details
+                    .as_ref()
+                    .and_then(|d| d.reasoning_tokens)
+                {
+                    usage.completion_tokens_details =
+                        Some(crate::openai::CompletionTokensDetails {
+                            reasoning_tokens: Some(r),
+                        });
                 }
                 info.usage = Some(usage);
             }
@@ -207,7 +212,10 @@ fn classify_response_event(data: &str) -> Result<ChunkInfo<'_>, WireError> {
             info.error = Some(format!("{}: {detail}", ev.kind.0));
         }
         "error" => {
-            info.error = Some(ev.message.unwrap_or_else(|| data.chars().take(200).collect()));
+            info.error = Some(
+                ev.message
+                    .unwrap_or_else(|| data.chars().take(200).collect()),
+            );
         }
         _ => {}
     }

@@ -62,7 +62,9 @@ pub fn sample_spec_bench_str(
             WorkloadError::malformed(
                 path,
                 i + 1,
-                format!("expected a Spec-Bench question {{\"category\": ..., \"turns\": [...]}}: {e}"),
+                format!(
+                    "expected a Spec-Bench question {{\"category\": ..., \"turns\": [...]}}: {e}"
+                ),
             )
         })?;
         if let Some(c) = &q.category {

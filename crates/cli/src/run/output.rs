@@ -491,10 +491,7 @@ pub fn write_results(
                 .unwrap_or_default();
         let pools = servebench_report::pools::pool_block(&summary.per_pool);
         let probes = f.probes.as_ref().map(|p| p.block()).unwrap_or_default();
-        let _ = write!(
-            stdout,
-            "{block}{probes}{extras}{turns}{pools}{verdict}"
-        );
+        let _ = write!(stdout, "{block}{probes}{extras}{turns}{pools}{verdict}");
         if let Some(p) = &prefix_hit {
             let _ = writeln!(stdout, "Prefix hit rate: {}", p.describe());
             if let Some(w) = &p.warning {

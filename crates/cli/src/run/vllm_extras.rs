@@ -18,7 +18,12 @@ pub struct VllmServeFlags {
     /// Send single-token text-only probe requests at this rate (req/s) beside the workload,
     /// outside --max-concurrency, and report their latency apart (vLLM's probe_* keys): how
     /// the workload stalls an unrelated short request. 0: none.
-    #[arg(long, value_name = "RPS", default_value_t = 0.0, help_heading = "vLLM extras")]
+    #[arg(
+        long,
+        value_name = "RPS",
+        default_value_t = 0.0,
+        help_heading = "vLLM extras"
+    )]
     pub probe_request_rate: f64,
     /// Write vLLM's request timeline (each request's wait, first token and decode, with ITLs
     /// coloured by --timeline-itl-thresholds) as an HTML file beside the result JSON, and
@@ -40,13 +45,28 @@ pub struct VllmServeFlags {
     pub plot_dataset_stats: bool,
     /// Blazedit (vdaita/edit_5k_char, edit_10k_char): the least normalised edit distance of
     /// the rows used.
-    #[arg(long, value_name = "D", default_value_t = 0.0, help_heading = "Dataset")]
+    #[arg(
+        long,
+        value_name = "D",
+        default_value_t = 0.0,
+        help_heading = "Dataset"
+    )]
     pub blazedit_min_distance: f64,
     /// Blazedit: the largest normalised edit distance of the rows used.
-    #[arg(long, value_name = "D", default_value_t = 1.0, help_heading = "Dataset")]
+    #[arg(
+        long,
+        value_name = "D",
+        default_value_t = 1.0,
+        help_heading = "Dataset"
+    )]
     pub blazedit_max_distance: f64,
     /// Output tokens of each spec_bench request.
-    #[arg(long, value_name = "N", default_value_t = 256, help_heading = "Dataset")]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 256,
+        help_heading = "Dataset"
+    )]
     pub spec_bench_output_len: u64,
     /// Only this Spec-Bench category (writing, roleplay, reasoning, math, coding, ...).
     #[arg(long, value_name = "NAME", help_heading = "Dataset")]

@@ -91,7 +91,11 @@ impl Probes {
     pub async fn finish(self) -> ProbeStats {
         let _ = self.done.send(true);
         let results = self.task.await.unwrap_or_default();
-        let mut e2el_ms: Vec<f64> = results.iter().flatten().map(|ns| *ns as f64 / 1e6).collect();
+        let mut e2el_ms: Vec<f64> = results
+            .iter()
+            .flatten()
+            .map(|ns| *ns as f64 / 1e6)
+            .collect();
         e2el_ms.sort_by(f64::total_cmp);
         ProbeStats {
             completed: e2el_ms.len(),

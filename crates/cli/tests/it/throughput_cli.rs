@@ -153,13 +153,7 @@ fn bad_flags_exit_2_with_a_clear_message() {
             "--num-prompts",
         ),
         (
-            &[
-                "throughput",
-                "--input-len",
-                "8",
-                "--hf-max-batch-size",
-                "4",
-            ],
+            &["throughput", "--input-len", "8", "--hf-max-batch-size", "4"],
             "--hf-max-batch-size is a `vllm bench throughput` flag",
         ),
         (
@@ -182,7 +176,13 @@ fn bad_flags_exit_2_with_a_clear_message() {
         ),
         // What would give a wrong number is refused, saying why (issue 28).
         (
-            &["throughput", "--input-len", "8", "--speculative-config", "{}"],
+            &[
+                "throughput",
+                "--input-len",
+                "8",
+                "--speculative-config",
+                "{}",
+            ],
             "does not model speculative decoding",
         ),
         (

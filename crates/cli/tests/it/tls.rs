@@ -304,8 +304,15 @@ fn a_self_signed_openssl_certificate_given_to_ca_cert_is_trusted_issue_28() {
     let dir = tempdir("tls", "openssl-self-signed");
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let made = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"])
-        .args(["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"])
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
@@ -320,11 +327,26 @@ fn a_self_signed_openssl_certificate_given_to_ca_cert_is_trusted_issue_28() {
     let (_proxy, port) = start_proxy(&cert, &key, addr);
     let url = format!("https://127.0.0.1:{port}");
 
-    let trusted = run(&url, &dir.join("trusted"), &["--ca-cert", &cert.to_string_lossy()]);
-    assert_eq!(trusted["summary"]["completed"], 12, "{}", trusted["summary"]);
+    let trusted = run(
+        &url,
+        &dir.join("trusted"),
+        &["--ca-cert", &cert.to_string_lossy()],
+    );
+    assert_eq!(
+        trusted["summary"]["completed"], 12,
+        "{}",
+        trusted["summary"]
+    );
 
     let o = bin()
-        .args(["run", "--base-url", &url, "--num-prompts", "1", "--disable-tqdm"])
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--num-prompts",
+            "1",
+            "--disable-tqdm",
+        ])
         .args(["--output-dir", &dir.join("untrusted").to_string_lossy()])
         .output()
         .expect("spawn servebench");

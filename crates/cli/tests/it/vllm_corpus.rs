@@ -26,7 +26,11 @@ use tokio::sync::oneshot;
 use crate::common::{bin, tempdir};
 
 fn fixtures() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/vllm_corpus")).to_path_buf()
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/vllm_corpus"
+    ))
+    .to_path_buf()
 }
 
 /// One command line of the corpus.
@@ -269,9 +273,8 @@ fn start_sim(rt: &Runtime, lines: &[Line]) -> (String, oneshot::Sender<()>) {
 /// The words servebench gets for `line`: the user's, then the shrinking and redirecting ones.
 fn command_line(line: &Line, sim: &str, dir: &Path) -> Vec<String> {
     let mut argv = line.argv.clone();
-    let push = |argv: &mut Vec<String>, words: &[&str]| {
-        argv.extend(words.iter().map(|w| (*w).to_owned()))
-    };
+    let push =
+        |argv: &mut Vec<String>, words: &[&str]| argv.extend(words.iter().map(|w| (*w).to_owned()));
     match argv[0].as_str() {
         "run" => {
             // prefix_repetition needs a prompt per prefix.
@@ -452,7 +455,9 @@ fn every_corpus_line_names_its_source_and_verdict() {
         let text = std::fs::read_to_string(fixtures().join(file)).unwrap();
         for l in text.lines() {
             let v: Value = serde_json::from_str(l).unwrap();
-            for key in ["id", "repo", "path", "commit", "command", "verdict", "reason"] {
+            for key in [
+                "id", "repo", "path", "commit", "command", "verdict", "reason",
+            ] {
                 assert!(
                     v[key].as_str().is_some_and(|s| !s.is_empty()),
                     "{file}: {key} missing: {l}"

@@ -129,7 +129,12 @@ fn the_responses_api_is_measured_like_chat_issue_28() {
         "--disable-tqdm",
     ];
     let mut args = common.to_vec();
-    args.extend(["--backend", "openai-responses", "--result-filename", "resp.json"]);
+    args.extend([
+        "--backend",
+        "openai-responses",
+        "--result-filename",
+        "resp.json",
+    ]);
     ok(&run_in(&dir, &args));
     let r = read_json(&dir.join("resp.json"));
     assert_eq!(r["completed"], 4, "{r}");
@@ -139,7 +144,12 @@ fn the_responses_api_is_measured_like_chat_issue_28() {
     assert!(r["mean_itl_ms"].as_f64().unwrap() > 0.0);
     // The endpoint is the Responses API's; the wrong one is said.
     let mut bad = common.to_vec();
-    bad.extend(["--backend", "openai-responses", "--endpoint", "/v1/completions"]);
+    bad.extend([
+        "--backend",
+        "openai-responses",
+        "--endpoint",
+        "/v1/completions",
+    ]);
     let out = run_in(&dir, &bad);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/v1/responses"));
@@ -173,14 +183,23 @@ fn plots_and_no_stream_issue_28() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("--no-stream only stops").count(), 1, "{err}");
     let html = std::fs::read_to_string(dir.join("t.timeline.html")).unwrap();
-    assert_eq!(html.matches("<title>request ").count(), 5, "one row per request");
+    assert_eq!(
+        html.matches("<title>request ").count(),
+        5,
+        "one row per request"
+    );
     assert!(html.contains("green below 2 ms"));
     let svg = std::fs::read_to_string(dir.join("t.dataset_stats.svg")).unwrap();
     assert!(svg.contains("prompt tokens: 5 requests"), "{svg}");
     // vLLM's threshold check.
     let out = run_in(
         &dir,
-        &["--virtual-time", "--plot-timeline", "--timeline-itl-thresholds", "1,2,3"],
+        &[
+            "--virtual-time",
+            "--plot-timeline",
+            "--timeline-itl-thresholds",
+            "1,2,3",
+        ],
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Expected 2 ITL threshold values"));
@@ -231,7 +250,10 @@ fn hub_dataset_ids_come_from_the_local_cache_issue_28() {
         .output()
         .unwrap();
     let stdout = ok(&out);
-    assert!(stdout.contains("Successful requests:                     2"), "{stdout}");
+    assert!(
+        stdout.contains("Successful requests:                     2"),
+        "{stdout}"
+    );
 }
 
 /// vLLM's engine arguments on `throughput` configure the simulator where they map, and say
@@ -261,7 +283,9 @@ fn engine_arguments_configure_the_simulator_issue_28() {
     ok(&out);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("'Qwen/Qwen2.5-7B-Instruct' --gpu h100 --tensor-parallel-size 2 --max-model-len 4096"),
+        err.contains(
+            "'Qwen/Qwen2.5-7B-Instruct' --gpu h100 --tensor-parallel-size 2 --max-model-len 4096"
+        ),
         "{err}"
     );
     assert!(err.contains("--load-format ignored"), "{err}");

@@ -337,9 +337,15 @@ async fn responses_api(State(app): State<AppState>, headers: HeaderMap, body: Bo
     };
     let mut chat_headers = headers.clone();
     chat_headers.remove(header::CONTENT_LENGTH);
-    let answer = generate(app, Endpoint::Chat, &chat_headers, Body::from(chat), received)
-        .await
-        .unwrap_or_else(IntoResponse::into_response);
+    let answer = generate(
+        app,
+        Endpoint::Chat,
+        &chat_headers,
+        Body::from(chat),
+        received,
+    )
+    .await
+    .unwrap_or_else(IntoResponse::into_response);
     let id = format!(
         "resp_{:016x}",
         xxhash_rust::xxh3::xxh3_64(&bytes) ^ received.elapsed().as_nanos() as u64

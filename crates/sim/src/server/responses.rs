@@ -20,7 +20,10 @@ pub fn to_chat_request(body: &[u8]) -> Result<(Vec<u8>, bool), ApiError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("Invalid JSON body: {e}"), None))?;
     let Value::Object(req) = v else {
-        return Err(ApiError::bad_request("The body must be a JSON object.", None));
+        return Err(ApiError::bad_request(
+            "The body must be a JSON object.",
+            None,
+        ));
     };
     let messages = match req.get("input") {
         Some(Value::String(s)) => vec![json!({"role": "user", "content": s})],
@@ -70,7 +73,10 @@ pub fn to_chat_request(body: &[u8]) -> Result<(Vec<u8>, bool), ApiError> {
 fn usage_of(chunk: &Value) -> Option<Value> {
     let u = chunk.get("usage").filter(|u| !u.is_null())?;
     let input = u.get("prompt_tokens").cloned().unwrap_or(Value::from(0));
-    let output = u.get("completion_tokens").cloned().unwrap_or(Value::from(0));
+    let output = u
+        .get("completion_tokens")
+        .cloned()
+        .unwrap_or(Value::from(0));
     let cached = u
         .pointer("/prompt_tokens_details/cached_tokens")
         .cloned()
@@ -157,7 +163,10 @@ impl Translator {
                 ("reasoning", "response.reasoning_text.delta"),
                 ("content", "response.output_text.delta"),
             ] {
-                if let Some(t) = delta.get(field).and_then(Value::as_str).filter(|t| !t.is_empty())
+                if let Some(t) = delta
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .filter(|t| !t.is_empty())
                 {
                     if field == "content" {
                         self.text.push_str(t);
@@ -200,7 +209,11 @@ pub async fn translate(chat: Response, stream: bool, id: String) -> Response {
             .to_owned();
         let t = Translator {
             id,
-            model: v.get("model").and_then(Value::as_str).unwrap_or("").to_owned(),
+            model: v
+                .get("model")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
             seq: 0,
             text,
             usage: usage_of(&v),

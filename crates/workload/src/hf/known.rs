@@ -91,7 +91,10 @@ pub const SUPPORTED: &[(&str, HfKind)] = &[
     ("AI-MO/NuminaMath-CoT", HfKind::Aimo),
     ("lmarena-ai/VisionArena-Chat", HfKind::VisionArena),
     ("lmarena-ai/vision-arena-bench-v0.1", HfKind::VisionArena),
-    ("lmms-lab/LLaVA-OneVision-Data", HfKind::MultiModalConversation),
+    (
+        "lmms-lab/LLaVA-OneVision-Data",
+        HfKind::MultiModalConversation,
+    ),
     ("openai/openai_humaneval", HfKind::HumanEval),
     ("openai/gsm8k", HfKind::Gsm8k),
     ("vdaita/edit_5k_char", HfKind::Blazedit),

@@ -252,7 +252,10 @@ impl<'a> Columns<'a> {
     /// base64 in JSON; or a `path`), or a path string. A path is read relative to the data
     /// file's folder.
     fn image(&self, name: &str, v: &Value) -> Result<ImageInput, WorkloadError> {
-        let bytes = v.get("bytes").and_then(Value::as_str).filter(|b| !b.is_empty());
+        let bytes = v
+            .get("bytes")
+            .and_then(Value::as_str)
+            .filter(|b| !b.is_empty());
         let path = v
             .get("path")
             .and_then(Value::as_str)
@@ -266,7 +269,12 @@ impl<'a> Columns<'a> {
             }
             (None, None) => Err("neither image bytes nor a path".to_owned()),
         };
-        found.map_err(|e| self.bad(name, &format!("holds an image servebench cannot read ({e})")))
+        found.map_err(|e| {
+            self.bad(
+                name,
+                &format!("holds an image servebench cannot read ({e})"),
+            )
+        })
     }
 
     /// The `value` of a conversation turn.
