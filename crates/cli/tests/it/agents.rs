@@ -280,7 +280,9 @@ fn a_coding_agent_run_in_virtual_time() {
         .output()
         .expect("spawn servebench");
     ok(&report);
-    let html = std::fs::read_to_string(dir.join("report/report.html")).expect("report.html");
+    // A single result's report is named after its result file, so two never overwrite.
+    let html = std::fs::read_to_string(file_ending(&dir.join("report"), ".report.html"))
+        .expect("report.html");
     assert!(html.contains("<svg class=\"swimlanes\""), "no swim lanes");
     assert!(html.contains("Agent sessions by depth"));
     assert!(html.contains("url(#tool-hatch)"), "tool waits drawn");
