@@ -67,7 +67,6 @@ impl Probes {
                 let p = client.prepare(u64::MAX / 2 + n, PROBE_PROMPT, 1, Some(1));
                 n += 1;
                 let client = Arc::clone(&client);
-                let clock = clock.clone();
                 let stop = stop.clone();
                 tasks.spawn(async move {
                     let r = client.execute(&clock, &p, 0, 0, false, &stop).await;

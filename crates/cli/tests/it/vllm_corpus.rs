@@ -326,8 +326,7 @@ fn check(line: &Line, out: &Output, timed_out: bool) -> Option<String> {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last_error = stderr
         .lines()
-        .filter(|l| l.starts_with("error"))
-        .last()
+        .rfind(|l| l.starts_with("error"))
         .unwrap_or("")
         .to_owned();
     if timed_out {
