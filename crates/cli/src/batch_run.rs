@@ -81,6 +81,9 @@ pub struct BatchTargetArgs {
     /// `run --expect-json-schema`). Repeatable.
     #[arg(long, value_name = "FILE", help_heading = "Answer checks")]
     pub expect_json_schema: Vec<PathBuf>,
+    /// vLLM's engine arguments: they configure the simulator where they map.
+    #[command(flatten)]
+    pub engine: crate::engine_args::EngineArgs,
 }
 
 impl BatchTargetArgs {
@@ -105,7 +108,15 @@ impl BatchTargetArgs {
         a.header = self.header.clone();
         a.api_key = self.api_key.clone();
         a.request_timeout = self.request_timeout;
-        a.sim = self.sim.clone();
+        self.engine.check()?;
+        a.sim = if external {
+            if let Some(note) = self.engine.server_note() {
+                eprintln!("{note}");
+            }
+            None
+        } else {
+            self.sim_spec()?
+        };
         a.virtual_time = !external;
         a.tokenizer = self.tokenizer.clone();
         a.expect_regex = self.expect_regex.clone();
@@ -114,6 +125,51 @@ impl BatchTargetArgs {
         a.ignore_eos = true;
         a.disable_tqdm = true;
         Ok(a)
+    }
+}
+
+impl BatchTargetArgs {
+    /// The simulator to run in virtual time: `--sim` as given, else vLLM's `--model` (when the
+    /// catalog knows it) with the engine arguments that map; `None` keeps the default.
+    fn sim_spec(&self) -> Result<Option<String>> {
+        let mapping = self.engine.sim_mapping()?;
+        if let Some(note) = crate::engine_args::ignored_note(&mapping.ignored) {
+            eprintln!("{note}");
+        }
+        if let Some(spec) = &self.sim {
+            if !mapping.spec_words.is_empty() {
+                eprintln!(
+                    "note: {} ignored: --sim gives the simulator's whole configuration",
+                    mapping.spec_words.join(" ")
+                );
+            }
+            return Ok(Some(spec.clone()));
+        }
+        let catalog = servebench_roofline::Catalog::builtin();
+        let model = match self.model.as_deref() {
+            Some(m) if catalog.model(m).is_ok() => Some(m.to_owned()),
+            Some(m) => {
+                eprintln!(
+                    "note: the simulator's catalog has no model '{m}'; simulating its default \
+                     ({}) instead (give --sim \"MODEL --gpu GPU\" for another)",
+                    crate::run::target::DEFAULT_SIM_SPEC
+                );
+                None
+            }
+            None => None,
+        };
+        if model.is_none() && mapping.spec_words.is_empty() {
+            return Ok(None);
+        }
+        let mut spec = match model {
+            Some(m) => format!("'{m}' --gpu h100"),
+            None => crate::run::target::DEFAULT_SIM_SPEC.to_owned(),
+        };
+        for w in mapping.spec_words {
+            spec.push(' ');
+            spec.push_str(&w);
+        }
+        Ok(Some(spec))
     }
 }
 
@@ -238,10 +294,14 @@ impl BatchTarget {
         let requests = &with_copies(prompts, n)[..];
         match self {
             BatchTarget::Http { client, .. } => {
-                let prepared = requests
+                let prepared: Vec<_> = requests
                     .iter()
-                    .map(|r| client.prepare(r.id, &r.prompt, r.prompt_tokens, r.max_tokens))
+                    .map(|r| client.prepare_spec(r.id, r))
                     .collect();
+                let prepared = match &plan.lora {
+                    Some(l) => crate::run::lora::apply(l, seed, prepared)?,
+                    None => prepared,
+                };
                 let spec = LoadSpec {
                     schedule: vec![0; requests.len()],
                     max_concurrency: None,
@@ -276,11 +336,16 @@ impl BatchTarget {
                     .into_iter()
                     .flat_map(|ids| std::iter::repeat_n(ids, n));
                 let first_trace = driver.traces().len();
-                for (r, prompt) in requests.iter().zip(ids) {
+                let assigned = plan
+                    .lora
+                    .as_ref()
+                    .map(|l| (l, l.assign(requests.len(), seed)));
+                let lora = crate::run::lora::engine_ids(sim, assigned.as_ref(), requests)?;
+                for ((r, prompt), lora) in requests.iter().zip(ids).zip(lora) {
                     driver.submit(VirtualArrival {
                         intended_ns: t0,
                         request: NewRequest {
-                            lora: None,
+                            lora,
                             id: *next_id,
                             prompt,
                             max_tokens: r
@@ -330,6 +395,63 @@ impl BatchTarget {
             }
         }
     }
+}
+
+/// `--profile` against a server: POST the profiler endpoint `path` (a refusal is one line).
+pub async fn profile(target: &BatchTarget, on: bool, path: &str) {
+    if let (true, BatchTarget::Http { client, .. }) = (on, target) {
+        let timeout = std::time::Duration::from_secs(30);
+        if let Some(w) = crate::run::vllm_probe::profile(client, path, timeout).await {
+            eprintln!("{w}");
+        }
+    }
+}
+
+/// Counts the prompt tokens of the requests' images for the target's model (as `run` does):
+/// the simulator's vision encoder, else the catalog's for --model; against a server whose
+/// model the catalog does not know, the images are left uncounted (the server's usage counts
+/// them), with a note.
+pub fn count_images(
+    plan: &RunPlan,
+    target: &BatchTarget,
+    mut requests: Vec<RequestSpec>,
+) -> Result<Vec<RequestSpec>> {
+    if requests.iter().all(|r| r.images.is_empty()) {
+        return Ok(requests);
+    }
+    if plan.endpoint.flavor != crate::run::plan::ApiFlavor::OpenaiChat {
+        bail!(
+            "the dataset's requests carry images, which go in chat messages: use --backend \
+             vllm-chat (vLLM's multimodal backend for offline benchmarks)"
+        );
+    }
+    let catalog = servebench_roofline::Catalog::builtin();
+    let vision = match target.sim() {
+        Some(sim) => Some(sim.vision.clone().with_context(|| {
+            format!(
+                "images need a vision-language model, and the simulated model '{}' has none \
+                 (simulate one, e.g. --sim \"Qwen/Qwen2.5-VL-7B-Instruct --gpu h100\")",
+                sim.args.model
+            )
+        })?),
+        None => plan
+            .model
+            .as_deref()
+            .and_then(|m| catalog.vision(m))
+            .cloned(),
+    };
+    match vision {
+        Some(v) => {
+            for r in &mut requests {
+                r.count_image_tokens(|w, h| v.image_tokens(w, h));
+            }
+        }
+        None => eprintln!(
+            "note: image tokens are not counted in the client's expected prompt lengths (the \
+             server's usage reports them)"
+        ),
+    }
+    Ok(requests)
 }
 
 /// Times of a trace measured from `t0` (the batch's release) instead of the engine's start.
@@ -446,6 +568,7 @@ mod tests {
             tokenizer: None,
             expect_regex: vec![],
             expect_json_schema: vec![],
+            engine: Default::default(),
         };
         let plan = RunPlan::from_args(&a.to_run_args().unwrap()).unwrap();
         assert!(plan.is_virtual());

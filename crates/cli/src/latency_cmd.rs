@@ -22,14 +22,10 @@ use prediction::{BatchPrediction, RooflineTarget};
 pub const PERCENTILES: [u32; 6] = [10, 25, 50, 75, 90, 99];
 
 /// `vllm bench latency` flags servebench refuses, with the reason.
-pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
-    ("--use-beam-search", "beam search"),
-    ("--profile", "profiling the engine"),
-    (
-        "--disable-detokenize",
-        "a server always detokenizes what it streams",
-    ),
-];
+pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[(
+    "--use-beam-search",
+    "beam search (its requests do a different amount of work)",
+)];
 
 /// Refuse `vllm bench latency` flags servebench does not implement.
 pub fn check_unsupported(args: &[String]) -> Result<(), String> {
@@ -78,6 +74,14 @@ pub struct LatencyArgs {
     /// Random seed of the prompts.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// POST the server's /start_profile before the iterations and /stop_profile after them
+    /// (vLLM profiles one extra batch instead; in virtual time there is no profiler: noted).
+    #[arg(long)]
+    pub profile: bool,
+    /// Accepted: the simulator does not model detokenization; a server detokenizes what it
+    /// streams either way (noted against a server).
+    #[arg(long)]
+    pub disable_detokenize: bool,
 }
 
 /// One batch size's results.
@@ -159,6 +163,13 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
     };
     let stop = interrupt_on_ctrl_c();
     let iterations = args.num_iters_warmup + args.num_iters as usize;
+    if args.profile && target.is_virtual() {
+        eprintln!("note: --profile ignored: the simulator in virtual time has no profiler");
+    }
+    if args.disable_detokenize && !target.is_virtual() {
+        eprintln!("note: --disable-detokenize ignored: a server detokenizes what it streams");
+    }
+    batch_run::profile(&target, args.profile, "/start_profile").await;
     let mut results = Vec::new();
     for &batch in &args.batch_size {
         let mut p = plan.clone();
@@ -221,6 +232,7 @@ pub async fn latency(args: LatencyArgs) -> Result<ExitCode> {
         print!("{}", result.vllm_lines());
         results.push(result);
     }
+    batch_run::profile(&target, args.profile, "/stop_profile").await;
     println!();
     print!("{}", table(&results, &target.describe()));
     if let Some(path) = &args.output_json {

@@ -10,6 +10,7 @@ mod calibrate_cmd;
 mod compare_cmd;
 mod decide_cmd;
 mod diagnose_cmd;
+mod engine_args;
 mod experiment;
 mod fleet_compare;
 mod k8s_cmd;

@@ -203,6 +203,7 @@ pub fn merge(args: MergeArgs, command_line: Vec<String>) -> Result<ExitCode> {
         // Each shard's client opened its own connections; a merge has none of its own.
         connections: None,
         stopped_early: None,
+        probes: None,
         agent_nodes: None,
     };
     let duration_ns = records

@@ -19,35 +19,10 @@ use crate::run::{dataset, interrupt_on_ctrl_c, load_tokenizer};
 pub const DEFAULT_RANDOM_OUTPUT_LEN: u64 = 128;
 
 /// `vllm bench throughput` flags servebench refuses, with the reason.
-pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
-    ("--profile", "profiling the engine"),
-    ("--disable-frontend-multiprocessing", "an in-process engine"),
-    (
-        "--disable-detokenize",
-        "a server always detokenizes what it streams",
-    ),
-    ("--hf-max-batch-size", "the HF transformers backend"),
-    ("--lora-path", "LoRA adapters"),
-    ("--hf-subset", "HuggingFace hub datasets"),
-    ("--hf-split", "HuggingFace hub datasets"),
-    ("--dataset", "the deprecated --dataset (use --dataset-path)"),
-    (
-        "--prefix-repetition-prefix-len",
-        "the prefix_repetition dataset",
-    ),
-    (
-        "--prefix-repetition-suffix-len",
-        "the prefix_repetition dataset",
-    ),
-    (
-        "--prefix-repetition-num-prefixes",
-        "the prefix_repetition dataset",
-    ),
-    (
-        "--prefix-repetition-output-len",
-        "the prefix_repetition dataset",
-    ),
-];
+pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[(
+    "--hf-max-batch-size",
+    "the Hugging Face transformers backend (--backend hf)",
+)];
 
 /// Refuse `vllm bench throughput` flags servebench does not implement.
 pub fn check_unsupported(args: &[String]) -> Result<(), String> {
@@ -93,6 +68,58 @@ pub struct ThroughputArgs {
     /// Random seed of the dataset.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// vLLM's deprecated name of --dataset-path.
+    #[arg(long, value_name = "PATH", hide = true)]
+    pub dataset: Option<PathBuf>,
+    /// Random prompt tokens (vLLM's random-dataset flag; --input-len wins).
+    #[arg(long, value_name = "N")]
+    pub random_input_len: Option<u64>,
+    /// Random output tokens (--output-len wins).
+    #[arg(long, value_name = "N")]
+    pub random_output_len: Option<u64>,
+    /// Random shared prefix tokens (--prefix-len wins).
+    #[arg(long, value_name = "N")]
+    pub random_prefix_len: Option<u64>,
+    /// Subset (configuration) of the Hugging Face dataset.
+    #[arg(long)]
+    pub hf_subset: Option<String>,
+    /// Split of the Hugging Face dataset.
+    #[arg(long)]
+    pub hf_split: Option<String>,
+    /// Id of the Hugging Face dataset a local copy holds.
+    #[arg(long)]
+    pub hf_name: Option<String>,
+    /// prefix_repetition: prefix tokens.
+    #[arg(long, value_name = "N")]
+    pub prefix_repetition_prefix_len: Option<u64>,
+    /// prefix_repetition: tokens after the prefix.
+    #[arg(long, value_name = "N")]
+    pub prefix_repetition_suffix_len: Option<u64>,
+    /// prefix_repetition: distinct prefixes.
+    #[arg(long, value_name = "N")]
+    pub prefix_repetition_num_prefixes: Option<usize>,
+    /// prefix_repetition: output tokens.
+    #[arg(long, value_name = "N")]
+    pub prefix_repetition_output_len: Option<u64>,
+    /// A LoRA adapter (path or Hub id, not read): with --enable-lora each request names one
+    /// of --max-loras adapters `1`..`N` at random, as vLLM's offline benchmark does; the
+    /// simulator serves those N.
+    #[arg(long, value_name = "PATH")]
+    pub lora_path: Option<String>,
+    /// The images of random-mm (vLLM's --random-mm-* flags).
+    #[command(flatten)]
+    pub random_mm: crate::run::random_mm::RandomMmArgs,
+    /// POST the server's /start_profile before the batch and /stop_profile after it (in
+    /// virtual time there is no profiler: noted).
+    #[arg(long)]
+    pub profile: bool,
+    /// Accepted: an in-process engine's option (noted).
+    #[arg(long)]
+    pub disable_frontend_multiprocessing: bool,
+    /// Accepted: the simulator does not model detokenization; a server detokenizes what it
+    /// streams either way (noted against a server).
+    #[arg(long)]
+    pub disable_detokenize: bool,
 }
 
 /// The figures of a throughput run, as vLLM computes them.
@@ -167,6 +194,7 @@ pub async fn throughput(args: ThroughputArgs) -> Result<ExitCode> {
     let tokenizer = load_tokenizer(plan.tokenizer.as_deref(), true)?;
     let mut target = BatchTarget::connect(&plan, &tokenizer).await?;
     let prompts = dataset::build(&plan, &tokenizer, target.is_virtual())?;
+    let prompts = batch_run::count_images(&plan, &target, prompts)?;
     if prompts.is_empty() {
         bail!("the dataset produced no requests");
     }
@@ -177,6 +205,7 @@ pub async fn throughput(args: ThroughputArgs) -> Result<ExitCode> {
         args.n
     );
     let stop = interrupt_on_ctrl_c();
+    batch_run::profile(&target, plan.vllm.profile, "/start_profile").await;
     let batch = match target
         .run_batch(
             &plan,
@@ -197,6 +226,7 @@ pub async fn throughput(args: ThroughputArgs) -> Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
+    batch_run::profile(&target, plan.vllm.profile, "/stop_profile").await;
     batch.check_all_succeeded()?;
     let result = ThroughputResult::from_batch(&batch, args.n);
     print!("{}", result.vllm_lines());
@@ -210,26 +240,98 @@ pub async fn throughput(args: ThroughputArgs) -> Result<ExitCode> {
 /// `run`'s plan for the target and dataset, every request at time 0.
 pub fn plan(args: &ThroughputArgs) -> Result<RunPlan> {
     let mut a = args.target.to_run_args()?;
-    let name = args.dataset_name.unwrap_or(if args.dataset_path.is_some() {
+    let dataset_path = args.dataset_path.clone().or_else(|| args.dataset.clone());
+    let name = args.dataset_name.unwrap_or(if dataset_path.is_some() {
         DatasetName::Sharegpt
     } else {
         DatasetName::Random
     });
-    if name == DatasetName::RandomMm {
-        bail!("--dataset-name random-mm is measured with `servebench run --backend openai-chat` (images go in chat messages)");
-    }
     a.dataset_name = name;
-    a.dataset_path = args.dataset_path.clone();
+    a.dataset_path = dataset_path;
+    a.hf_subset = args.hf_subset.clone();
+    a.hf_split = args.hf_split.clone();
+    a.hf_name = args.hf_name.clone();
+    if let Some(v) = args.prefix_repetition_prefix_len {
+        a.prefix_repetition_prefix_len = v;
+    }
+    if let Some(v) = args.prefix_repetition_suffix_len {
+        a.prefix_repetition_suffix_len = v;
+    }
+    if let Some(v) = args.prefix_repetition_num_prefixes {
+        a.prefix_repetition_num_prefixes = v;
+    }
+    if let Some(v) = args.prefix_repetition_output_len {
+        a.prefix_repetition_output_len = v;
+    }
+    a.random_mm = args.random_mm.clone();
+    let external = a.base_url.is_some() || a.host.is_some() || a.port.is_some();
+    let notes = [
+        (
+            args.disable_frontend_multiprocessing,
+            "--disable-frontend-multiprocessing",
+            true,
+        ),
+        (args.disable_detokenize, "--disable-detokenize", external),
+    ];
+    for (on, flag, say) in notes {
+        if on && say {
+            eprintln!("note: {flag} ignored: it sets vLLM's in-process engine; a server runs as it was started");
+        }
+    }
+    if args.profile && !external {
+        eprintln!("note: --profile ignored: the simulator in virtual time has no profiler");
+    }
+    a.vllm.profile = args.profile && external;
+    if let Some(path) = &args.lora_path {
+        let engine = &args.target.engine;
+        if engine.enable_lora {
+            let n = engine.max_loras.unwrap_or(1).max(1);
+            let names: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
+            eprintln!(
+                "LoRA: each request names one of {n} adapters (1..{n}) at random, as vLLM's \
+                 offline benchmark names {path}"
+            );
+            if !external {
+                let mut spec = a
+                    .sim
+                    .clone()
+                    .unwrap_or_else(|| crate::run::target::DEFAULT_SIM_SPEC.to_owned());
+                spec.push_str(" --lora-modules ");
+                spec.push_str(&names.join(" "));
+                if !spec.contains("--max-loras") {
+                    spec.push_str(&format!(" --max-loras {n}"));
+                }
+                a.sim = Some(spec);
+            }
+            a.lora_modules = names;
+        } else {
+            eprintln!(
+                "note: --lora-path ignored without --enable-lora (as vLLM's engine ignores it)"
+            );
+        }
+    }
     a.num_prompts = usize::try_from(args.num_prompts).unwrap_or(usize::MAX);
     a.seed = args.seed;
     a.output_len = args.output_len.map(|v| v.min(i64::MAX as u64) as i64);
-    if name == DatasetName::Random {
-        let Some(input_len) = args.input_len else {
-            bail!("--input-len must be given for the random dataset (as in vllm bench throughput)");
+    if name == DatasetName::Random || name == DatasetName::RandomMm {
+        let input_len = match args.input_len.or(args.random_input_len) {
+            Some(n) => n,
+            // random-mm takes the random dataset's default, as vLLM's does.
+            None if name == DatasetName::RandomMm => 1024,
+            None => bail!(
+                "--input-len must be given for the random dataset (as in vllm bench throughput)"
+            ),
         };
         a.input_len = Some(input_len);
-        a.random_output_len = args.output_len.unwrap_or(DEFAULT_RANDOM_OUTPUT_LEN);
-        a.random_prefix_len = args.prefix_len;
+        a.random_output_len = args
+            .output_len
+            .or(args.random_output_len)
+            .unwrap_or(DEFAULT_RANDOM_OUTPUT_LEN);
+        a.random_prefix_len = if args.prefix_len > 0 {
+            args.prefix_len
+        } else {
+            args.random_prefix_len.unwrap_or(0)
+        };
         if !(0.0..1.0).contains(&args.random_range_ratio) {
             bail!(
                 "--random-range-ratio must be in [0, 1), got {}",
@@ -238,7 +340,10 @@ pub fn plan(args: &ThroughputArgs) -> Result<RunPlan> {
         }
         a.random_range_ratio = args.random_range_ratio;
     } else if args.input_len.is_some() {
-        bail!("--input-len applies to the random dataset; --dataset-name {name:?} takes prompt lengths from the file");
+        eprintln!(
+            "note: --input-len ignored: the {} dataset takes its prompts from the file (as vLLM's)",
+            name.as_str()
+        );
     }
     RunPlan::from_args(&a)
 }

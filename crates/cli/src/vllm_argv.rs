@@ -63,6 +63,14 @@ impl EngineOnlyFlags {
     }
 }
 
+/// vLLM's engine arguments spelled with one dash and several letters (argparse allows it;
+/// clap's short flags are one letter).
+const ENGINE_SHORT_ALIASES: &[(&str, &str)] = &[
+    ("-tp", "tensor-parallel-size"),
+    ("-pp", "pipeline-parallel-size"),
+    ("-dp", "data-parallel-size"),
+];
+
 /// A prefix that names several flags (argparse refuses it the same way).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ambiguous {
@@ -223,6 +231,20 @@ impl FlagSpec {
                 groups.push(Group { words, flag: None });
                 break;
             }
+            // vLLM's multi-letter single-dash aliases of engine arguments (`-tp 4`, `-pp=2`).
+            let aliased;
+            let word = match ENGINE_SHORT_ALIASES.iter().find_map(|(short, long)| {
+                let rest = word.strip_prefix(short)?;
+                (rest.is_empty() || rest.starts_with('='))
+                    .then(|| format!("--{long}{rest}"))
+                    .filter(|_| self.names.contains_key(*long))
+            }) {
+                Some(w) => {
+                    aliased = w;
+                    aliased.as_str()
+                }
+                None => word,
+            };
             // Short flags, values of unknown flags, and positionals are not ours to touch.
             let Some(body) = word.strip_prefix("--") else {
                 groups.push(Group::verbatim(word));

@@ -766,6 +766,8 @@ pub fn api_for_endpoint(endpoint: &str) -> ApiKind {
         ApiKind::Rerank
     } else if endpoint.contains("chat") {
         ApiKind::Chat
+    } else if endpoint.trim_end_matches('/').ends_with("responses") {
+        ApiKind::Responses
     } else {
         ApiKind::Completions
     }

@@ -99,6 +99,7 @@ impl StreamState {
                     EndpointKind::Completions
                 }
                 ApiKind::Chat => EndpointKind::Chat,
+                ApiKind::Responses => EndpointKind::Responses,
             },
             shape: EventShape::default(),
             acc: StreamAccumulator::default(),

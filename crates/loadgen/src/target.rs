@@ -18,6 +18,9 @@ pub enum ApiKind {
     Embeddings,
     /// `/v1/rerank` or `/rerank` (vLLM's `vllm-rerank` backend): one JSON answer, no stream.
     Rerank,
+    /// `/v1/responses` (vLLM's `openai-responses` backend): the prompt as `input`, streamed
+    /// as typed Responses API events.
+    Responses,
 }
 
 impl ApiKind {
@@ -130,6 +133,7 @@ impl Target {
             }
             ApiKind::Chat => self.chat_body(vec![ChatMessage::new("user", prompt)], max_tokens),
             ApiKind::Embeddings | ApiKind::Rerank => crate::pooling::body(self, prompt),
+            ApiKind::Responses => self.responses_body(prompt, max_tokens),
         }
     }
 
@@ -173,6 +177,25 @@ impl Target {
         });
         r.ignore_eos = self.ignore_eos.then_some(true);
         self.with_extra_body(&r)
+    }
+
+    /// vLLM's `openai-responses` request: `model`, `input`, `stream`, `max_output_tokens`,
+    /// `ignore_eos` when asked, then `--extra-body` (with the sampling flags) over it.
+    fn responses_body(&self, prompt: &str, max_tokens: Option<i64>) -> Vec<u8> {
+        let mut body = Map::new();
+        body.insert("model".into(), Value::from(self.model.clone()));
+        body.insert("input".into(), Value::from(prompt));
+        body.insert("stream".into(), Value::Bool(true));
+        if let Some(n) = max_tokens {
+            body.insert("max_output_tokens".into(), Value::from(n));
+        }
+        if self.ignore_eos {
+            body.insert("ignore_eos".into(), Value::Bool(true));
+        }
+        for (k, v) in &self.extra_body {
+            body.insert(k.clone(), v.clone());
+        }
+        serde_json::to_vec(&Value::Object(body)).unwrap_or_default()
     }
 
     pub(crate) fn with_extra_body<T>(&self, request: &T) -> Vec<u8>

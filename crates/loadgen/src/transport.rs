@@ -59,6 +59,20 @@ impl Transport {
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
+        } else if let Some(path) = &self.ca_cert {
+            // As curl and Python's ssl do, a certificate given to --ca-cert is trusted when the
+            // server presents that very certificate, even one marked CA:TRUE (what `openssl
+            // req -x509` makes), which WebPKI alone refuses as a CA used as an end entity.
+            let pinned = read_certs(path, "--ca-cert")?;
+            let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(self.roots()?),
+                Arc::clone(&provider),
+            )
+            .build()
+            .map_err(|e| LoadgenError::Config(format!("--ca-cert {}: {e}", path.display())))?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(PinnedOrWebPki { verifier, pinned }))
         } else {
             builder.with_root_certificates(self.roots()?)
         };
@@ -135,6 +149,158 @@ fn read_certs(path: &Path, flag: &str) -> Result<Vec<CertificateDer<'static>>, L
         )));
     }
     Ok(certs)
+}
+
+/// WebPKI verification against the `--ca-cert` roots, and besides it the certificates of
+/// that file themselves when the server presents one of them as its own (checked for the
+/// server's name and for being valid now).
+#[derive(Debug)]
+struct PinnedOrWebPki {
+    verifier: Arc<rustls::client::WebPkiServerVerifier>,
+    pinned: Vec<CertificateDer<'static>>,
+}
+
+impl ServerCertVerifier for PinnedOrWebPki {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let webpki = self.verifier.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        );
+        match webpki {
+            Ok(v) => Ok(v),
+            Err(e)
+                if self
+                    .pinned
+                    .iter()
+                    .any(|p| p.as_ref() == end_entity.as_ref()) =>
+            {
+                let parsed = rustls::server::ParsedCertificate::try_from(end_entity)?;
+                rustls::client::verify_server_name(&parsed, server_name)?;
+                match validity(end_entity.as_ref()) {
+                    Some((not_before, not_after)) => {
+                        let t = now.as_secs();
+                        if t > not_after {
+                            return Err(rustls::Error::InvalidCertificate(
+                                rustls::CertificateError::ExpiredContext {
+                                    time: now,
+                                    not_after: UnixTime::since_unix_epoch(
+                                        std::time::Duration::from_secs(not_after),
+                                    ),
+                                },
+                            ));
+                        }
+                        if t < not_before {
+                            return Err(rustls::Error::InvalidCertificate(
+                                rustls::CertificateError::NotValidYet,
+                            ));
+                        }
+                        Ok(ServerCertVerified::assertion())
+                    }
+                    None => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.verifier.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.verifier.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.verifier.supported_verify_schemes()
+    }
+}
+
+/// One DER element at the start of `b`: its tag, its content and what follows it.
+fn der(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = b.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |a, &x| (a << 8) | usize::from(x));
+        (len, &rest[n..])
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// A certificate's validity (notBefore, notAfter) in Unix seconds.
+fn validity(cert: &[u8]) -> Option<(u64, u64)> {
+    let (_, certificate, _) = der(cert)?;
+    let (_, tbs, _) = der(certificate)?;
+    let mut rest = tbs;
+    // [0] version (optional), serialNumber, signature, issuer, then validity.
+    let (tag, _, after) = der(rest)?;
+    if tag == 0xa0 {
+        rest = after;
+    }
+    for _ in 0..3 {
+        rest = der(rest)?.2;
+    }
+    let (_, validity, _) = der(rest)?;
+    let (t1, nb, after) = der(validity)?;
+    let (t2, na, _) = der(after)?;
+    Some((asn1_time(t1, nb)?, asn1_time(t2, na)?))
+}
+
+/// UTCTime (YYMMDDHHMMSSZ) or GeneralizedTime (YYYYMMDDHHMMSSZ) in Unix seconds.
+fn asn1_time(tag: u8, v: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(v).ok()?.strip_suffix('Z')?;
+    let num = |a: usize, b: usize| s.get(a..b)?.parse::<i64>().ok();
+    let (year, r) = match tag {
+        0x17 => {
+            let y = num(0, 2)?;
+            (if y >= 50 { 1900 + y } else { 2000 + y }, 2)
+        }
+        0x18 => (num(0, 4)?, 4),
+        _ => return None,
+    };
+    let (mo, d, h, mi, se) = (
+        num(r, r + 2)?,
+        num(r + 2, r + 4)?,
+        num(r + 4, r + 6)?,
+        num(r + 6, r + 8)?,
+        num(r + 8, r + 10)?,
+    );
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if mo <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(days * 86_400 + h * 3600 + mi * 60 + se).ok()
 }
 
 /// `--insecure`: any certificate is accepted, but the handshake signatures are still checked

@@ -38,6 +38,10 @@ pub enum EndpointKind {
     Completions,
     /// `/v1/chat/completions`: `choices[].delta`.
     Chat,
+    /// `/v1/responses` (the Responses API): typed events; `response.output_text.delta` and
+    /// `response.reasoning_text.delta` carry output, `response.completed` ends the stream with
+    /// the usage.
+    Responses,
 }
 
 /// What one event carried.
@@ -75,7 +79,11 @@ pub fn is_done(data: &str) -> bool {
 
 /// Classify one event's `data` (not `[DONE]`: check [`is_done`] first).
 pub fn classify(data: &str, endpoint: EndpointKind) -> Result<ChunkInfo<'_>, WireError> {
+    if endpoint == EndpointKind::Responses {
+        return classify_response_event(data);
+    }
     let raw = match endpoint {
+        EndpointKind::Responses => unreachable!("handled above"),
         EndpointKind::Completions => {
             let mut de = serde_json::Deserializer::from_str(data);
             let r = RawChunk::<CompletionChoice>::deserialize(&mut de)
@@ -104,6 +112,114 @@ pub fn classify(data: &str, endpoint: EndpointKind) -> Result<ChunkInfo<'_>, Wir
         answer: choices.parts.answer,
         tool_calls: choices.parts.tool_calls,
     })
+}
+
+/// One Responses API event, the fields the client reads.
+#[derive(Deserialize)]
+struct ResponseEvent<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: BStr<'a>,
+    #[serde(default, borrow)]
+    delta: Option<BStr<'a>>,
+    #[serde(default)]
+    response: Option<ResponseObject>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ResponseObject {
+    #[serde(default)]
+    usage: Option<ResponseUsage>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+    #[serde(default)]
+    status: Option<String>,
+}
+
+/// The Responses API's usage names.
+#[derive(Deserialize)]
+struct ResponseUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    input_tokens_details: Option<crate::openai::PromptTokensDetails>,
+    #[serde(default)]
+    output_tokens_details: Option<ResponseOutputDetails>,
+}
+
+#[derive(Deserialize)]
+struct ResponseOutputDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+/// A Responses API event as vLLM's `openai-responses` client reads it: text and reasoning
+/// deltas are token events (reasoning counts for TTFT and ITL but is not answer text),
+/// `response.completed` carries the usage and ends the stream (as a `finish_reason` does),
+/// `response.failed`, `response.incomplete` and `error` are errors, and every other event
+/// (created, in_progress, output_item.added, ...) carries nothing.
+fn classify_response_event(data: &str) -> Result<ChunkInfo<'_>, WireError> {
+    let ev: ResponseEvent<'_> =
+        serde_json::from_str(data).map_err(|e| WireError::malformed(e, data))?;
+    let mut info = ChunkInfo::default();
+    match ev.kind.0.as_ref() {
+        "response.output_text.delta" => {
+            let text = ev.delta.map(|d| d.0).unwrap_or_default();
+            info.token_bearing = !text.is_empty();
+            info.has_choices = true;
+            info.text_chars = count_chars(&text);
+            info.text = text;
+            info.answer = true;
+        }
+        "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+            let text = ev.delta.map(|d| d.0).unwrap_or_default();
+            info.token_bearing = !text.is_empty();
+            info.has_choices = true;
+            info.text_chars = count_chars(&text);
+            info.reasoning = true;
+        }
+        "response.completed" => {
+            if let Some(u) = ev.response.as_ref().and_then(|r| r.usage.as_ref()) {
+                let mut usage = Usage::new(
+                    u.input_tokens,
+                    u.output_tokens,
+                    u.input_tokens_details.and_then(|d| d.cached_tokens),
+                );
+                if let Some(r) = u
+                    .output_tokens_details
+                    .as_ref()
+                    .and_then(|d| d.reasoning_tokens)
+                {
+                    usage.completion_tokens_details =
+                        Some(crate::openai::CompletionTokensDetails {
+                            reasoning_tokens: Some(r),
+                        });
+                }
+                info.usage = Some(usage);
+            }
+            info.finish_reason = Some(Cow::Borrowed("stop"));
+        }
+        "response.failed" | "response.incomplete" => {
+            let r = ev.response.as_ref();
+            let detail = r
+                .and_then(|r| r.error.as_ref())
+                .map(|e| e.to_string())
+                .or_else(|| r.and_then(|r| r.status.clone()))
+                .unwrap_or_else(|| "no detail".to_owned());
+            info.error = Some(format!("{}: {detail}", ev.kind.0));
+        }
+        "error" => {
+            info.error = Some(
+                ev.message
+                    .unwrap_or_else(|| data.chars().take(200).collect()),
+            );
+        }
+        _ => {}
+    }
+    Ok(info)
 }
 
 fn count_chars(s: &str) -> u32 {

@@ -58,7 +58,8 @@ impl ChunkRenderer {
     pub fn new(head: ChunkHead<'_>, style: ChunkStyle) -> Self {
         let object = match head.endpoint {
             EndpointKind::Completions => TEXT_COMPLETION_OBJECT,
-            EndpointKind::Chat => CHAT_CHUNK_OBJECT,
+            // The simulator renders a Responses stream as chat chunks and translates them.
+            EndpointKind::Chat | EndpointKind::Responses => CHAT_CHUNK_OBJECT,
         };
         let prefix = format!(
             r#"data: {{"id":{},"object":"{object}","created":{},"model":{},"choices":["#,
@@ -72,7 +73,7 @@ impl ChunkRenderer {
                 br#"{"index":0,"text":""#,
                 br#"","logprobs":null,"finish_reason":"#,
             ),
-            EndpointKind::Chat => (
+            EndpointKind::Chat | EndpointKind::Responses => (
                 br#"{"index":0,"delta":{"content":""#,
                 br#""},"logprobs":null,"finish_reason":"#,
             ),
@@ -94,7 +95,7 @@ impl ChunkRenderer {
     }
 
     fn chat(&self) -> bool {
-        self.endpoint == EndpointKind::Chat
+        self.endpoint != EndpointKind::Completions
     }
 
     /// The role-only chunk a chat stream opens with (nothing for completions).

@@ -61,8 +61,9 @@ struct Line {
     output_tokens: Option<u64>,
     #[serde(default)]
     expected: Option<serde_json::Value>,
-    /// Image files sent with the prompt, relative to the dataset file.
-    #[serde(default)]
+    /// Image files sent with the prompt, relative to the dataset file (`image_files` is
+    /// vLLM's custom_image name for the list).
+    #[serde(default, alias = "image_files")]
     image: Option<ImagePaths>,
 }
 

@@ -61,6 +61,30 @@ impl ImageInput {
     }
 }
 
+impl ImageInput {
+    /// An image given as base64 text (how a Parquet `Image` column's bytes read as JSON),
+    /// sent as it is; PNG or JPEG, its size read from its header.
+    pub fn from_base64(b64: &str) -> Result<Self, String> {
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map_err(|e| format!("not base64: {e}"))?;
+        let (width, height) =
+            servebench_wire::image::image_size(&bytes).map_err(|e| e.to_string())?;
+        let mime = if bytes.starts_with(b"\x89PNG") {
+            "image/png"
+        } else {
+            "image/jpeg"
+        };
+        Ok(ImageInput {
+            width,
+            height,
+            url: servebench_wire::image::data_url(mime, &bytes),
+            tokens: 0,
+        })
+    }
+}
+
 /// A dataset's `"image"` field: one path or a list of them (ShareGPT-4V writes one).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]

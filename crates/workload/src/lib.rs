@@ -30,6 +30,7 @@ pub mod sessions;
 pub mod sharegpt;
 pub mod sonnet;
 mod spec;
+pub mod spec_bench;
 mod synth;
 mod text_file;
 pub mod trace;
@@ -46,6 +47,7 @@ pub use request::{cycle, RequestSpec};
 pub use sessions::{custom_sessions, sharegpt_sessions, Session, SessionSelection, SessionTurn};
 pub use sharegpt::{sample_sharegpt, ShareGptConfig};
 pub use sonnet::{sample_sonnet, SonnetConfig};
+pub use spec_bench::{sample_spec_bench, SpecBenchConfig};
 pub use trace::{read_trace, TraceEntry, TraceFormat};
 
 use servebench_tokenizer::Tokenizer;
@@ -71,6 +73,8 @@ pub enum DatasetConfig {
     BurstGpt(trace::BurstGptConfig),
     /// `--dataset-name random-mm`.
     RandomMm(RandomMmConfig),
+    /// `--dataset-name spec_bench`.
+    SpecBench(SpecBenchConfig),
 }
 
 /// Builds the requests of a dataset under `tok`.
@@ -88,5 +92,6 @@ pub fn sample_dataset(
         DatasetConfig::TimedTrace(c) => trace::sample_timed_trace(c, tok),
         DatasetConfig::BurstGpt(c) => trace::sample_burstgpt(c, tok),
         DatasetConfig::RandomMm(c) => sample_random_mm(c, tok),
+        DatasetConfig::SpecBench(c) => sample_spec_bench(c, tok),
     }
 }

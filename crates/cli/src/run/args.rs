@@ -20,6 +20,17 @@ pub enum Backend {
     /// `/v1/rerank` (or `/rerank`, as vLLM and TEI serve it): a query against documents.
     #[value(name = "vllm-rerank")]
     VllmRerank,
+    /// `vllm bench throughput`'s chat backend: `/v1/chat/completions` (as openai-chat), so a
+    /// dataset's images go in the chat message.
+    #[value(name = "vllm-chat")]
+    VllmChat,
+    /// The Responses API, `/v1/responses`, streamed (vLLM's openai-responses backend).
+    #[value(name = "openai-responses")]
+    OpenaiResponses,
+    /// vLLM's speech-to-text backend (/v1/audio/transcriptions): refused, servebench sends
+    /// no audio.
+    #[value(name = "openai-audio")]
+    OpenaiAudio,
 }
 
 impl Backend {
@@ -30,6 +41,9 @@ impl Backend {
             Backend::OpenaiChat => "openai-chat",
             Backend::OpenaiEmbeddings => "openai-embeddings",
             Backend::VllmRerank => "vllm-rerank",
+            Backend::VllmChat => "vllm-chat",
+            Backend::OpenaiResponses => "openai-responses",
+            Backend::OpenaiAudio => "openai-audio",
         }
     }
 }
@@ -55,6 +69,18 @@ pub enum DatasetName {
     /// vLLM's random prompts with synthetic images in the chat message (--random-mm-*).
     #[value(name = "random-mm")]
     RandomMm,
+    /// Spec-Bench's question.jsonl: each question's first turn (--spec-bench-*).
+    #[value(name = "spec_bench")]
+    SpecBench,
+    /// vLLM's custom_image: custom JSONL lines with `image_files`, sent in the chat message.
+    #[value(name = "custom_image")]
+    CustomImage,
+    /// vLLM's custom_audio: refused, servebench sends no audio.
+    #[value(name = "custom_audio")]
+    CustomAudio,
+    /// NVIDIA's SPEED-Bench: refused, its prepared files are not read yet.
+    #[value(name = "speed_bench")]
+    SpeedBench,
     /// Agent sessions (docs/agents.md): synthetic (--agent-preset, --agent-*), or replayed from
     /// --dataset-path (servebench agent-trace JSON lines, or OpenTelemetry GenAI spans).
     Agentic,
@@ -74,6 +100,10 @@ impl DatasetName {
             DatasetName::Burstgpt => "burstgpt",
             DatasetName::RandomRerank => "random-rerank",
             DatasetName::RandomMm => "random-mm",
+            DatasetName::SpecBench => "spec_bench",
+            DatasetName::CustomImage => "custom_image",
+            DatasetName::CustomAudio => "custom_audio",
+            DatasetName::SpeedBench => "speed_bench",
             DatasetName::Agentic => "agentic",
         }
     }
@@ -234,8 +264,15 @@ pub struct RunArgs {
     /// local Hugging Face dataset copy (hf).
     #[arg(long, help_heading = "Dataset")]
     pub dataset_path: Option<PathBuf>,
-    /// Number of prompts to process.
-    #[arg(long, default_value_t = 1000, help_heading = "Dataset")]
+    /// Number of prompts to process; -1 (vLLM's spelling) or 0: every prompt of a dataset
+    /// file once (custom, spec_bench).
+    #[arg(
+        long,
+        default_value_t = 1000,
+        allow_negative_numbers = true,
+        value_parser = num_prompts_value,
+        help_heading = "Dataset"
+    )]
     pub num_prompts: usize,
     /// Random seed (dataset and arrivals).
     #[arg(long, default_value_t = 0, help_heading = "Dataset")]
@@ -603,6 +640,19 @@ pub struct RunArgs {
     // ---- results database ----
     #[command(flatten)]
     pub db: crate::results_index::DbFlags,
+    // ---- the rest of vLLM's flags ----
+    #[command(flatten)]
+    pub vllm: super::vllm_extras::VllmServeFlags,
+}
+
+/// `--num-prompts`: a count, or a negative number (vLLM's `-1`) for "all of the file", kept
+/// as 0.
+fn num_prompts_value(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if n < 0 => Ok(0),
+        Ok(n) => usize::try_from(n).map_err(|e| e.to_string()),
+        Err(e) => Err(format!("{e}: expected a number of prompts")),
+    }
 }
 
 /// `--lora-assignment`.
@@ -625,22 +675,15 @@ pub enum Http2Arg {
 /// `vllm bench serve` flags that servebench does not support yet: refused with a message,
 /// never silently ignored.
 pub const UNSUPPORTED_VLLM_FLAGS: &[(&str, &str)] = &[
-    ("--profile", "torch profiling of the server"),
     ("--logprobs", "logprobs in requests"),
     ("--use-beam-search", "beam search"),
     (
         "--tokenizer-mode",
         "tokenizer modes other than HuggingFace tokenizer.json",
     ),
-    ("--plot-timeline", "timeline plots"),
-    ("--timeline-itl-thresholds", "timeline plots"),
-    ("--plot-dataset-stats", "dataset plots"),
-    ("--probe-request-rate", "probe requests"),
     ("--request-id-prefix", "request ids"),
     ("--skip-tokenizer-init", "running without a tokenizer"),
     ("--chat-template-kwargs", "client-side chat templates"),
-    ("--no-stream", "non-streaming requests"),
-    ("--spec-bench-output-len", "the spec-bench dataset"),
     ("--no-reranker", "rerank requests to an embedding model"),
 ];
 
@@ -723,7 +766,7 @@ mod tests {
         assert_eq!(a.metric_percentiles, "99");
         let inf = RunArgs::from_flags::<&str>(&[]).unwrap();
         assert!(inf.request_rate.is_infinite());
-        let err = RunArgs::from_flags(&["--profile"]).unwrap_err();
+        let err = RunArgs::from_flags(&["--use-beam-search"]).unwrap_err();
         assert!(err.contains("does not support yet"), "{err}");
         // A row's flags take vLLM's argument rules (issue 28).
         let a = RunArgs::from_flags(&[

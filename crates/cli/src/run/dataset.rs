@@ -9,6 +9,7 @@ use servebench_workload::trace::{BurstGptConfig, TimedTraceConfig};
 use servebench_workload::{
     sample_custom_checked, sample_dataset, ArrivalConfig, CustomConfig, DatasetConfig, HfConfig,
     PrefixRepetitionConfig, RampUp, RandomConfig, RequestSpec, ShareGptConfig, SonnetConfig,
+    SpecBenchConfig,
 };
 
 use super::plan::{DatasetChoice, RunPlan};
@@ -86,6 +87,10 @@ pub fn config(plan: &RunPlan) -> DatasetConfig {
             subset: subset.clone(),
             split: split.clone(),
             output_len: *output_len,
+            blazedit_distance: (
+                plan.vllm.blazedit_min_distance,
+                plan.vllm.blazedit_max_distance,
+            ),
             num_prompts: plan.num_prompts,
             seed: plan.seed,
             disable_shuffle: plan.disable_shuffle,
@@ -101,6 +106,15 @@ pub fn config(plan: &RunPlan) -> DatasetConfig {
             // vLLM samples --num-prompts rows (1000 by default) of a timed trace.
             max_requests: Some(plan.num_prompts),
             seed: plan.seed,
+        }),
+        DatasetChoice::SpecBench { path } => DatasetConfig::SpecBench(SpecBenchConfig {
+            path: path.clone(),
+            num_prompts: plan.num_prompts,
+            output_len: plan.vllm.spec_bench_output_len,
+            category: plan.vllm.spec_bench_category.clone(),
+            seed: plan.seed,
+            disable_shuffle: plan.disable_shuffle,
+            no_oversample: plan.no_oversample,
         }),
         DatasetChoice::BurstGpt { path } => DatasetConfig::BurstGpt(BurstGptConfig {
             path: path.clone(),

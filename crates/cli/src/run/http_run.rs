@@ -173,6 +173,23 @@ impl Executor for HttpTarget {
                 stop,
             )
         });
+        if plan.vllm.profile {
+            if print {
+                eprintln!("Starting profiler...");
+            }
+            match super::vllm_probe::profile(&client, "/start_profile", metrics_timeout).await {
+                Some(w) => eprintln!("{w}"),
+                None if print => eprintln!("Profiler started"),
+                None => {}
+            }
+        }
+        let probes = (plan.vllm.probe_request_rate > 0.0).then(|| {
+            super::vllm_probe::Probes::start(
+                Arc::clone(&client),
+                plan.vllm.probe_request_rate,
+                stop,
+            )
+        });
         super::measuring_begins();
         let mut outcome = match &watching {
             None => {
@@ -199,6 +216,19 @@ impl Executor for HttpTarget {
             }
         };
         finish.stopped_early = watching.and_then(|(w, _, _)| w.finish());
+        if let Some(p) = probes {
+            finish.probes = Some(p.finish().await);
+        }
+        if plan.vllm.profile {
+            if print {
+                eprintln!("Stopping profiler...");
+            }
+            if let Some(w) =
+                super::vllm_probe::profile(&client, "/stop_profile", metrics_timeout).await
+            {
+                eprintln!("{w}");
+            }
+        }
         gpu.finish(&mut outcome).await;
         if let Some(e) = &outcome.write_error {
             eprintln!(

@@ -22,10 +22,13 @@ pub mod scale_out;
 pub mod sessions_run;
 pub mod sessions_virtual;
 pub mod target;
+pub mod timeline;
 pub mod trace_replay;
 pub mod transport_plan;
 pub mod virtual_fleet;
 pub mod virtual_run;
+pub mod vllm_extras;
+pub mod vllm_probe;
 
 use std::process::ExitCode;
 use std::sync::Mutex;

@@ -279,6 +279,8 @@ pub struct Finish<'a> {
     pub connections: Option<servebench_metrics::ConnectionSummary>,
     /// The run stopped itself as over-saturated (`--stop-when-saturated`).
     pub stopped_early: Option<servebench_metrics::result::StoppedEarly>,
+    /// `--probe-request-rate`: what the probes beside the run measured.
+    pub probes: Option<super::vllm_probe::ProbeStats>,
     /// An agent run's agents as they ran (`--dataset-name agentic`).
     pub agent_nodes: Option<Vec<servebench_metrics::AgentNode>>,
 }
@@ -316,6 +318,7 @@ impl<'a> Finish<'a> {
             merged: None,
             connections: None,
             stopped_early: None,
+            probes: None,
             agent_nodes: None,
         };
         Ok((finish, sink))
@@ -443,7 +446,10 @@ pub fn write_results(
         goodput: f.goodput.to_vec(),
         detailed: args.save_detailed,
     };
-    let vllm = vllm_result(&info, records);
+    let mut vllm = vllm_result(&info, records);
+    if let Some(p) = &f.probes {
+        p.insert_into(&mut vllm);
+    }
     let health = match (load, &f.merged) {
         // A schedule with a rate (a finite one, a ramp, a trace's own clock) is what a late
         // release falls behind; all due at once, it is only the burst's length.
@@ -488,7 +494,8 @@ pub fn write_results(
                 .map(servebench_report::render::agent_block)
                 .unwrap_or_default();
         let pools = servebench_report::pools::pool_block(&summary.per_pool);
-        let _ = write!(stdout, "{block}{extras}{turns}{pools}{verdict}");
+        let probes = f.probes.as_ref().map(|p| p.block()).unwrap_or_default();
+        let _ = write!(stdout, "{block}{probes}{extras}{turns}{pools}{verdict}");
         if let Some(e) = &summary.energy {
             let _ = writeln!(stdout, "Energy: {}", e.describe());
         }
@@ -538,6 +545,14 @@ pub fn write_results(
             eprintln!("vLLM-compatible result: {}", written.display());
         }
         vllm_path = Some(written);
+    }
+    // vLLM writes its plots beside the result file, saved or not.
+    for p in super::timeline::write_plots(&args.vllm, &f.names.vllm_path, records)
+        .context(super::OutputFailed)?
+    {
+        if f.print {
+            eprintln!("vLLM plot: {}", p.display());
+        }
     }
     let native_path = args
         .output_dir

@@ -32,6 +32,8 @@ pub enum ApiFlavor {
     OpenaiEmbeddings,
     /// `/v1/rerank` or `/rerank`.
     VllmRerank,
+    /// `/v1/responses`, streamed.
+    OpenaiResponses,
 }
 
 impl ApiFlavor {
@@ -42,6 +44,7 @@ impl ApiFlavor {
             ApiFlavor::OpenaiChat => "openai-chat",
             ApiFlavor::OpenaiEmbeddings => "openai-embeddings",
             ApiFlavor::VllmRerank => "vllm-rerank",
+            ApiFlavor::OpenaiResponses => "openai-responses",
         }
     }
 }
@@ -102,6 +105,8 @@ pub enum DatasetChoice {
     /// A trace file replayed with its lengths and shared chunks (vLLM's timed_trace), on
     /// its own clock when self-timed.
     TimedTrace { path: PathBuf, trace: TraceReplay },
+    /// Spec-Bench questions (`--spec-bench-*` in [`RunPlan::vllm`]).
+    SpecBench { path: PathBuf },
     /// vLLM's BurstGPT dataset: the CSV's GPT-4 lengths.
     BurstGpt { path: PathBuf },
     /// Random prompts at the lengths of [`RandomShape`] with synthetic images.
@@ -139,6 +144,7 @@ impl DatasetChoice {
             DatasetChoice::TimedTrace { .. } => "timed_trace",
             DatasetChoice::BurstGpt { .. } => "burstgpt",
             DatasetChoice::RandomMm(_) => "random-mm",
+            DatasetChoice::SpecBench { .. } => "spec_bench",
             DatasetChoice::Agentic(_) => "agentic",
         }
     }
@@ -153,7 +159,8 @@ impl DatasetChoice {
             | DatasetChoice::Sonnet { path, .. }
             | DatasetChoice::Hf { path, .. }
             | DatasetChoice::TimedTrace { path, .. }
-            | DatasetChoice::BurstGpt { path } => Some(path),
+            | DatasetChoice::BurstGpt { path }
+            | DatasetChoice::SpecBench { path } => Some(path),
             DatasetChoice::Agentic(a) => a.path(),
         }
     }
@@ -284,6 +291,8 @@ pub struct RunPlan {
     pub gpu_metrics_url: Option<String>,
     /// `--stop-when-saturated`: stop as soon as the live over-saturation test fires.
     pub stop_when_saturated: bool,
+    /// The rest of vLLM's flags: profiler, probes, timeline, dataset options.
+    pub vllm: super::vllm_extras::VllmServeFlags,
 }
 
 /// How conversations are replayed (`--multi-turn`).
@@ -336,6 +345,25 @@ impl RunPlan {
         check_traffic(&traffic)?;
         check_sizes(a, &traffic)?;
         let target = target(a)?;
+        let vllm = {
+            a.vllm.validate()?;
+            if matches!(target, TargetChoice::VirtualTime { .. }) {
+                if a.vllm.probe_request_rate > 0.0 {
+                    bail!(
+                        "--probe-request-rate sends probes beside the load in real time; \
+                         --virtual-time has no server to send them to (drop --virtual-time \
+                         to run against the simulator as a server)"
+                    );
+                }
+                if a.vllm.profile {
+                    eprintln!("note: --profile ignored: --virtual-time has no server to profile");
+                }
+            }
+            for n in a.vllm.notes() {
+                eprintln!("{n}");
+            }
+            a.vllm.clone()
+        };
         let dataset = dataset(a)?;
         check_self_timed(&dataset, &traffic)?;
         check_duration(&traffic)?;
@@ -408,6 +436,7 @@ impl RunPlan {
             transport,
             gpu_metrics_url: super::gpu_telemetry::checked_url(a.gpu_metrics_url.as_ref())?,
             stop_when_saturated: a.stop_when_saturated,
+            vllm,
         })
     }
 
@@ -467,6 +496,9 @@ impl RunPlan {
                     (DatasetName::Burstgpt, Some(path.clone()), None, 256)
                 }
                 DatasetChoice::RandomMm(_) => (DatasetName::RandomMm, None, None, 256),
+                DatasetChoice::SpecBench { path } => {
+                    (DatasetName::SpecBench, Some(path.clone()), None, 256)
+                }
                 DatasetChoice::Agentic(a) => (DatasetName::Agentic, a.path().cloned(), None, 256),
             };
         let replay = match &self.dataset {
@@ -488,6 +520,7 @@ impl RunPlan {
                 ApiFlavor::OpenaiChat => args::Backend::OpenaiChat,
                 ApiFlavor::OpenaiEmbeddings => args::Backend::OpenaiEmbeddings,
                 ApiFlavor::VllmRerank => args::Backend::VllmRerank,
+                ApiFlavor::OpenaiResponses => args::Backend::OpenaiResponses,
             },
             base_url,
             host: None,
@@ -625,6 +658,7 @@ impl RunPlan {
             },
             gpu_metrics_url: self.gpu_metrics_url.clone(),
             stop_when_saturated: self.stop_when_saturated,
+            vllm: self.vllm.clone(),
             agents: match &self.dataset {
                 DatasetChoice::Agentic(a) => a.flags.clone(),
                 _ => Default::default(),
@@ -836,12 +870,26 @@ fn dataset(a: &RunArgs) -> Result<DatasetChoice> {
                 _ => a.sharegpt_output_len,
             },
         },
-        DatasetName::Custom => DatasetChoice::Custom {
-            path: a
-                .dataset_path
-                .clone()
-                .context("--dataset-name custom needs --dataset-path FILE.jsonl")?,
+        DatasetName::Custom | DatasetName::CustomImage => DatasetChoice::Custom {
+            path: a.dataset_path.clone().with_context(|| {
+                format!(
+                    "--dataset-name {} needs --dataset-path FILE.jsonl",
+                    a.dataset_name.as_str()
+                )
+            })?,
             output_len: a.output_len.unwrap_or(a.custom_output_len),
+        },
+        DatasetName::CustomAudio => bail!(AUDIO_REFUSAL),
+        DatasetName::SpeedBench => bail!(
+            "--dataset-name speed_bench: servebench does not read SPEED-Bench's prepared files \
+             yet (its prompts and categories); measuring other prompts in their place would \
+             give other numbers. Spec-Bench (--dataset-name spec_bench) and the hf datasets \
+             are read"
+        ),
+        DatasetName::SpecBench => DatasetChoice::SpecBench {
+            path: a.dataset_path.clone().context(
+                "--dataset-name spec_bench needs --dataset-path question.jsonl (Spec-Bench's)",
+            )?,
         },
         DatasetName::Sonnet => DatasetChoice::Sonnet {
             path: a
@@ -1054,11 +1102,17 @@ impl DatasetFlags {
             | DatasetChoice::Custom { .. }
             | DatasetChoice::TimedTrace { .. }
             | DatasetChoice::BurstGpt { .. }
+            | DatasetChoice::SpecBench { .. }
             | DatasetChoice::RandomMm(_)
             | DatasetChoice::Agentic(_) => {}
         }
     }
 }
+
+/// Why audio runs are refused.
+const AUDIO_REFUSAL: &str = "audio (--backend openai-audio, --dataset-name custom_audio, the \
+    ASR hf datasets) is not sent by servebench yet: it sends text and images only, and a \
+    transcription benchmark measured with text requests would give another workload's numbers";
 
 fn endpoint(a: &RunArgs, target: &TargetChoice) -> Result<Endpoint> {
     let flavor = match a.backend {
@@ -1067,11 +1121,15 @@ fn endpoint(a: &RunArgs, target: &TargetChoice) -> Result<Endpoint> {
         args::Backend::OpenaiChat => ApiFlavor::OpenaiChat,
         args::Backend::OpenaiEmbeddings => ApiFlavor::OpenaiEmbeddings,
         args::Backend::VllmRerank => ApiFlavor::VllmRerank,
+        args::Backend::VllmChat => ApiFlavor::OpenaiChat,
+        args::Backend::OpenaiResponses => ApiFlavor::OpenaiResponses,
+        args::Backend::OpenaiAudio => bail!(AUDIO_REFUSAL),
     };
     let path = a.endpoint.clone().unwrap_or_else(|| match flavor {
         ApiFlavor::OpenaiChat => "/v1/chat/completions".into(),
         ApiFlavor::OpenaiEmbeddings => "/v1/embeddings".into(),
         ApiFlavor::VllmRerank => "/v1/rerank".into(),
+        ApiFlavor::OpenaiResponses => "/v1/responses".into(),
         _ => "/v1/completions".into(),
     });
     let api = servebench_loadgen::client::api_for_endpoint(&path);
@@ -1086,6 +1144,12 @@ fn endpoint(a: &RunArgs, target: &TargetChoice) -> Result<Endpoint> {
         ApiFlavor::VllmRerank => ApiKind::Rerank,
         _ => api,
     };
+    if !virtual_time && (flavor == ApiFlavor::OpenaiResponses) != (api == ApiKind::Responses) {
+        bail!(
+            "--backend {} does not match --endpoint {path}: use openai-responses with /v1/responses",
+            flavor.as_str()
+        );
+    }
     if !virtual_time && (flavor == ApiFlavor::OpenaiChat) != (api == ApiKind::Chat) {
         bail!(
             "--backend {} does not match --endpoint {path}: use openai-chat with /v1/chat/completions and openai/vllm with /v1/completions",

@@ -121,7 +121,21 @@ pub fn count_image_tokens(
             plan.endpoint.flavor.as_str()
         );
     }
-    let vision = vision_for(plan, target)?;
+    let vision = match vision_for(plan, target) {
+        Ok(v) => v,
+        // A real server counts its own images (its usage reports them); without the model's
+        // vision config the client's expected lengths are the text's alone, as vLLM's client
+        // counts them. Only the simulator in virtual time needs the count to run at all.
+        Err(e) if matches!(target, RunTarget::Http(t) if t.sim.is_none()) => {
+            eprintln!(
+                "note: image tokens are not counted in the client's expected prompt lengths \
+                 (the server's usage reports them, and vLLM's client does not count them \
+                 either): {e:#}"
+            );
+            return Ok(requests);
+        }
+        Err(e) => return Err(e),
+    };
     for r in &mut requests {
         r.count_image_tokens(|w, h| vision.image_tokens(w, h));
     }

@@ -359,10 +359,10 @@ fn hf_refusals_say_what_to_do() {
             "--dataset-path",
             &copy_s,
             "--hf-name",
-            "lmarena-ai/VisionArena-Chat",
+            "yale-nlp/MMVU",
         ],
     ));
-    assert!(err.contains("multimodal"), "{err}");
+    assert!(err.contains("multimodal (video)"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }
 

@@ -259,14 +259,10 @@ fn bad_flags_exit_2_with_a_clear_message() {
         (&["latency", "--batch-size", "1,x"], "--batch-size"),
         (&["latency", "--num-iters", "0"], "--num-iters"),
         (&["latency", "--output-len", "0"], "--output-len"),
-        (
-            &["latency", "--profile"],
-            "--profile is a `vllm bench latency` flag",
-        ),
         (&["latency", "--use-beam-search"], "beam search"),
         (
-            &["latency", "--tensor-parallel-size", "2"],
-            "--tensor-parallel-size",
+            &["latency", "--speculative-config", "{\"method\": \"ngram\"}"],
+            "does not model speculative decoding",
         ),
         (
             &["latency", "--sim", "llama-3.1-8b", "--port", "1"],

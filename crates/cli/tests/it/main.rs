@@ -55,4 +55,6 @@ mod tls;
 mod trace_cli;
 mod trust;
 mod vllm_argv;
+mod vllm_corpus;
+mod vllm_extras;
 mod vllm_parity;

@@ -153,13 +153,8 @@ fn bad_flags_exit_2_with_a_clear_message() {
             "--num-prompts",
         ),
         (
-            &[
-                "throughput",
-                "--input-len",
-                "8",
-                "--disable-frontend-multiprocessing",
-            ],
-            "--disable-frontend-multiprocessing is a `vllm bench throughput` flag",
+            &["throughput", "--input-len", "8", "--hf-max-batch-size", "4"],
+            "--hf-max-batch-size is a `vllm bench throughput` flag",
         ),
         (
             &[
@@ -178,6 +173,21 @@ fn bad_flags_exit_2_with_a_clear_message() {
         (
             &["throughput", "--input-len", "8", "--backend", "hf"],
             "--backend",
+        ),
+        // What would give a wrong number is refused, saying why (issue 28).
+        (
+            &[
+                "throughput",
+                "--input-len",
+                "8",
+                "--speculative-config",
+                "{}",
+            ],
+            "does not model speculative decoding",
+        ),
+        (
+            &["throughput", "--input-len", "8", "--quantization", "awq"],
+            "--quantization awq",
         ),
     ];
     for (args, message) in cases {

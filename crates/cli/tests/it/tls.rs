@@ -250,6 +250,124 @@ fn https_through_an_openssl_proxy_counts_the_same_tokens_as_http() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+fn openssl() -> bool {
+    Command::new("openssl")
+        .arg("version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Starts tls_proxy.py with `cert`/`key` in front of `upstream`; its port.
+fn start_proxy(cert: &Path, key: &Path, upstream: SocketAddr) -> (Proxy, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tls_proxy.py");
+    let mut child = Command::new("python3")
+        .arg(&script)
+        .args(["--cert", &cert.to_string_lossy()])
+        .args(["--key", &key.to_string_lossy()])
+        .args(["--upstream", &upstream.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the TLS proxy");
+    let stdout = child.stdout.take().expect("proxy stdout");
+    let proxy = Proxy(child);
+    let line = BufReader::new(stdout)
+        .lines()
+        .next()
+        .expect("the proxy printed its port")
+        .expect("utf-8");
+    let port = line
+        .strip_prefix("LISTENING ")
+        .expect("LISTENING <port>")
+        .trim()
+        .to_owned();
+    (proxy, port)
+}
+
+/// Issue 28, item 8: the certificate `openssl req -x509` makes (self-signed, CA:TRUE, which
+/// WebPKI alone refuses as "a CA used as an end entity") is trusted when given to --ca-cert
+/// and presented by the server itself, as curl and Python trust it; without --ca-cert the
+/// error is one sentence, not the TLS library's debug output.
+#[test]
+fn a_self_signed_openssl_certificate_given_to_ca_cert_is_trusted_issue_28() {
+    let required = std::env::var("SERVEBENCH_REQUIRE_PYTHON_TLS").is_ok_and(|v| v == "1");
+    if !python3() || !openssl() {
+        assert!(
+            !required,
+            "SERVEBENCH_REQUIRE_PYTHON_TLS=1 but python3 or openssl is not on PATH"
+        );
+        eprintln!("a_self_signed_openssl_certificate: skipped, python3 or openssl is not on PATH");
+        return;
+    }
+    let dir = tempdir("tls", "openssl-self-signed");
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run openssl");
+    assert!(made.success(), "openssl req -x509 failed");
+    let rt = runtime();
+    let (addr, _stop) = start_sim(&rt, &format!("{MODEL} --gpu h100"), None);
+    let (_proxy, port) = start_proxy(&cert, &key, addr);
+    let url = format!("https://127.0.0.1:{port}");
+
+    let trusted = run(
+        &url,
+        &dir.join("trusted"),
+        &["--ca-cert", &cert.to_string_lossy()],
+    );
+    assert_eq!(
+        trusted["summary"]["completed"], 12,
+        "{}",
+        trusted["summary"]
+    );
+
+    let o = bin()
+        .args([
+            "run",
+            "--base-url",
+            &url,
+            "--num-prompts",
+            "1",
+            "--disable-tqdm",
+        ])
+        .args(["--output-dir", &dir.join("untrusted").to_string_lossy()])
+        .output()
+        .expect("spawn servebench");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{}", text(&o));
+    let line = err
+        .lines()
+        .find(|l| l.contains("not signed by a CA this client trusts"))
+        .unwrap_or_else(|| panic!("no untrusted-certificate line in:\n{err}"));
+    assert!(
+        line.contains(
+            "the server's certificate is not signed by a CA this client trusts: pass --ca-cert FILE, or --insecure to skip verification"
+        ),
+        "{line}"
+    );
+    for debug in ["Context {", "signature_algorithm_id", "CaUsedAsEndEntity"] {
+        assert!(!err.contains(debug), "debug text in: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `servebench run` against `url` without `--model` (the model probe meets the failure
 /// first); asserts it fails with one line holding every `expected` fragment.
 fn fails_with(url: &str, extra: &[&str], expected: &[&str]) {
@@ -289,8 +407,7 @@ fn certificate_and_protocol_failures_are_one_clear_line() {
         &format!("https://{untrusted}"),
         &[],
         &[
-            "certificate not trusted",
-            "unknown issuer",
+            "the server's certificate is not signed by a CA this client trusts",
             "--ca-cert",
             "--insecure",
         ],

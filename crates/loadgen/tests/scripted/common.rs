@@ -20,6 +20,7 @@ pub fn target(base_url: &str, api: ApiKind) -> Target {
             ApiKind::Chat => "/v1/chat/completions".into(),
             ApiKind::Embeddings => "/v1/embeddings".into(),
             ApiKind::Rerank => "/v1/rerank".into(),
+            ApiKind::Responses => "/v1/responses".into(),
         },
         api,
         model: "scripted-model".into(),

@@ -13,6 +13,7 @@ mod images;
 mod pooling;
 mod request;
 mod response;
+mod responses;
 mod secure;
 mod signal;
 mod stop;
@@ -96,6 +97,9 @@ struct Shared {
     fleet: Option<Arc<crate::fleet::realtime_fleet::FleetEngines>>,
     /// The served model's vision encoder (images are refused without one).
     vision: Option<servebench_roofline::VisionSpec>,
+    /// `/start_profile` and `/stop_profile` calls so far (vLLM's profiler endpoints; the
+    /// simulator has nothing to trace, it counts them for `/sim/profile`).
+    profile_calls: [std::sync::atomic::AtomicU64; 2],
 }
 
 fn unix_now() -> u64 {
@@ -170,6 +174,7 @@ impl AppState {
                 lora_modules: sim.lora_modules.clone(),
                 fleet: None,
                 vision: sim.vision.clone(),
+                profile_calls: Default::default(),
             }),
         }
     }
@@ -281,12 +286,16 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/responses", post(responses_api))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/version", get(version))
         .route("/metrics", get(metrics))
         .route("/tokenize", post(tokenize))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .route("/start_profile", post(start_profile))
+        .route("/stop_profile", post(stop_profile))
+        .route("/sim/profile", get(profile_calls))
         .route("/sim/config", get(sim_config))
         .merge(pooling::routes())
         .fallback(error::not_found)
@@ -306,6 +315,42 @@ async fn chat_completions(State(app): State<AppState>, headers: HeaderMap, body:
     generate(app, Endpoint::Chat, &headers, body, received)
         .await
         .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The Responses API: a chat request underneath, its stream rewritten (responses.rs).
+async fn responses_api(State(app): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let received = Instant::now();
+    let bytes = match body::read_limited(
+        &headers,
+        body,
+        app.inner.max_body_bytes,
+        app.inner.body_timeouts,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let (chat, stream) = match responses::to_chat_request(&bytes) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let mut chat_headers = headers.clone();
+    chat_headers.remove(header::CONTENT_LENGTH);
+    let answer = generate(
+        app,
+        Endpoint::Chat,
+        &chat_headers,
+        Body::from(chat),
+        received,
+    )
+    .await
+    .unwrap_or_else(IntoResponse::into_response);
+    let id = format!(
+        "resp_{:016x}",
+        xxhash_rust::xxh3::xxh3_64(&bytes) ^ received.elapsed().as_nanos() as u64
+    );
+    responses::translate(answer, stream, id).await
 }
 
 async fn generate(
@@ -623,6 +668,29 @@ async fn reset_prefix_cache(State(app): State<AppState>) -> Response {
         .into_response(),
         Err(_) => ApiError::engine_stopped().into_response(),
     }
+}
+
+/// vLLM's `/start_profile`: 200 with an empty body (vLLM's answer once its profiler is
+/// configured).
+async fn start_profile(State(app): State<AppState>) -> StatusCode {
+    app.inner.profile_calls[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    StatusCode::OK
+}
+
+/// vLLM's `/stop_profile`.
+async fn stop_profile(State(app): State<AppState>) -> StatusCode {
+    app.inner.profile_calls[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    StatusCode::OK
+}
+
+/// How often the profiler endpoints were called: `{"start": N, "stop": M}`.
+async fn profile_calls(State(app): State<AppState>) -> Response {
+    let [start, stop] = &app.inner.profile_calls;
+    axum::Json(serde_json::json!({
+        "start": start.load(std::sync::atomic::Ordering::Relaxed),
+        "stop": stop.load(std::sync::atomic::Ordering::Relaxed),
+    }))
+    .into_response()
 }
 
 async fn sim_config(State(app): State<AppState>) -> Response {

@@ -53,7 +53,7 @@ impl GenerateBody {
     pub fn parse(endpoint: Endpoint, bytes: &[u8]) -> Result<Self, ApiError> {
         Ok(match endpoint {
             Endpoint::Completions => GenerateBody::Completions(parse_json(bytes)?),
-            Endpoint::Chat => GenerateBody::Chat(parse_json(bytes)?),
+            Endpoint::Chat | Endpoint::Responses => GenerateBody::Chat(parse_json(bytes)?),
         })
     }
 
@@ -336,14 +336,14 @@ pub fn validate(
     let max_tokens: i64 = match (requested, endpoint) {
         (Some(v), _) => v,
         (None, Endpoint::Completions) => DEFAULT_COMPLETION_MAX_TOKENS as i64,
-        (None, Endpoint::Chat) => i64::from(max_model_len - input),
+        (None, Endpoint::Chat | Endpoint::Responses) => i64::from(max_model_len - input),
     };
     // In i128 so that no i64 a client sends can overflow the sum.
     let total = i128::from(input) + i128::from(max_tokens);
     if total > i128::from(max_model_len) {
         let (what, reduce) = match endpoint {
             Endpoint::Completions => ("prompt", "prompt or completion"),
-            Endpoint::Chat => ("messages", "messages or completion"),
+            Endpoint::Chat | Endpoint::Responses => ("messages", "messages or completion"),
         };
         return Err(ApiError::bad_request(
             format!(

@@ -83,7 +83,7 @@ pub struct ChunkTemplate {
 fn response_id(endpoint: Endpoint, id: u64) -> String {
     match endpoint {
         Endpoint::Completions => format!("{COMPLETION_ID_PREFIX}{id:016x}"),
-        Endpoint::Chat => format!("{CHAT_ID_PREFIX}{id:016x}"),
+        Endpoint::Chat | Endpoint::Responses => format!("{CHAT_ID_PREFIX}{id:016x}"),
     }
 }
 
@@ -558,7 +558,7 @@ pub fn full_body(meta: ResponseMeta<'_>, choices: Vec<ChoiceText>) -> serde_json
                 .collect(),
             usage,
         }),
-        Endpoint::Chat => serde_json::to_value(ChatCompletionResponse {
+        Endpoint::Chat | Endpoint::Responses => serde_json::to_value(ChatCompletionResponse {
             id: response_id(endpoint, id),
             object: CHAT_COMPLETION_OBJECT.to_owned(),
             created,

@@ -16,6 +16,20 @@ pub enum HfKind {
     /// AIMO / NuminaMath: `problem` is the prompt, `solution`'s tokens the output length;
     /// prompts of 4–2048 tokens and totals up to 32000.
     Aimo,
+    /// VisionArena: the first user turn's `content` (`conversation[0][0]` in VisionArena-Chat,
+    /// `turns[0][0]` in vision-arena-bench) and the row's first image; 128 output tokens.
+    VisionArena,
+    /// LLaVA-OneVision: ShareGPT-style `conversations` as [`HfKind::Conversation`], with the
+    /// row's `image` (when it has one) in the message.
+    MultiModalConversation,
+    /// HumanEval: `prompt`; 256 output tokens; its only split is `test`.
+    HumanEval,
+    /// GSM8K: `question`; 256 output tokens.
+    Gsm8k,
+    /// Blazedit: `code` and `change_request` in the Blazedit edit template, rows whose
+    /// `norm_distance` lies in [--blazedit-min-distance, --blazedit-max-distance]; 4000 output
+    /// tokens.
+    Blazedit,
 }
 
 impl HfKind {
@@ -26,6 +40,11 @@ impl HfKind {
             HfKind::InstructCoder => "InstructCoder",
             HfKind::MtBench => "MT-Bench",
             HfKind::Aimo => "AIMO",
+            HfKind::VisionArena => "VisionArena",
+            HfKind::MultiModalConversation => "multimodal conversations",
+            HfKind::HumanEval => "HumanEval",
+            HfKind::Gsm8k => "GSM8K",
+            HfKind::Blazedit => "Blazedit",
         }
     }
 
@@ -33,15 +52,32 @@ impl HfKind {
     /// take `--hf-split`.
     pub fn fixed_split(self) -> Option<&'static str> {
         match self {
-            HfKind::Conversation => None,
+            HfKind::Conversation
+            | HfKind::MultiModalConversation
+            | HfKind::VisionArena
+            | HfKind::HumanEval
+            | HfKind::Gsm8k
+            | HfKind::Blazedit => None,
             _ => Some("train"),
         }
     }
 
-    /// The subset vLLM reads: `--hf-subset` for conversations and InstructCoder and
-    /// MT-Bench, none for AIMO.
+    /// The split read when `--hf-split` is not given.
+    pub fn default_split(self) -> &'static str {
+        match self {
+            HfKind::HumanEval => "test",
+            _ => "train",
+        }
+    }
+
+    /// The subset vLLM reads: `--hf-subset` for all but AIMO.
     pub fn takes_subset(self) -> bool {
         !matches!(self, HfKind::Aimo)
+    }
+
+    /// Whether its requests carry images (and so need a chat backend).
+    pub fn has_images(self) -> bool {
+        matches!(self, HfKind::VisionArena | HfKind::MultiModalConversation)
     }
 }
 
@@ -53,14 +89,33 @@ pub const SUPPORTED: &[(&str, HfKind)] = &[
     ("AI-MO/aimo-validation-aime", HfKind::Aimo),
     ("AI-MO/NuminaMath-1.5", HfKind::Aimo),
     ("AI-MO/NuminaMath-CoT", HfKind::Aimo),
+    ("lmarena-ai/VisionArena-Chat", HfKind::VisionArena),
+    ("lmarena-ai/vision-arena-bench-v0.1", HfKind::VisionArena),
+    (
+        "lmms-lab/LLaVA-OneVision-Data",
+        HfKind::MultiModalConversation,
+    ),
+    ("openai/openai_humaneval", HfKind::HumanEval),
+    ("openai/gsm8k", HfKind::Gsm8k),
+    ("vdaita/edit_5k_char", HfKind::Blazedit),
+    ("vdaita/edit_10k_char", HfKind::Blazedit),
 ];
 
 /// Dataset ids vLLM knows that servebench does not read, and why.
 pub const UNSUPPORTED: &[(&str, &str)] = &[
-    ("lmms-lab/LLaVA-OneVision-Data", "multimodal (images)"),
-    ("lmarena-ai/VisionArena-Chat", "multimodal (images)"),
-    ("lmarena-ai/vision-arena-bench-v0.1", "multimodal (images)"),
     ("yale-nlp/MMVU", "multimodal (video)"),
+    (
+        "gorilla-llm/Berkeley-Function-Calling-Leaderboard",
+        "tool-calling requests (each row's tools schema and chat history)",
+    ),
+    (
+        "ArtificialAnalysis/Earnings22-Cleaned-AA",
+        "audio transcription",
+    ),
+    (
+        "D4nt3/esb-datasets-earnings22-validation-tiny-filtered",
+        "audio transcription",
+    ),
     ("Lin-Chen/MMStar", "multimodal (images)"),
     ("openslr/librispeech_asr", "audio transcription"),
     ("facebook/voxpopuli", "audio transcription"),
@@ -68,8 +123,6 @@ pub const UNSUPPORTED: &[(&str, &str)] = &[
     ("edinburghcstr/ami", "audio transcription"),
     ("speechcolab/gigaspeech", "audio transcription"),
     ("kensho/spgispeech", "audio transcription"),
-    ("vdaita/edit_5k_char", "the Blazedit prompt template"),
-    ("vdaita/edit_10k_char", "the Blazedit prompt template"),
     (
         "zed-industries/zeta",
         "the next-edit prediction prompt template",

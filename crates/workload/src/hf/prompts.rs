@@ -9,6 +9,7 @@ use servebench_tokenizer::Tokenizer;
 use super::known::HfKind;
 use super::rows::Row;
 use crate::error::WorkloadError;
+use crate::images::ImageInput;
 
 /// InstructCoder's request for code only, after the instruction (vLLM's wording).
 const CODE_ONLY: &str = " Just output the code, do not include any explanation.";
@@ -16,10 +17,35 @@ const CODE_ONLY: &str = " Just output the code, do not include any explanation."
 /// What a row gives.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Taken {
-    /// A request: prompt, its tokens, output tokens.
-    Request(String, u64, u64),
+    /// A request: prompt, its text tokens, output tokens, and the images sent with it.
+    Request(String, u64, u64, Vec<ImageInput>),
     /// Filtered out, as vLLM does.
     Skipped,
+}
+
+/// The Blazedit edit prompt (vLLM's, after ise-uiuc/blazedit's create_refined_dataset.py).
+fn blazedit_prompt(code: &str, change_request: &str) -> String {
+    format!(
+        "Given a code file, please apply the change requests and generate the new file.\n\n\
+         Original file:\n```python\n{code}\n```\n\n\
+         Change request:\n{change_request}\n\n\
+         Please generate the new code file in the \"New file\" section below."
+    )
+}
+
+/// Row filters that take a value from the command line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Filters {
+    /// Blazedit's `--blazedit-min-distance` and `--blazedit-max-distance`.
+    pub blazedit_distance: (f64, f64),
+}
+
+impl Default for Filters {
+    fn default() -> Self {
+        Filters {
+            blazedit_distance: (0.0, 1.0),
+        }
+    }
 }
 
 /// vLLM's `is_valid_sequence` with its minimum of 4 tokens.
@@ -35,6 +61,7 @@ pub(crate) fn take(
     row: &Row,
     path: &Path,
     output_len: Option<u64>,
+    filters: Filters,
     tok: &Tokenizer,
 ) -> Result<Taken, WorkloadError> {
     let col = Columns {
@@ -45,7 +72,7 @@ pub(crate) fn take(
     };
     let count = |s: &str| tok.count(s) as u64;
     Ok(match kind {
-        HfKind::Conversation => {
+        HfKind::Conversation | HfKind::MultiModalConversation => {
             let turns = col.list("conversations")?;
             if turns.len() < 2 {
                 return Ok(Taken::Skipped);
@@ -53,16 +80,78 @@ pub(crate) fn take(
             let prompt = col.turn_text(&turns[0], 0)?;
             let completion = col.turn_text(&turns[1], 1)?;
             let prompt_len = count(prompt);
-            match output_len {
-                Some(n) => Taken::Request(prompt.to_owned(), prompt_len, n),
+            let n = match output_len {
+                Some(n) => n,
                 None => {
                     let n = count(completion);
                     if !is_valid(prompt_len, n, 1024, 2048) {
                         return Ok(Taken::Skipped);
                     }
-                    Taken::Request(prompt.to_owned(), prompt_len, n)
+                    n
                 }
+            };
+            let images = match (kind, row.fields.get("image")) {
+                (HfKind::MultiModalConversation, Some(v)) if !v.is_null() => {
+                    vec![col.image("image", v)?]
+                }
+                _ => Vec::new(),
+            };
+            Taken::Request(prompt.to_owned(), prompt_len, n, images)
+        }
+        HfKind::VisionArena => {
+            // VisionArena-Chat keeps the chat in `conversation`, the bench copy in `turns`:
+            // a list of turns, each a list of messages.
+            let column = if row.fields.contains_key("conversation") {
+                "conversation"
+            } else {
+                "turns"
+            };
+            let prompt = col
+                .list(column)?
+                .first()
+                .and_then(Value::as_array)
+                .and_then(|t| t.first())
+                .and_then(|m| m.get("content"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| col.bad(column, "has no first message with a string `content`"))?;
+            let images = col.list("images")?;
+            let first = images
+                .first()
+                .ok_or_else(|| col.bad("images", "is an empty list"))?;
+            let image = col.image("images", first)?;
+            Taken::Request(
+                prompt.to_owned(),
+                count(prompt),
+                output_len.unwrap_or(128),
+                vec![image],
+            )
+        }
+        HfKind::HumanEval | HfKind::Gsm8k => {
+            let column = if kind == HfKind::HumanEval {
+                "prompt"
+            } else {
+                "question"
+            };
+            let prompt = col.text(column)?;
+            Taken::Request(
+                prompt.to_owned(),
+                count(prompt),
+                output_len.unwrap_or(256),
+                Vec::new(),
+            )
+        }
+        HfKind::Blazedit => {
+            let distance = col
+                .get("norm_distance")?
+                .as_f64()
+                .ok_or_else(|| col.bad("norm_distance", "is not a number"))?;
+            let (min, max) = filters.blazedit_distance;
+            if distance < min || distance > max {
+                return Ok(Taken::Skipped);
             }
+            let prompt = blazedit_prompt(col.text("code")?, col.text("change_request")?);
+            let n = count(&prompt);
+            Taken::Request(prompt, n, output_len.unwrap_or(4000), Vec::new())
         }
         HfKind::InstructCoder => {
             let prompt = format!(
@@ -71,7 +160,7 @@ pub(crate) fn take(
                 col.text("instruction")?
             );
             let n = count(&prompt);
-            Taken::Request(prompt, n, output_len.unwrap_or(200))
+            Taken::Request(prompt, n, output_len.unwrap_or(200), Vec::new())
         }
         HfKind::MtBench => {
             let turns = col.list("turns")?;
@@ -81,20 +170,25 @@ pub(crate) fn take(
             let prompt = first
                 .as_str()
                 .ok_or_else(|| col.bad("turns", "does not start with a string"))?;
-            Taken::Request(prompt.to_owned(), count(prompt), output_len.unwrap_or(256))
+            Taken::Request(
+                prompt.to_owned(),
+                count(prompt),
+                output_len.unwrap_or(256),
+                Vec::new(),
+            )
         }
         HfKind::Aimo => {
             let prompt = col.text("problem")?;
             let completion = col.text("solution")?;
             let prompt_len = count(prompt);
             match output_len {
-                Some(n) => Taken::Request(prompt.to_owned(), prompt_len, n),
+                Some(n) => Taken::Request(prompt.to_owned(), prompt_len, n, Vec::new()),
                 None => {
                     let n = count(completion);
                     if !is_valid(prompt_len, n, 2048, 32000) {
                         return Ok(Taken::Skipped);
                     }
-                    Taken::Request(prompt.to_owned(), prompt_len, n)
+                    Taken::Request(prompt.to_owned(), prompt_len, n, Vec::new())
                 }
             }
         }
@@ -154,6 +248,35 @@ impl<'a> Columns<'a> {
             .ok_or_else(|| self.bad(name, "is not a list"))
     }
 
+    /// An image column's value: Hugging Face's `Image` feature as Parquet stores it (`bytes`,
+    /// base64 in JSON; or a `path`), or a path string. A path is read relative to the data
+    /// file's folder.
+    fn image(&self, name: &str, v: &Value) -> Result<ImageInput, WorkloadError> {
+        let bytes = v
+            .get("bytes")
+            .and_then(Value::as_str)
+            .filter(|b| !b.is_empty());
+        let path = v
+            .get("path")
+            .and_then(Value::as_str)
+            .or_else(|| v.as_str())
+            .filter(|p| !p.is_empty());
+        let found = match (bytes, path) {
+            (Some(b64), _) => ImageInput::from_base64(b64),
+            (None, Some(p)) => {
+                let base = self.path.parent().unwrap_or(Path::new("."));
+                ImageInput::from_file(&base.join(p))
+            }
+            (None, None) => Err("neither image bytes nor a path".to_owned()),
+        };
+        found.map_err(|e| {
+            self.bad(
+                name,
+                &format!("holds an image servebench cannot read ({e})"),
+            )
+        })
+    }
+
     /// The `value` of a conversation turn.
     fn turn_text(&self, turn: &'a Value, index: usize) -> Result<&'a str, WorkloadError> {
         turn.get("value").and_then(Value::as_str).ok_or_else(|| {
@@ -186,6 +309,7 @@ mod tests {
             &row(v),
             Path::new("f.jsonl"),
             out,
+            Filters::default(),
             &Tokenizer::builtin(),
         )
     }
@@ -193,7 +317,7 @@ mod tests {
     #[test]
     fn columns_and_defaults_follow_vllm() {
         let tok = Tokenizer::builtin();
-        let Taken::Request(p, n, out) = take_one(
+        let Taken::Request(p, n, out, _) = take_one(
             HfKind::InstructCoder,
             json!({"instruction": "Rename x.", "input": "x = 1"}),
             None,
@@ -203,7 +327,7 @@ mod tests {
         };
         assert_eq!(p, format!("x = 1\n\nRename x.{CODE_ONLY}"));
         assert_eq!((n, out), (tok.count(&p) as u64, 200));
-        let Taken::Request(p, _, out) = take_one(
+        let Taken::Request(p, _, out, _) = take_one(
             HfKind::MtBench,
             json!({"turns": ["Hi there", "more"]}),
             None,
@@ -213,7 +337,7 @@ mod tests {
         };
         assert_eq!((p.as_str(), out), ("Hi there", 256));
         let long = "word ".repeat(40);
-        let Taken::Request(_, _, out) = take_one(
+        let Taken::Request(_, _, out, _) = take_one(
             HfKind::Aimo,
             json!({"problem": "What is one plus one, exactly?", "solution": long}),
             None,
@@ -238,7 +362,7 @@ mod tests {
         );
         assert!(matches!(
             take_one(HfKind::Conversation, short, Some(9)).unwrap(),
-            Taken::Request(_, _, 9)
+            Taken::Request(_, _, 9, _)
         ));
     }
 
