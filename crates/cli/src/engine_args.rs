@@ -5,8 +5,9 @@
 //! `--quantization fp8`, `--max-num-seqs`, ...); the others (how weights load, compilation,
 //! logging) are listed in one note as having no effect on the simulator. Against a server
 //! (`--base-url`/`--host`/`--port`) they configured that server when it started, and the note
-//! says so. `--speculative-config` is refused: the simulator does not model speculative
-//! decoding, so its figures would be those of an engine without it.
+//! says so. `--speculative-config` is refused: the simulator models speculative decoding,
+//! but the share of drafts accepted depends on the model and the data, which vLLM's JSON does
+//! not say; `--sim "MODEL --speculative-config JSON --spec-acceptance-rate R"` gives both.
 
 use anyhow::{bail, Result};
 use clap::Args;
@@ -84,7 +85,7 @@ pub struct EngineArgs {
     /// Rank every adapter is charged for.
     #[arg(long, value_name = "R", help_heading = "vLLM engine arguments")]
     pub max_lora_rank: Option<u32>,
-    /// Refused: the simulator does not model speculative decoding.
+    /// Refused: the acceptance rate it needs is not in vLLM's JSON; give both with `--sim`.
     #[arg(long, value_name = "JSON", help_heading = "vLLM engine arguments")]
     pub speculative_config: Option<String>,
     /// Noted: how vLLM loads weights (`dummy`, `auto`, ...).
@@ -164,9 +165,10 @@ impl EngineArgs {
     pub fn check(&self) -> Result<()> {
         if self.speculative_config.is_some() {
             bail!(
-                "--speculative-config: the simulator does not model speculative decoding yet, so \
-                 its figures would be those of an engine without it; drop the flag to measure \
-                 the engine without speculation, or point --base-url at a server started with it"
+                "--speculative-config: the simulator models speculative decoding, but how many \
+                 drafts are accepted depends on the model and the data, which this JSON does not \
+                 say; give both: --sim \"MODEL --speculative-config JSON --spec-acceptance-rate \
+                 R\" (docs/sim.md), or point --base-url at a server started with it"
             );
         }
         Ok(())

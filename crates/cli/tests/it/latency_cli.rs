@@ -262,7 +262,7 @@ fn bad_flags_exit_2_with_a_clear_message() {
         (&["latency", "--use-beam-search"], "beam search"),
         (
             &["latency", "--speculative-config", "{\"method\": \"ngram\"}"],
-            "does not model speculative decoding",
+            "how many drafts are accepted",
         ),
         (
             &["latency", "--sim", "llama-3.1-8b", "--port", "1"],

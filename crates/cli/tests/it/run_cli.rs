@@ -300,11 +300,13 @@ fn append_result_appends_a_second_json_document() {
 #[test]
 fn unsupported_vllm_flags_are_refused_with_a_reason() {
     let dir = tempdir("unsupported");
-    let out = run_in(&dir, &["--profile"]);
+    // `--profile` is measured now (the server's /start_profile and /stop_profile); beam
+    // search is not, and would change what is generated.
+    let out = run_in(&dir, &["--use-beam-search"]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("--profile") && err.contains("not support"),
+        err.contains("--use-beam-search") && err.contains("not support"),
         "{err}"
     );
     let out = run_in(

@@ -183,7 +183,7 @@ fn bad_flags_exit_2_with_a_clear_message() {
                 "--speculative-config",
                 "{}",
             ],
-            "does not model speculative decoding",
+            "how many drafts are accepted",
         ),
         (
             &["throughput", "--input-len", "8", "--quantization", "awq"],

@@ -443,7 +443,7 @@ fn every_corpus_line_vllm_accepts_runs_issue_28() {
 
 #[test]
 // Of its 20 lines vLLM accepts, 18 run; BFCL (c082: the dataset is not read) and
-// `throughput --speculative-config` (c096: the simulator has no speculative decoding) are
+// `throughput --speculative-config` (c096: no acceptance rate in the JSON) are
 // refused. Run it with `--include-ignored` to see where the client stands.
 #[ignore = "2 of 20 held-out lines are refused: the BFCL dataset and --speculative-config"]
 fn every_held_out_line_vllm_accepts_runs_issue_28() {
