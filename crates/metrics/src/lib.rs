@@ -12,9 +12,9 @@
 //! - [`vllm`]: the figures and vectors `vllm bench serve` reports, by vLLM's definitions.
 //! - [`repeat`]: repeated runs, mean ± std per figure.
 //! - `io`: reading records back from JSONL.
-//! - [`energy`]: GPU energy over the measured window, from the power readings.
+//! - [`energy`](mod@energy): GPU energy over the measured window, from the power readings.
 //! - [`units`]: ns/ms/s conversions, used across the workspace.
-//! - [`slices`]: every statistic per time window (`--slice-duration`).
+//! - [`slices`](mod@slices): every statistic per time window (`--slice-duration`).
 //! - [`result`]: the result files (`*.servebench.json`, `experiment.json`) as types.
 
 pub mod connections;

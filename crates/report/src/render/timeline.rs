@@ -296,7 +296,7 @@ pub fn run_timeline(run: &RunData, key: &str) -> Vec<Chart> {
 /// Most requests drawn on a request timeline; beyond this every k-th is shown.
 const TIMELINE_REQUESTS: usize = 200;
 
-/// One bar per request (every k-th past [`TIMELINE_REQUESTS`]), in order of sending, on the
+/// One bar per request (every k-th past `TIMELINE_REQUESTS`), in order of sending, on the
 /// run's time axis: queued (intended → sent), to first token (sent → first token), streaming
 /// (first → last token); a failed request as one bar from its send to its failure. `None`
 /// without records.
