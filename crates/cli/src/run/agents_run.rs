@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use servebench_loadgen::{
-    run_agents, warm_up, AgentSpec, AgentStart, ConversationBackend, Progress, StopSignal,
+    run_agents, AgentSpec, AgentStart, ConversationBackend, Progress, StopSignal,
 };
 use servebench_tokenizer::Tokenizer;
 use servebench_workload::agentic::{
@@ -219,26 +219,8 @@ async fn measure(
     let report_args = plan.to_args();
     let (mut finish, sink) =
         output::Finish::open(&report_args, model_id, tokenizer, command_line, print)?;
-    let sink = sink.on_write_error(Arc::new(|e| {
-        super::stop_for_output_failure(format!("writing the per-request records failed: {e}"))
-    }));
-    if let Some(timeout) = plan.ready_check_timeout {
-        output::ready_check(&client, &first, timeout, stop).await?;
-    }
-    let warmups = plan.traffic.num_warmups;
-    if warmups > 0 {
-        let ok = warm_up(
-            Arc::clone(&client),
-            first,
-            warmups,
-            plan.traffic.max_concurrency,
-            stop,
-        )
-        .await;
-        if print {
-            eprintln!("Warm-up completed ({ok}/{warmups} succeeded).");
-        }
-    }
+    let sink = output::stopping_on_write_error(sink);
+    output::ready_and_warm_up(plan, &client, first, stop, print).await?;
     let total_turns: usize = scripts.iter().map(AgentScript::total_turns).sum();
     if print {
         if agents.num_users.is_none() {

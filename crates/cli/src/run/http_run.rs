@@ -84,9 +84,7 @@ impl Executor for HttpTarget {
         let (mut finish, sink) =
             output::Finish::open(&report_args, model_id, &tokenizer, command_line, print)?;
         finish.shard = shard;
-        let sink = sink.on_write_error(Arc::new(|e| {
-            super::stop_for_output_failure(format!("writing the per-request records failed: {e}"))
-        }));
+        let sink = output::stopping_on_write_error(sink);
 
         if let Some(timeout) = plan.ready_check_timeout {
             output::ready_check(&client, &prepared[0], timeout, stop).await?;

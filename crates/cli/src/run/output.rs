@@ -3,6 +3,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -215,6 +216,43 @@ impl ServerInfo {
 /// The simulator's configuration (as the simulator reports it) in a result's terms.
 pub fn sim_config(config: &Value) -> Result<SimConfig> {
     serde_json::from_value(config.clone()).context("reading the simulator's configuration")
+}
+
+/// Makes a write error on the records file stop a run over the network: no new requests,
+/// and the records already measured stay on disk.
+pub fn stopping_on_write_error(sink: JsonlSink) -> JsonlSink {
+    sink.on_write_error(Arc::new(|e| {
+        super::stop_for_output_failure(format!("writing the per-request records failed: {e}"))
+    }))
+}
+
+/// The ready check and the warm-ups of a conversation run (multi-turn sessions, agents): the
+/// opening turn of the first session, sent on its own.
+pub async fn ready_and_warm_up(
+    plan: &super::plan::RunPlan,
+    client: &Arc<BackendClient>,
+    first: Prepared,
+    stop: &StopSignal,
+    print: bool,
+) -> Result<()> {
+    if let Some(timeout) = plan.ready_check_timeout {
+        ready_check(client, &first, timeout, stop).await?;
+    }
+    let warmups = plan.traffic.num_warmups;
+    if warmups > 0 {
+        let ok = servebench_loadgen::warm_up(
+            Arc::clone(client),
+            first,
+            warmups,
+            plan.traffic.max_concurrency,
+            stop,
+        )
+        .await;
+        if print {
+            eprintln!("Warm-up completed ({ok}/{warmups} succeeded).");
+        }
+    }
+    Ok(())
 }
 
 /// Send the first request until it succeeds or the timeout passes (vLLM's ready check).
